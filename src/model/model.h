@@ -1,0 +1,70 @@
+/* model/model.h - a loaded model and the forward pass over one sequence's KV cache.
+ *
+ * rp_model_load reads a Hugging Face model directory (config.json, model.safetensors or a
+ * sharded index, generation_config.json) with weights mmap'd read-only. rp_model_eval runs
+ * n tokens at the positions following what the cache already holds (prefill when n > 1,
+ * decode when n == 1) and writes logits.
+ *
+ * Ownership: rp_model_load -> rp_model_free; rp_kv_new -> rp_kv_free (free every rp_kv before
+ *            its model). rp_model_info() is borrowed, valid while the model lives.
+ * Threading: a model and its caches are used by one thread at a time (the engine thread);
+ *            the kernels fan out over the model's own thread pool.
+ * Errors:    RP_ERR_NOT_FOUND (missing file or tensor, named), RP_ERR_UNSUPPORTED (unknown
+ *            architecture or dtype, named), RP_ERR_INVALID (malformed file), RP_ERR_LIMIT
+ *            (more tokens than the cache holds), RP_ERR_NOMEM.
+ */
+#ifndef RP_MODEL_MODEL_H
+#define RP_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct rp_model rp_model;
+typedef struct rp_kv rp_kv;
+
+#define RP_MAX_EOS 8
+
+typedef struct rp_model_info {
+    char arch[64];       /* config "architectures"[0], e.g. "LlamaForCausalLM" */
+    char model_type[32]; /* config "model_type", e.g. "llama" */
+    int vocab_size;
+    int n_layers;
+    int dim;        /* hidden_size */
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int ffn_dim;    /* intermediate_size */
+    int max_context; /* max_position_embeddings */
+    int tied_embeddings;
+    int bos_id;     /* -1 when unknown */
+    int eos_ids[RP_MAX_EOS];
+    int n_eos;
+    int64_t n_params;
+    int64_t weight_bytes; /* bytes of weights as stored (what decode reads per token) */
+    char dtype[16];       /* "bf16", "f16", "f32", or a quant name */
+} rp_model_info;
+
+typedef struct rp_model_opts {
+    int n_threads;   /* <= 0: one per online CPU */
+    int ref_kernels; /* 1: plain-C reference kernels everywhere (slow, for checking) */
+} rp_model_opts;
+
+rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **out, rp_err *err);
+void rp_model_free(rp_model *model);
+const rp_model_info *rp_model_get_info(const rp_model *model);
+
+/* A KV cache for one sequence of up to max_tokens positions (0: the model's max_context). */
+rp_status rp_kv_new(rp_model *model, int max_tokens, rp_kv **out, rp_err *err);
+void rp_kv_free(rp_kv *kv);
+int rp_kv_len(const rp_kv *kv);      /* positions filled */
+int rp_kv_capacity(const rp_kv *kv);
+void rp_kv_truncate(rp_kv *kv, int n); /* forget positions >= n (n <= len) */
+
+/* Evaluates ids[0..n) at positions rp_kv_len(kv).. and appends them to the cache.
+ * logits: vocab_size floats for the last token, or n * vocab_size (row-major, one row per
+ * token) when all_logits is set; may be NULL to only fill the cache. */
+rp_status rp_model_eval(rp_model *model, rp_kv *kv, const int32_t *ids, int n, float *logits,
+                        int all_logits, rp_err *err);
+
+#endif

@@ -1,0 +1,1 @@
+rp_add_unit_test(base_test tests/unit/base/base_test.c)
