@@ -46,6 +46,10 @@ void rp_backend_free(rp_backend *b);
 int rp_backend_n_threads(const rp_backend *b);
 const char *rp_backend_describe(const rp_backend *b); /* "cpu avx512, 2 threads" */
 
+/* Measured read bandwidth of this machine in GB/s (1e9 bytes/s): every pool thread streams
+ * its share of an n_bytes buffer (make it several times the last-level cache), best of reps. */
+double rp_backend_read_bandwidth(rp_backend *b, size_t n_bytes, int reps);
+
 /* y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok, r < rows; x is [n_tok][cols]. */
 void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y);
 

@@ -12,9 +12,14 @@
 typedef void (*rp_matmul_kernel)(const rp_tensor *w, long r0, long r1, const float *x,
                                  int n_tok, float *y);
 
+/* Reads n bytes (a multiple of 64) as fast as the ISA allows; returns a value depending on
+ * every byte so the loop cannot be elided. The memory-bandwidth probe. */
+typedef uint64_t (*rp_read_kernel)(const void *p, size_t n);
+
 typedef struct rp_cpu_kernels {
     const char *isa;
     rp_matmul_kernel matmul[RP_DT_COUNT];
+    rp_read_kernel read;
 } rp_cpu_kernels;
 
 /* Each ISA file fills its table (kernels it lacks stay NULL). */

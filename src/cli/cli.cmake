@@ -4,4 +4,5 @@ list(APPEND RP_CLI_SOURCES
   src/cli/paths.c
   src/cli/cmd_logits.c
   src/cli/cmd_generate.c
+  src/cli/model_bench.c
 )

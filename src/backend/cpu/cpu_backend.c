@@ -12,7 +12,10 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include <stdatomic.h>
+
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/cpu.h"
 #include "base/status.h"
 #include "base/half.h"
@@ -102,6 +105,44 @@ void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, 
         k(w, 0, (long)w->shape[0], x, n_tok, y);
     else
         rp_pool_run(b->pool, matmul_part, &j);
+}
+
+/* ---- bandwidth probe ------------------------------------------------------------------- */
+
+typedef struct read_job {
+    const char *buf;
+    size_t n;
+    rp_read_kernel read;
+    _Atomic uint64_t sink;
+} read_job;
+
+static void read_part(void *p, int i, int n)
+{
+    read_job *j = p;
+    long b, e;
+    rp_pool_split((long)(j->n / 64), i, n, 64, &b, &e);
+    if (b < e)
+        atomic_fetch_xor(&j->sink, j->read(j->buf + b * 64, (size_t)(e - b) * 64));
+}
+
+double rp_backend_read_bandwidth(rp_backend *b, size_t n_bytes, int reps)
+{
+    n_bytes &= ~(size_t)4095;
+    char *buf = rp_alloc_aligned(n_bytes, RP_TAG_MISC);
+    if (!buf)
+        return 0.0;
+    memset(buf, 1, n_bytes); /* commit the pages before timing */
+    read_job j = {.buf = buf, .n = n_bytes, .read = b->k.read};
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        int64_t t0 = rp_now_ns();
+        rp_pool_run(b->pool, read_part, &j);
+        double s = (double)(rp_now_ns() - t0) * 1e-9;
+        if (s > 0 && (double)n_bytes / s / 1e9 > best)
+            best = (double)n_bytes / s / 1e9;
+    }
+    rp_free_aligned(buf);
+    return best;
 }
 
 /* ---- tensors to f32 -------------------------------------------------------------------- */

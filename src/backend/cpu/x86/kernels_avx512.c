@@ -100,8 +100,23 @@ static void matmul_bf16(const rp_tensor *w, long r0, long r1, const float *x, in
     matmul(w, r0, r1, x, n, y, RP_DT_BF16);
 }
 
+static uint64_t read_bytes(const void *p, size_t n)
+{
+    const __m512i *q = p;
+    __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 4 <= n / 64; i += 4) {
+        a = _mm512_xor_si512(a, _mm512_load_si512(q + i));
+        b = _mm512_xor_si512(b, _mm512_load_si512(q + i + 1));
+        c = _mm512_xor_si512(c, _mm512_load_si512(q + i + 2));
+        d = _mm512_xor_si512(d, _mm512_load_si512(q + i + 3));
+    }
+    a = _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d));
+    return (uint64_t)_mm512_reduce_add_epi64(a);
+}
+
 void rp_cpu_kernels_avx512(rp_cpu_kernels *k)
 {
+    k->read = read_bytes;
     k->isa = "avx512";
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;
