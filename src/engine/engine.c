@@ -1,15 +1,18 @@
-/* engine/engine.c - the engine thread: a FIFO of requests, one sequence at a time.
+/* engine/engine.c - the engine thread: continuous batching over cache slots.
  *
  * Design notes:
- *  1. Requests wait in a FIFO guarded by `mu`; the engine thread pops one, prefills it in
- *     chunks (checking for cancellation between chunks), then decodes token by token,
- *     delivering each token through the request's callback.
- *  2. The engine keeps one KV cache and remembers the ids it holds: a new prompt that starts
- *     with the same tokens reuses that prefix (the common agent case: the same system prompt
- *     and history resent each turn) and only evaluates the rest.
- *  3. Cancellation is a flag read by the engine thread; every request gets exactly one DONE,
- *     always from the engine thread, so callers free their state in one place.
- *  4. Continuous batching replaces note 1 in the engine issue; the public contract stays.
+ *  1. Requests wait in a FIFO guarded by `mu`. Between steps the engine thread admits them
+ *     into free slots (at most max_num_seqs run at once).
+ *  2. A step is one rp_model_eval_batch: the next token of every decoding sequence, then
+ *     prompt chunks of prefilling sequences (at most prefill_chunk each) until the batch is
+ *     full. Weights are read once per step however many sequences run; the kernels are
+ *     batch-invariant, so a sequence's tokens do not depend on its neighbours.
+ *  3. Each slot keeps the ids its cache holds after its request ends. Admission picks the
+ *     free slot with the longest common prefix (then the least recently used) and truncates
+ *     its cache there: a resent conversation only evaluates its new tail.
+ *  4. Cancellation is a flag read by the engine thread between steps; every request gets
+ *     exactly one DONE, always from the engine thread, so callers free state in one place.
+ *  5. Nothing is allocated per step: samplers are made at admission, buffers at start.
  */
 #include "engine/engine.h"
 
@@ -39,6 +42,21 @@ typedef struct request {
     int64_t t_submit;
 } request;
 
+typedef enum slot_phase { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE } slot_phase;
+
+typedef struct slot {
+    slot_phase phase;
+    rp_kv *kv;
+    int32_t *ids; /* the tokens the cache holds (rp_kv_len of them) */
+    request *req;
+    rp_sampler *sampler;
+    int32_t next_tok; /* DECODE: sampled, not yet evaluated */
+    int n_gen;
+    int64_t t_first;
+    uint64_t last_used;
+    uint64_t admitted; /* admission order: prefill goes first come, first served */
+} slot;
+
 struct rp_engine {
     rp_model *model;
     rp_engine_config cfg;
@@ -49,12 +67,18 @@ struct rp_engine {
     pthread_cond_t cv;
     request *head, *tail; /* waiting */
     int n_waiting;
-    request *running;
-    int stop;
+    _Atomic int stop;
     uint64_t next_id;
-    rp_kv *kv;
-    int32_t *kv_ids; /* the ids the cache holds, kv_len of them */
-    float *logits;
+    slot *slots;
+    int n_slots;
+    uint64_t clock;
+    rp_engine_stats stats; /* guarded by mu */
+    /* step buffers */
+    int32_t *b_ids;
+    rp_kv **b_kv;
+    uint8_t *b_want;
+    slot **b_row_slot; /* slot of each logits row */
+    float *logits;     /* max_batch rows */
 };
 
 void rp_sampling_default(rp_sampling *s)
@@ -105,118 +129,282 @@ static int is_stop(const rp_engine *e, const request *r, int32_t tok)
     return 0;
 }
 
-/* Evaluates the prompt, reusing the cached prefix; leaves next-token logits in e->logits. */
-static rp_status prefill(rp_engine *e, request *r, rp_err *err)
+/* Ends the slot's request and frees the slot (its cache and ids stay for prefix reuse). */
+static void slot_finish(rp_engine *e, slot *sl, rp_finish why, int32_t stop_tok, const rp_err *err)
 {
-    int keep = 0, have = rp_kv_len(e->kv);
-    while (keep < have && keep < r->n_prompt && e->kv_ids[keep] == r->prompt[keep])
-        keep++;
-    if (keep == r->n_prompt) /* the whole prompt is cached: recompute its last token */
-        keep--;
-    rp_kv_truncate(e->kv, keep);
-    if (keep > 0)
-        RP_DEBUG("request %llu: %d of %d prompt tokens from the cache",
-                 (unsigned long long)r->id, keep, r->n_prompt);
-    for (int done = keep; done < r->n_prompt;) {
-        if (atomic_load(&r->cancelled))
-            return RP_ERR_CANCELLED;
-        int n = r->n_prompt - done < 256 ? r->n_prompt - done : 256;
-        int last = done + n == r->n_prompt;
-        rp_status rc = rp_model_eval(e->model, e->kv, r->prompt + done, n,
-                                     last ? e->logits : NULL, 0, err);
-        if (rc) {
-            rp_kv_truncate(e->kv, 0);
-            return rc;
-        }
-        memcpy(e->kv_ids + done, r->prompt + done, sizeof(int32_t) * (size_t)n);
-        done += n;
-    }
-    return RP_OK;
-}
-
-static void run_request(rp_engine *e, request *r)
-{
-    rp_err err = {0};
-    const rp_model_info *in = rp_model_get_info(e->model);
-    rp_sampler *s = rp_sampler_new(in->vocab_size, &r->sampling);
-    if (!s) {
-        rp_err_set(&err, RP_ERR_NOMEM, "out of memory for the sampler");
-        finish(r, RP_FINISH_ERROR, -1, 0, 0, &err);
-        return;
-    }
-    for (int i = 0; i < r->n_prompt; i++)
-        rp_sampler_accept(s, r->prompt[i], 0);
-    rp_status rc = prefill(e, r, &err);
-    int n_gen = 0;
-    int64_t t_first = 0;
-    rp_finish why = RP_FINISH_LENGTH;
-    int32_t stop_tok = -1;
-    int limit = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
-    while (rc == RP_OK) {
-        if (atomic_load(&r->cancelled)) {
-            rc = RP_ERR_CANCELLED;
-            break;
-        }
-        rp_event ev = {.kind = RP_EV_TOKEN, .request_id = r->id};
-        int n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
-        ev.token = rp_sampler_sample(s, e->logits, n_top, &ev.logprob, ev.top_ids,
-                                     ev.top_logprobs);
-        ev.n_top = n_top > 0 ? n_top : 0;
-        if (is_stop(e, r, ev.token)) {
-            why = RP_FINISH_STOP;
-            stop_tok = ev.token;
-            break;
-        }
-        if (!t_first)
-            t_first = rp_now_ns();
-        rp_sampler_accept(s, ev.token, 1);
-        r->cb(&ev, r->user);
-        if (++n_gen >= limit || rp_kv_len(e->kv) >= e->ctx)
-            break;
-        int pos = rp_kv_len(e->kv);
-        rc = rp_model_eval(e->model, e->kv, &ev.token, 1, e->logits, 0, &err);
-        if (rc == RP_OK)
-            e->kv_ids[pos] = ev.token;
-    }
-    rp_sampler_free(s);
-    if (rc == RP_ERR_CANCELLED)
-        finish(r, RP_FINISH_CANCELLED, -1, n_gen, t_first, NULL);
-    else if (rc)
-        finish(r, RP_FINISH_ERROR, -1, n_gen, t_first, &err);
-    else
-        finish(r, why, stop_tok, n_gen, t_first, NULL);
-}
-
-static void *engine_main(void *p)
-{
-    rp_engine *e = p;
+    request *r = sl->req;
+    finish(r, why, stop_tok, sl->n_gen, sl->t_first, err);
+    rp_sampler_free(sl->sampler);
+    sl->sampler = NULL;
+    sl->phase = SLOT_FREE;
+    sl->last_used = ++e->clock;
     pthread_mutex_lock(&e->mu);
-    for (;;) {
-        while (!e->head && !e->stop)
-            pthread_cond_wait(&e->cv, &e->mu);
-        if (!e->head && e->stop)
-            break;
+    sl->req = NULL; /* under mu: rp_engine_cancel reads it */
+    e->stats.n_running--;
+    e->stats.n_requests++;
+    e->stats.n_generated += sl->n_gen;
+    pthread_mutex_unlock(&e->mu);
+    request_free(r);
+}
+
+static int common_prefix(const slot *sl, const request *r)
+{
+    int n = rp_kv_len(sl->kv), k = 0;
+    while (k < n && k < r->n_prompt && sl->ids[k] == r->prompt[k])
+        k++;
+    return k;
+}
+
+/* Moves waiting requests into free slots (called with mu held). */
+static void admit(rp_engine *e)
+{
+    while (e->head) {
+        slot *best = NULL;
+        int best_k = -1;
+        for (int i = 0; i < e->n_slots; i++) {
+            slot *sl = &e->slots[i];
+            if (sl->phase != SLOT_FREE)
+                continue;
+            int k = common_prefix(sl, e->head);
+            if (k > best_k || (k == best_k && sl->last_used < best->last_used)) {
+                best = sl;
+                best_k = k;
+            }
+        }
+        if (!best)
+            return;
         request *r = e->head;
         e->head = r->next;
         if (!e->head)
             e->tail = NULL;
         e->n_waiting--;
-        e->running = r;
-        if (e->stop)
-            atomic_store(&r->cancelled, 1);
-        pthread_mutex_unlock(&e->mu);
-        if (atomic_load(&r->cancelled))
-            finish(r, RP_FINISH_CANCELLED, -1, 0, 0, NULL);
-        else
-            run_request(e, r);
-        pthread_mutex_lock(&e->mu);
-        e->running = NULL;
-        pthread_mutex_unlock(&e->mu);
-        request_free(r);
-        pthread_mutex_lock(&e->mu);
+        best->req = r;
+        best->admitted = ++e->clock;
+        best->n_gen = 0;
+        best->t_first = 0;
+        best->phase = SLOT_PREFILL;
+        int keep = best_k < r->n_prompt ? best_k : r->n_prompt - 1; /* re-run the last token */
+        rp_kv_truncate(best->kv, keep);
+        e->stats.n_running++;
+        e->stats.n_prompt_tokens += r->n_prompt;
+        e->stats.n_cached_tokens += keep;
+        if (keep > 0)
+            RP_DEBUG("request %llu: %d of %d prompt tokens from the prefix cache",
+                     (unsigned long long)r->id, keep, r->n_prompt);
     }
+}
+
+static int prepare_slot(rp_engine *e, slot *sl)
+{
+    const rp_model_info *in = rp_model_get_info(e->model);
+    sl->sampler = rp_sampler_new(in->vocab_size, &sl->req->sampling);
+    if (!sl->sampler)
+        return -1;
+    for (int i = 0; i < sl->req->n_prompt; i++)
+        rp_sampler_accept(sl->sampler, sl->req->prompt[i], 0);
+    return 0;
+}
+
+/* Adds one token of `sl` to the step batch. */
+static void push(rp_engine *e, int *n, slot *sl, int32_t tok, int want)
+{
+    int pos = rp_kv_len(sl->kv);
+    for (int i = *n - 1; i >= 0 && e->b_kv[i] == sl->kv; i--)
+        pos++;
+    sl->ids[pos] = tok;
+    e->b_ids[*n] = tok;
+    e->b_kv[*n] = sl->kv;
+    e->b_want[*n] = (uint8_t)want;
+    (*n)++;
+}
+
+/* Fills the batch: decode tokens first, then prompt chunks (oldest admission first). Returns
+ * the token count; e->b_row_slot gets the slot of each logits row in order. */
+static int build_batch(rp_engine *e, int *n_rows)
+{
+    int n = 0, max = rp_model_max_batch(e->model), rows = 0;
+    for (int i = 0; i < e->n_slots && n < max; i++) {
+        slot *sl = &e->slots[i];
+        if (sl->phase == SLOT_DECODE) {
+            push(e, &n, sl, sl->next_tok, 1);
+            e->b_row_slot[rows++] = sl;
+        }
+    }
+    for (;;) {
+        slot *next = NULL;
+        for (int i = 0; i < e->n_slots; i++) {
+            slot *sl = &e->slots[i];
+            int queued = 0;
+            for (int t = 0; t < n; t++)
+                queued |= e->b_kv[t] == sl->kv;
+            if (sl->phase == SLOT_PREFILL && !queued && (!next || sl->admitted < next->admitted))
+                next = sl;
+        }
+        if (!next || n >= max)
+            break;
+        int done = rp_kv_len(next->kv), left = next->req->n_prompt - done;
+        int chunk = left < e->cfg.prefill_chunk ? left : e->cfg.prefill_chunk;
+        chunk = chunk < max - n ? chunk : max - n;
+        for (int k = 0; k < chunk; k++)
+            push(e, &n, next, next->req->prompt[done + k], done + k == next->req->n_prompt - 1);
+        if (done + chunk == next->req->n_prompt)
+            e->b_row_slot[rows++] = next;
+    }
+    *n_rows = rows;
+    return n;
+}
+
+/* After a step: sample each row's next token, emit it, retire finished sequences. */
+static void consume_rows(rp_engine *e, int n_rows)
+{
+    size_t vocab = (size_t)rp_model_get_info(e->model)->vocab_size;
+    for (int i = 0; i < n_rows; i++) {
+        slot *sl = e->b_row_slot[i];
+        request *r = sl->req;
+        sl->phase = SLOT_DECODE;
+        rp_event ev = {.kind = RP_EV_TOKEN, .request_id = r->id};
+        int n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
+        ev.token = rp_sampler_sample(sl->sampler, e->logits + (size_t)i * vocab, n_top,
+                                     &ev.logprob, ev.top_ids, ev.top_logprobs);
+        ev.n_top = n_top > 0 ? n_top : 0;
+        if (is_stop(e, r, ev.token)) {
+            slot_finish(e, sl, RP_FINISH_STOP, ev.token, NULL);
+            continue;
+        }
+        if (!sl->t_first)
+            sl->t_first = rp_now_ns();
+        rp_sampler_accept(sl->sampler, ev.token, 1);
+        r->cb(&ev, r->user);
+        sl->n_gen++;
+        int limit = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
+        if (sl->n_gen >= limit || rp_kv_len(sl->kv) >= e->ctx)
+            slot_finish(e, sl, RP_FINISH_LENGTH, -1, NULL);
+        else
+            sl->next_tok = ev.token;
+    }
+}
+
+/* One engine step. Returns 0 when there was nothing to do. */
+static int step(rp_engine *e)
+{
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *sl = &e->slots[i];
+        if (sl->phase == SLOT_FREE)
+            continue;
+        if (atomic_load(&sl->req->cancelled) || e->stop) {
+            slot_finish(e, sl, RP_FINISH_CANCELLED, -1, NULL);
+        } else if (!sl->sampler && prepare_slot(e, sl)) {
+            rp_err err;
+            rp_err_set(&err, RP_ERR_NOMEM, "out of memory for the sampler");
+            slot_finish(e, sl, RP_FINISH_ERROR, -1, &err);
+        }
+    }
+    int n_rows, n = build_batch(e, &n_rows);
+    if (n == 0)
+        return 0;
+    rp_batch b = {.n_tok = n, .ids = e->b_ids, .kv = e->b_kv, .want_logits = e->b_want};
+    rp_err err = {0};
+    if (rp_model_eval_batch(e->model, &b, e->logits, &err) != RP_OK) {
+        RP_ERROR("forward step failed: %s", err.msg);
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->slots[i].phase != SLOT_FREE) {
+                rp_kv_truncate(e->slots[i].kv, 0);
+                slot_finish(e, &e->slots[i], RP_FINISH_ERROR, -1, &err);
+            }
+        return 1;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.n_steps++;
     pthread_mutex_unlock(&e->mu);
+    consume_rows(e, n_rows);
+    return 1;
+}
+
+static int n_active(const rp_engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n += e->slots[i].phase != SLOT_FREE;
+    return n;
+}
+
+/* Unlinks cancelled waiting requests (all of them when stopping); called with mu held. */
+static request *take_cancelled(rp_engine *e)
+{
+    request *out = NULL, **pp = &e->head;
+    e->tail = NULL;
+    while (*pp) {
+        request *r = *pp;
+        if (e->stop || atomic_load(&r->cancelled)) {
+            *pp = r->next;
+            r->next = out;
+            out = r;
+            e->n_waiting--;
+        } else {
+            e->tail = r;
+            pp = &r->next;
+        }
+    }
+    return out;
+}
+
+static void *engine_main(void *p)
+{
+    rp_engine *e = p;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->head && !e->stop && n_active(e) == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        request *gone = take_cancelled(e);
+        admit(e);
+        int quit = e->stop && n_active(e) == 0;
+        pthread_mutex_unlock(&e->mu);
+        while (gone) { /* callbacks run without mu: they may call back into the engine */
+            request *next = gone->next;
+            finish(gone, RP_FINISH_CANCELLED, -1, 0, 0, NULL);
+            request_free(gone);
+            gone = next;
+        }
+        if (quit)
+            break;
+        step(e); /* running slots see e->stop / their flag and finish as cancelled */
+    }
     return NULL;
+}
+
+static void slots_free(rp_engine *e)
+{
+    if (!e->slots)
+        return;
+    for (int i = 0; i < e->n_slots; i++) {
+        rp_kv_free(e->slots[i].kv);
+        rp_free(e->slots[i].ids);
+        rp_sampler_free(e->slots[i].sampler);
+    }
+    rp_free(e->slots);
+}
+
+static rp_status alloc_buffers(rp_engine *e, rp_err *err)
+{
+    int max = rp_model_max_batch(e->model);
+    size_t vocab = (size_t)rp_model_get_info(e->model)->vocab_size;
+    e->slots = rp_calloc((size_t)e->n_slots, sizeof(slot));
+    e->b_ids = rp_alloc(sizeof(int32_t) * (size_t)max);
+    e->b_kv = rp_alloc(sizeof(rp_kv *) * (size_t)max);
+    e->b_want = rp_alloc((size_t)max);
+    e->b_row_slot = rp_alloc(sizeof(slot *) * (size_t)max);
+    e->logits = rp_alloc_aligned(sizeof(float) * vocab * (size_t)e->n_slots, RP_TAG_MODEL);
+    if (!e->slots || !e->b_ids || !e->b_kv || !e->b_want || !e->b_row_slot || !e->logits)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < e->n_slots; i++) {
+        rp_status rc = rp_kv_new(e->model, e->ctx, &e->slots[i].kv, err);
+        if (rc)
+            return rc;
+        e->slots[i].ids = rp_alloc(sizeof(int32_t) * (size_t)e->ctx);
+        if (!e->slots[i].ids)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    return RP_OK;
 }
 
 rp_status rp_engine_new(rp_model *model, const rp_engine_config *cfg, rp_engine **out,
@@ -230,22 +418,22 @@ rp_status rp_engine_new(rp_model *model, const rp_engine_config *cfg, rp_engine 
         e->cfg = *cfg;
     if (e->cfg.max_queue <= 0)
         e->cfg.max_queue = 64;
+    if (e->cfg.max_num_seqs <= 0)
+        e->cfg.max_num_seqs = 8;
+    if (e->cfg.prefill_chunk <= 0)
+        e->cfg.prefill_chunk = 64;
     const rp_model_info *in = rp_model_get_info(model);
     e->ctx = e->cfg.max_context > 0 ? e->cfg.max_context : in->max_context;
-    if (e->cfg.max_context <= 0 && e->ctx > 32768)
-        e->ctx = 32768;
+    if (e->cfg.max_context <= 0 && e->ctx > 8192)
+        e->ctx = 8192;
+    int max = rp_model_max_batch(model);
+    e->n_slots = e->cfg.max_num_seqs < max ? e->cfg.max_num_seqs : max;
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    rp_status rc = rp_kv_new(model, e->ctx, &e->kv, err);
+    rp_status rc = alloc_buffers(e, err);
     if (rc)
         goto fail;
-    e->kv_ids = rp_alloc(sizeof(int32_t) * (size_t)e->ctx);
-    e->logits = rp_alloc_aligned(sizeof(float) * (size_t)in->vocab_size, RP_TAG_MODEL);
-    if (!e->kv_ids || !e->logits) {
-        rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         rc = rp_err_set(err, RP_ERR_NOMEM, "cannot start the engine thread");
         goto fail;
@@ -265,20 +453,27 @@ void rp_engine_free(rp_engine *e)
     if (e->thread_started) {
         pthread_mutex_lock(&e->mu);
         e->stop = 1;
-        for (request *r = e->head; r; r = r->next)
-            atomic_store(&r->cancelled, 1);
-        if (e->running)
-            atomic_store(&e->running->cancelled, 1);
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
-        pthread_join(e->thread, NULL); /* drains the queue: every request gets its DONE */
+        pthread_join(e->thread, NULL); /* every request gets its DONE before this returns */
     }
-    rp_kv_free(e->kv);
-    rp_free(e->kv_ids);
+    slots_free(e);
+    rp_free(e->b_ids);
+    rp_free(e->b_kv);
+    rp_free(e->b_want);
+    rp_free(e->b_row_slot);
     rp_free_aligned(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     rp_free(e);
+}
+
+void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->n_waiting = e->n_waiting;
+    pthread_mutex_unlock(&e->mu);
 }
 
 static rp_status validate(const rp_engine *e, const rp_gen_request *q, rp_err *err)
@@ -358,11 +553,12 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_request *q, rp_event_cb cb
 void rp_engine_cancel(rp_engine *e, uint64_t id)
 {
     pthread_mutex_lock(&e->mu);
-    if (e->running && e->running->id == id)
-        atomic_store(&e->running->cancelled, 1);
     for (request *r = e->head; r; r = r->next)
         if (r->id == id)
             atomic_store(&r->cancelled, 1);
+    for (int i = 0; i < e->n_slots; i++) /* slot->req changes only on the engine thread */
+        if (e->slots[i].req && e->slots[i].req->id == id)
+            atomic_store(&e->slots[i].req->cancelled, 1);
     pthread_mutex_unlock(&e->mu);
 }
 

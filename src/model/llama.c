@@ -232,12 +232,19 @@ static void linear(rp_backend *be, const rp_tensor *w, const rp_tensor *b, const
     add_bias(y, b, n, (int)w->shape[0]);
 }
 
-static void attention_block(rp_model *m, llama *s, llama_kv *kvs, int l, int pos0, int n)
+/* The tokens of one forward step: each with its cache and position; runs of consecutive
+ * tokens with the same cache are one sequence's causal block. */
+typedef struct step {
+    int n;
+    rp_kv *const *kv;
+} step;
+
+static void attention_block(rp_model *m, llama *s, const step *st, int l)
 {
     rp_model_config *c = &m->cfg;
     layer *L = &s->layers[l];
     rp_backend *be = m->be;
-    int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    int n = st->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
     rp_op_rmsnorm(be, s->h, s->x, L->attn_norm, n, c->dim, c->norm_eps, 0);
     linear(be, L->wq, L->bq, s->h, n, s->q);
     linear(be, L->wk, L->bk, s->h, n, s->k);
@@ -250,20 +257,30 @@ static void attention_block(rp_model *m, llama *s, llama_kv *kvs, int l, int pos
                s->rope.attn_factor, 1);
     rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                s->rope.attn_factor, 1);
-    memcpy(kvs->k[l] + (size_t)pos0 * kvd, s->k, sizeof(float) * (size_t)n * kvd);
-    memcpy(kvs->v[l] + (size_t)pos0 * kvd, s->v, sizeof(float) * (size_t)n * kvd);
-    rp_attn_args a = {.q = s->q,
-                      .k = kvs->k[l],
-                      .v = kvs->v[l],
-                      .out = s->att,
-                      .n_tok = n,
-                      .pos0 = pos0,
-                      .n_heads = c->n_heads,
-                      .n_kv_heads = c->n_kv_heads,
-                      .head_dim = hd,
-                      .scale = 1.0f / sqrtf((float)hd),
-                      .window = L->window};
-    rp_op_attention(be, &a);
+    for (int t = 0; t < n; t++) {
+        llama_kv *kvs = st->kv[t]->state;
+        memcpy(kvs->k[l] + (size_t)s->pos[t] * kvd, s->k + (size_t)t * kvd, sizeof(float) * kvd);
+        memcpy(kvs->v[l] + (size_t)s->pos[t] * kvd, s->v + (size_t)t * kvd, sizeof(float) * kvd);
+    }
+    for (int t0 = 0; t0 < n;) { /* one sequence's run at a time */
+        int t1 = t0 + 1;
+        while (t1 < n && st->kv[t1] == st->kv[t0])
+            t1++;
+        llama_kv *kvs = st->kv[t0]->state;
+        rp_attn_args a = {.q = s->q + (size_t)t0 * qd,
+                          .k = kvs->k[l],
+                          .v = kvs->v[l],
+                          .out = s->att + (size_t)t0 * qd,
+                          .n_tok = t1 - t0,
+                          .pos0 = s->pos[t0],
+                          .n_heads = c->n_heads,
+                          .n_kv_heads = c->n_kv_heads,
+                          .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .window = L->window};
+        rp_op_attention(be, &a);
+        t0 = t1;
+    }
     linear(be, L->wo, L->bo, s->att, n, s->h);
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
 }
@@ -281,30 +298,63 @@ static void mlp_block(rp_model *m, llama *s, int l, int n)
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
 }
 
-static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
-                               int n_logits, rp_err *err)
+static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logits, rp_err *err)
 {
     llama *s = m->arch_state;
-    llama_kv *kvs = kv->state;
     rp_model_config *c = &m->cfg;
-    int pos0 = kv->len;
-    rp_rope_update(&s->rope, pos0 + n);
+    int n = b->n_tok, max_len = 0;
     for (int t = 0; t < n; t++) {
-        s->pos[t] = pos0 + t;
-        rp_tensor_row_f32(s->embed, ids[t], s->x + (size_t)t * c->dim);
+        s->pos[t] = t > 0 && b->kv[t - 1] == b->kv[t] ? s->pos[t - 1] + 1 : b->kv[t]->len;
+        max_len = s->pos[t] + 1 > max_len ? s->pos[t] + 1 : max_len;
+        rp_tensor_row_f32(s->embed, b->ids[t], s->x + (size_t)t * c->dim);
     }
+    rp_rope_update(&s->rope, max_len);
+    step st = {.n = n, .kv = b->kv};
     for (int l = 0; l < c->n_layers; l++) {
-        attention_block(m, s, kvs, l, pos0, n);
+        attention_block(m, s, &st, l);
         mlp_block(m, s, l, n);
     }
-    kv->len = pos0 + n;
-    if (logits && n_logits > 0) {
-        const float *last = s->x + (size_t)(n - n_logits) * c->dim;
-        rp_op_rmsnorm(m->be, s->h, last, s->final_norm, n_logits, c->dim, c->norm_eps, 0);
-        rp_op_matmul(m->be, s->lm_head, s->h, n_logits, logits);
+    for (int t = 0; t < n; t++)
+        if (t + 1 == n || b->kv[t + 1] != b->kv[t])
+            b->kv[t]->len = s->pos[t] + 1;
+    int n_rows = 0;
+    for (int t = 0; t < n && logits; t++) /* gather the rows asked for */
+        if (b->want_logits[t])
+            memmove(s->x + (size_t)n_rows++ * c->dim, s->x + (size_t)t * c->dim,
+                    sizeof(float) * c->dim);
+    if (n_rows > 0) {
+        rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n_rows, c->dim, c->norm_eps, 0);
+        rp_op_matmul(m->be, s->lm_head, s->h, n_rows, logits);
     }
     (void)err;
     return RP_OK;
+}
+
+/* One sequence: the batch of its n tokens, logits for the last n_logits of them. */
+static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
+                               int n_logits, rp_err *err)
+{
+    rp_kv *kvs[RP_MAX_CHUNK];
+    uint8_t want[RP_MAX_CHUNK];
+    for (int t = 0; t < n; t++) {
+        kvs[t] = kv;
+        want[t] = 0;
+    }
+    if (n_logits == n) { /* all rows: give each token its own row (treated as run ends) */
+        llama *s = m->arch_state;
+        rp_batch b = {.n_tok = n, .ids = ids, .kv = kvs, .want_logits = want};
+        rp_status rc = llama_forward_batch(m, &b, NULL, err);
+        if (rc || !logits)
+            return rc;
+        rp_model_config *c = &m->cfg;
+        rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n, c->dim, c->norm_eps, 0);
+        rp_op_matmul(m->be, s->lm_head, s->h, n, logits);
+        return RP_OK;
+    }
+    if (logits && n_logits > 0)
+        want[n - 1] = 1;
+    rp_batch b = {.n_tok = n, .ids = ids, .kv = kvs, .want_logits = want};
+    return llama_forward_batch(m, &b, logits, err);
 }
 
 const rp_arch rp_arch_llama = {
@@ -312,6 +362,7 @@ const rp_arch rp_arch_llama = {
     .init = llama_init,
     .deinit = llama_deinit,
     .forward = llama_forward,
+    .forward_batch = llama_forward_batch,
     .kv_init = llama_kv_init,
     .kv_deinit = llama_kv_deinit,
 };

@@ -218,3 +218,50 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
     }
     return RP_OK;
 }
+
+int rp_model_max_batch(const rp_model *m) { return RP_MAX_CHUNK; }
+
+static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
+{
+    if (b->n_tok <= 0 || b->n_tok > RP_MAX_CHUNK)
+        return rp_err_set(err, RP_ERR_INVALID, "batch of %d tokens (1..%d)", b->n_tok,
+                          RP_MAX_CHUNK);
+    for (int i = 0; i < b->n_tok; i++) {
+        if (b->ids[i] < 0 || b->ids[i] >= m->info.vocab_size)
+            return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
+                              b->ids[i], m->info.vocab_size);
+        int j = i; /* start of this token's run */
+        while (j > 0 && b->kv[j - 1] == b->kv[i])
+            j--;
+        if (b->kv[i]->len + (i - j) + 1 > b->kv[i]->cap)
+            return rp_err_set(err, RP_ERR_LIMIT, "a sequence of the batch is past its context (%d)",
+                              b->kv[i]->cap);
+        if (b->want_logits && b->want_logits[i] && i + 1 < b->n_tok && b->kv[i + 1] == b->kv[i])
+            return rp_err_set(err, RP_ERR_INVALID, "logits asked for a token that is not last");
+    }
+    return RP_OK;
+}
+
+rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_err *err)
+{
+    rp_status rc = check_batch(m, b, err);
+    if (rc)
+        return rc;
+    if (m->arch->forward_batch)
+        return m->arch->forward_batch(m, b, logits, err);
+    size_t vocab = (size_t)m->info.vocab_size;
+    int row = 0;
+    for (int i = 0; i < b->n_tok;) { /* one sequence's run at a time */
+        int j = i;
+        while (j < b->n_tok && b->kv[j] == b->kv[i])
+            j++;
+        int want = b->want_logits && b->want_logits[j - 1];
+        rc = m->arch->forward(m, b->kv[i], b->ids + i, j - i,
+                              want ? logits + (size_t)row * vocab : NULL, want, err);
+        if (rc)
+            return rc;
+        row += want;
+        i = j;
+    }
+    return RP_OK;
+}

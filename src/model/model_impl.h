@@ -22,6 +22,9 @@ typedef struct rp_arch {
     /* Forward for n <= RP_MAX_CHUNK tokens; logits rows for the last n_logits tokens. */
     rp_status (*forward)(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                          int n_logits, rp_err *err);
+    /* (optional) One step over several sequences (see rp_batch); n_tok <= RP_MAX_CHUNK.
+     * Without it, rp_model_eval_batch runs the sequences one by one through forward. */
+    rp_status (*forward_batch)(rp_model *m, const rp_batch *b, float *logits, rp_err *err);
     /* KV bytes per position per layer is arch-specific (hybrids keep states instead). */
     rp_status (*kv_init)(rp_model *m, rp_kv *kv, rp_err *err);
     void (*kv_deinit)(rp_kv *kv);

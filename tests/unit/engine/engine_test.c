@@ -180,3 +180,120 @@ Test(engine, seeded_sampling_is_reproducible)
     rp_free(out[1]);
     rp_engine_free(e);
 }
+
+/* ---- continuous batching ---------------------------------------------------------------- */
+
+typedef struct collector {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t toks[64];
+    int n, done;
+    rp_finish finish;
+} collector;
+
+static void collect_cb(const rp_event *ev, void *user)
+{
+    collector *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (ev->kind == RP_EV_TOKEN && c->n < 64)
+        c->toks[c->n++] = ev->token;
+    if (ev->kind == RP_EV_DONE) {
+        c->done = 1;
+        c->finish = ev->finish;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Prompt i: the fixture ids rotated by i, truncated to a length that varies with i. */
+static int make_prompt(int i, int32_t *out)
+{
+    int n = 3 + (i * 5) % 14;
+    for (int k = 0; k < n; k++)
+        out[k] = g_fx.ids[(k + i) % g_fx.n_ids];
+    return n;
+}
+
+static void run_concurrent(int n_req, int max_num_seqs)
+{
+    rp_err err;
+    rp_engine *alone, *batched; /* one model, used by one engine at a time (see below) */
+    rp_engine_config c1 = {.max_context = 64, .max_num_seqs = 1};
+    rp_engine_config cn = {.max_context = 64, .max_num_seqs = max_num_seqs, .prefill_chunk = 5};
+    cr_assert_eq(rp_engine_new(g_model, &c1, &alone, &err), RP_OK);
+    cr_assert_eq(rp_engine_new(g_model, &cn, &batched, &err), RP_OK);
+    collector *c = rp_calloc((size_t)n_req, sizeof *c);
+    int32_t prompts[64][16];
+    int lens[64];
+    for (int i = 0; i < n_req; i++) {
+        c[i].mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        c[i].cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+        lens[i] = make_prompt(i, prompts[i]);
+        rp_gen_request r = greedy(4 + i % 9);
+        r.prompt = prompts[i];
+        r.n_prompt = lens[i];
+        cr_assert_eq(rp_engine_submit(batched, &r, collect_cb, &c[i], NULL, &err), RP_OK,
+                     "%s", err.msg);
+    }
+    for (int i = 0; i < n_req; i++) { /* all done first: two engines must not share the model */
+        pthread_mutex_lock(&c[i].mu);
+        while (!c[i].done)
+            pthread_cond_wait(&c[i].cv, &c[i].mu);
+        pthread_mutex_unlock(&c[i].mu);
+    }
+    for (int i = 0; i < n_req; i++) {
+        cr_assert_eq(c[i].finish, RP_FINISH_LENGTH);
+        rp_gen_request r = greedy(4 + i % 9);
+        r.prompt = prompts[i];
+        r.n_prompt = lens[i];
+        int32_t *ref;
+        int n;
+        cr_assert_eq(rp_engine_generate(alone, &r, &ref, &n, NULL, &err), RP_OK);
+        cr_assert_eq(c[i].n, n, "request %d: %d tokens batched, %d alone", i, c[i].n, n);
+        for (int k = 0; k < n; k++)
+            cr_assert_eq(c[i].toks[k], ref[k], "request %d token %d differs batched", i, k);
+        rp_free(ref);
+    }
+    rp_engine_stats st;
+    rp_engine_get_stats(batched, &st);
+    cr_assert_eq(st.n_requests, n_req);
+    cr_assert_lt(st.n_steps, st.n_generated, "batching: %lld steps for %lld tokens",
+                 (long long)st.n_steps, (long long)st.n_generated);
+    rp_free(c);
+    rp_engine_free(alone);
+    rp_engine_free(batched);
+}
+
+Test(engine, batched_tokens_equal_alone_16)
+{
+    run_concurrent(16, 16);
+}
+
+Test(engine, thirty_two_mixed_requests_complete)
+{
+    run_concurrent(32, 8);
+}
+
+Test(engine, resent_conversation_reuses_prefix)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 64, .max_num_seqs = 2};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    rp_gen_request r = greedy(4);
+    int32_t *out;
+    int n;
+    cr_assert_eq(rp_engine_generate(e, &r, &out, &n, NULL, &err), RP_OK);
+    rp_free(out);
+    int32_t longer[20];
+    memcpy(longer, g_fx.ids, sizeof(int32_t) * 16);
+    longer[16] = 5, longer[17] = 6, longer[18] = 7, longer[19] = 8;
+    r.prompt = longer;
+    r.n_prompt = 20;
+    cr_assert_eq(rp_engine_generate(e, &r, &out, &n, NULL, &err), RP_OK);
+    rp_free(out);
+    rp_engine_stats st;
+    rp_engine_get_stats(e, &st);
+    cr_assert_geq(st.n_cached_tokens, 16, "cached %lld", (long long)st.n_cached_tokens);
+    rp_engine_free(e);
+}
