@@ -16,6 +16,30 @@ static int cmd_version(int argc, char **argv);
 static const rp_cmd g_commands[] = {
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
+    {"models", rp_cmd_models, "list catalog models and aliases (downloaded, size, memory)",
+     "rapid models [--json]"},
+    {"ls", rp_cmd_ls, "list downloaded models", "rapid ls [--json]"},
+    {"info", rp_cmd_info, "architecture, parameters and memory of a model",
+     "rapid info MODEL [--context N] [--json]\n  MODEL: alias, directory or org/name"},
+    {"recipe", rp_cmd_recipe, "recommend models for this machine's memory",
+     "rapid recipe [--memory GB] [--json]"},
+    {"pull", rp_cmd_pull, "download a model from the Hugging Face hub",
+     "rapid pull MODEL [--revision REV] [--quiet]\n"
+     "  env: HF_ENDPOINT (hub URL), HF_TOKEN (gated/private repos), HF_HOME (cache)"},
+    {"rm", rp_cmd_rm, "delete a downloaded model", "rapid rm MODEL"},
+    {"alias", rp_cmd_alias, "manage your model aliases (~/.config/rapid/aliases.json)",
+     "rapid alias set NAME TARGET | rapid alias rm NAME | rapid alias list"},
+    {"doctor", rp_cmd_doctor, "check this machine and rapid's setup",
+     "rapid doctor [--port N] [--no-smoke]"},
+    {"launch", rp_cmd_launch, "point a coding agent at the local server",
+     "rapid launch AGENT|list [--url URL] [--model NAME] [--dry-run] [--no-check]\n"
+     "  AGENT: claude-code, codex, aider, opencode, continue"},
+    {"chat", rp_cmd_chat, "chat with a running server in the terminal",
+     "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"
+     "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit"},
+    {"bench", rp_cmd_bench, "measure a running server: TTFT, prefill and decode tok/s",
+     "rapid bench [--url URL] [--model NAME] [--prompt-tokens N] [--max-tokens N]\n"
+     "            [--concurrency N] [--runs N] [--json]"},
 };
 
 static const rp_cmd *find_command(const char *name)
