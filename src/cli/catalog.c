@@ -448,3 +448,70 @@ rp_status rp_aliases_set(const char *name, const char *target, rp_err *err)
 }
 
 rp_status rp_aliases_rm(const char *name, rp_err *err) { return edit_aliases(name, NULL, err); }
+
+/* ---- machine probe ---------------------------------------------------------------------- */
+
+static void read_meminfo(rp_machine *m)
+{
+    const char *path = getenv("RAPID_MEMINFO");
+    FILE *f = fopen(path && *path ? path : "/proc/meminfo", "r");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        double kb;
+        if (sscanf(line, "MemTotal: %lf kB", &kb) == 1)
+            m->ram_total_gb = kb * 1024 / 1e9;
+        else if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1)
+            m->ram_available_gb = kb * 1024 / 1e9;
+    }
+    fclose(f);
+}
+
+static void trim(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    size_t i = 0;
+    while (s[i] == ' ')
+        i++;
+    memmove(s, s + i, strlen(s + i) + 1);
+}
+
+static void read_gpus(rp_machine *m)
+{
+    const char *smi = getenv("RAPID_NVIDIA_SMI");
+    rp_buf cmd = {0};
+    rp_buf_printf(&cmd,
+                  "%s --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits "
+                  "2>/dev/null",
+                  smi && *smi ? smi : "nvidia-smi");
+    FILE *p = cmd.data ? popen(cmd.data, "r") : NULL;
+    rp_buf_deinit(&cmd);
+    if (!p)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, p) && m->n_gpus < RP_MAX_GPUS) {
+        char *a = strtok(line, ","), *b = strtok(NULL, ","), *c = strtok(NULL, ",");
+        if (!a || !b)
+            continue;
+        rp_gpu *g = &m->gpus[m->n_gpus];
+        snprintf(g->name, sizeof g->name, "%s", a);
+        trim(g->name);
+        g->memory_gb = strtod(b, NULL) * 1048576.0 / 1e9; /* MiB */
+        snprintf(g->driver, sizeof g->driver, "%s", c ? c : "");
+        trim(g->driver);
+        if (g->memory_gb > 0)
+            m->n_gpus++;
+    }
+    int st = pclose(p);
+    m->have_smi = st == 0;
+}
+
+void rp_machine_probe(rp_machine *m)
+{
+    memset(m, 0, sizeof *m);
+    read_meminfo(m);
+    read_gpus(m);
+}

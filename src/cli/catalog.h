@@ -81,6 +81,25 @@ char *rp_aliases_path(void);
 rp_status rp_aliases_set(const char *name, const char *target, rp_err *err);
 rp_status rp_aliases_rm(const char *name, rp_err *err);
 
+/* ---- this machine (for recipe and doctor) ---- */
+
+#define RP_MAX_GPUS 16
+
+typedef struct rp_gpu {
+    char name[96];
+    double memory_gb;  /* total, 1e9 bytes */
+    char driver[32];
+} rp_gpu;
+
+typedef struct rp_machine {
+    double ram_total_gb, ram_available_gb; /* /proc/meminfo ($RAPID_MEMINFO overrides the path) */
+    int n_gpus;        /* from nvidia-smi ($RAPID_NVIDIA_SMI overrides the command); 0: none */
+    rp_gpu gpus[RP_MAX_GPUS];
+    int have_smi;      /* nvidia-smi ran */
+} rp_machine;
+
+void rp_machine_probe(rp_machine *m);
+
 /* Shell-style glob match of a file name ('*' and '?'), used for catalog file filters. */
 int rp_catalog_glob(const char *pattern, const char *name);
 

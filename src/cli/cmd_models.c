@@ -97,7 +97,7 @@ int rp_cmd_models(int argc, char **argv)
         rp_free(dir);
     }
     if (as_json) {
-        char *s = json_dumps(arr, JSON_INDENT(2));
+        char *s = json_dumps(arr, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("%s\n", s ? s : "[]");
         free(s);
         json_decref(arr);
@@ -161,7 +161,7 @@ int rp_cmd_ls(int argc, char **argv)
         shown++;
     }
     if (as_json) {
-        char *s = json_dumps(arr, JSON_INDENT(2));
+        char *s = json_dumps(arr, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("%s\n", s ? s : "[]");
         free(s);
         json_decref(arr);
