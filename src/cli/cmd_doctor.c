@@ -94,7 +94,7 @@ static void check_memory(tally *t, const rp_machine *m)
 static char *existing_parent(const char *path)
 {
     char *p = rp_strdup(path);
-    while (p && !rp_path_is_dir(p)) {
+    while (p && !rp_path_exists(p)) {
         char *slash = strrchr(p, '/');
         if (!slash || slash == p) {
             rp_free(p);
@@ -115,13 +115,20 @@ static void check_cache_and_disk(tally *t)
         return;
     }
     int exists = rp_path_is_dir(cache);
-    if (access(base, W_OK) != 0)
+    if (!rp_path_is_dir(base))
+        report(t, FAIL, "cache dir", "%s is a file, not a directory: move it away or set "
+                                     "HF_HOME to a writable folder",
+               base);
+    else if (access(base, W_OK) != 0)
         report(t, FAIL, "cache dir", "%s is not writable (%s): fix its permissions or set "
                                      "HF_HOME to a writable folder",
                exists ? cache : base, strerror(errno));
     else
         report(t, PASS, "cache dir", "%s%s", cache, exists ? "" : " (created on first pull)");
     struct statvfs sv;
+    char *slash = rp_path_is_dir(base) ? NULL : strrchr(base, '/');
+    if (slash && slash != base)
+        *slash = '\0'; /* measure the folder holding the stray file */
     if (statvfs(base, &sv) != 0) {
         report(t, WARN, "disk", "cannot measure free space at %s", base);
     } else {
