@@ -497,7 +497,7 @@ static void progress_draw(progress *p, int64_t now_bytes, int final)
 {
     double t = rp_now_s(), dt = t - p->t_start;
     int64_t got = now_bytes - p->offset;
-    double rate = dt > 0.05 ? (double)got / dt : 0;
+    double rate = dt > 0.001 ? (double)got / dt : 0;
     char have[32], total[32], speed[32], eta[32];
     rp_hub_format_bytes((double)now_bytes, have, sizeof have);
     rp_hub_format_bytes(p->size > 0 ? (double)p->size : 0, total, sizeof total);
@@ -693,11 +693,9 @@ static rp_status download(pull_ctx *x, const hub_file *f, const char *tmp, http_
         rc = rp_err_set(err, RP_ERR_IO,
                         "download of %s stopped after %s (%s); run 'rapid pull' again to resume",
                         f->path, have, errbuf[0] ? errbuf : curl_easy_strerror(cc));
-    } else if (x->opts->progress == RP_HUB_BAR) {
-        progress_draw(&pr, file_size(tmp), 1);
     }
-    if (x->opts->progress == RP_HUB_BAR && rc != RP_OK)
-        fputc('\n', x->out);
+    if (x->opts->progress == RP_HUB_BAR) /* the last state, also when it stopped */
+        progress_draw(&pr, file_size(tmp), 1);
     close(fd);
     rp_buf_deinit(&url);
     return rc;

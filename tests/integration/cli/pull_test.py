@@ -128,6 +128,25 @@ def main():
     rc, out, err = run(["pull", "test-org/gated"], dict(env, HF_HUB_CACHE=alt, HF_TOKEN="good-token"))
     check(rc == 0 and os.path.isdir(os.path.join(alt, "models--test-org--gated")), "HF_HUB_CACHE honoured")
 
+    # on a terminal: a redrawn progress bar with size, rate and ETA
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(RAPID, [RAPID, "pull", "test-org/cut"], dict(env, HF_HUB_CACHE=os.path.join(tmp, "tty-cache")))
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    _, status = os.waitpid(pid, 0)
+    text = data.decode(errors="replace")
+    check(status != 0 and "\r" in text and "[===" in text and "ETA" in text and "B/s" in text and
+          "1.0 MB / 3.1 MB" in text, "TTY progress bar with size, rate and ETA (first, cut attempt)")
+
     # rm
     rc, out, err = run(["rm", "tiny"], env)
     check(rc == 0 and "removed test-org/tiny-model" in out, "rm removes the model")
