@@ -515,3 +515,67 @@ void rp_machine_probe(rp_machine *m)
     read_meminfo(m);
     read_gpus(m);
 }
+
+/* ---- ensure a model is on disk ---------------------------------------------------------- */
+
+static int ask_yes(const char *question)
+{
+    if (!isatty(STDIN_FILENO))
+        return 0;
+    fprintf(stderr, "%s [y/N] ", question);
+    fflush(stderr);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        return 0;
+    return line[0] == 'y' || line[0] == 'Y';
+}
+
+rp_status rp_catalog_ensure(const rp_catalog *cat, const char *name, int auto_pull, char **dir,
+                            rp_err *err)
+{
+    *dir = NULL;
+    rp_model_ref ref;
+    rp_status rc = rp_catalog_resolve(cat, name, &ref, err);
+    if (rc != RP_OK)
+        return rc;
+    if (ref.dir) {
+        *dir = ref.dir;
+        ref.dir = NULL;
+        rp_model_ref_deinit(&ref);
+        return RP_OK;
+    }
+    if (!ref.repo) {
+        rc = rp_err_set(err, RP_ERR_NOT_FOUND, "%s is not on disk%s", name,
+                        ref.entry && ref.entry->embedded
+                            ? " (no embedded model found; set RAPID_DEFAULT_MODEL)"
+                            : "");
+        rp_model_ref_deinit(&ref);
+        return rc;
+    }
+    const char *env = getenv("RAPID_AUTO_PULL");
+    int yes = auto_pull || (env && strcmp(env, "1") == 0);
+    if (!yes) {
+        char q[600], size[48] = "";
+        if (ref.entry && ref.entry->download_gb > 0)
+            snprintf(size, sizeof size, ", about %.1f GB", ref.entry->download_gb);
+        snprintf(q, sizeof q, "%s (%s) is not downloaded%s. Pull it now?", name, ref.repo, size);
+        yes = ask_yes(q);
+    }
+    if (!yes) {
+        rc = rp_err_set(err, RP_ERR_NOT_FOUND,
+                        "%s is not downloaded: run 'rapid pull %s' (or pass --yes, or set "
+                        "RAPID_AUTO_PULL=1)",
+                        name, name);
+        rp_model_ref_deinit(&ref);
+        return rc;
+    }
+    rp_hub_pull_opts po = {.progress = isatty(STDERR_FILENO) ? RP_HUB_BAR : RP_HUB_LINES,
+                           .out = stderr};
+    if (ref.entry && ref.entry->n_files) {
+        po.patterns = ref.entry->files;
+        po.n_patterns = ref.entry->n_files;
+    }
+    rc = rp_hub_pull(ref.repo, &po, dir, err);
+    rp_model_ref_deinit(&ref);
+    return rc;
+}

@@ -76,6 +76,13 @@ rp_status rp_catalog_resolve(const rp_catalog *cat, const char *name, rp_model_r
                              rp_err *err);
 void rp_model_ref_deinit(rp_model_ref *ref);
 
+/* For commands that need the model on disk (`rapid serve ALIAS`): resolves name and, when it
+ * is a hub model not yet downloaded, pulls it if auto_pull is set (--yes) or
+ * RAPID_AUTO_PULL=1, else asks "[y/N]" when stdin is a terminal, else fails with the
+ * 'rapid pull' command to run. *dir gets the model directory (rp_free). */
+rp_status rp_catalog_ensure(const rp_catalog *cat, const char *name, int auto_pull, char **dir,
+                            rp_err *err);
+
 /* User aliases. The path is heap-allocated (rp_free). set/rm rewrite the file atomically. */
 char *rp_aliases_path(void);
 rp_status rp_aliases_set(const char *name, const char *target, rp_err *err);

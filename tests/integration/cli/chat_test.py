@@ -86,6 +86,11 @@ def main():
     check([m["role"] for m in r] == ["user", "assistant", "user"] and r[1]["content"] == "Hello there!",
           "history carried to the next turn")
 
+    t.send("split it up\r")
+    out = t.read_until(PROMPT)
+    check(out is not None and b"Hello there!" in out and b"Let me think." in out,
+          "SSE events split across reads (one byte at a time, CRLF) are reassembled")
+
     t.send("line one \\\r")
     check(t.read_until(rb"\.\.\. ") is not None, "continuation prompt")
     t.send("line two\r")

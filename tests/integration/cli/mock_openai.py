@@ -6,6 +6,7 @@ POST /v1/chat/completions   stream=true: SSE chunks like the OpenAI API (role, r
                             content, finish_reason, a usage chunk, [DONE]). The answer depends
                             on the last user message: containing "long" -> 400 words, one per
                             20 ms (to interrupt); "fail" -> HTTP 500 with an error JSON;
+                            "split" -> the stream written one byte at a time (CRLF lines);
                             otherwise reasoning "Let me think." then "Hello there!".
 Every request body is appended to the log, one JSON object per line.
 """
@@ -41,9 +42,11 @@ class Api(BaseHTTPRequestHandler):
                "choices": [] if usage else [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}
         if usage:
             obj["usage"] = usage
-        data = ("data: " + json.dumps(obj) + "\n\n").encode()
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
+        data = ("data: " + json.dumps(obj) + "\r\n\r\n").encode()
+        pieces = [data[i:i + 1] for i in range(len(data))] if self.split else [data]
+        for p in pieces:  # "split": one byte per write, events cut anywhere
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(p), p))
+            self.wfile.flush()
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length", "0"))
@@ -53,6 +56,7 @@ class Api(BaseHTTPRequestHandler):
         if self.path != "/v1/chat/completions":
             return self.send_json(404, {"error": {"message": "no route"}})
         last = req["messages"][-1]["content"] if req.get("messages") else ""
+        self.split = "split" in last
         if "fail" in last:
             return self.send_json(500, {"error": {"message": "mock failure", "type": "server_error"}})
         prompt_tokens = sum(len(m["content"].split()) for m in req["messages"])

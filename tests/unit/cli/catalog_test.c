@@ -210,3 +210,24 @@ Test(catalog, machine_probe_reads_meminfo)
     cr_assert_float_eq(m.ram_available_gb, 8000000.0 * 1024 / 1e9, 1e-9);
     cr_assert_eq(m.n_gpus, 0);
 }
+
+Test(catalog, ensure_without_consent_names_the_pull_command)
+{
+    rp_catalog *cat;
+    rp_err err;
+    cr_assert_eq(rp_catalog_load(&cat, &err), RP_OK);
+    unsetenv("RAPID_AUTO_PULL");
+    char *dir = NULL;
+    /* stdin of a Criterion test is not a terminal, so nothing is asked */
+    cr_assert_eq(rp_catalog_ensure(cat, "qwen3.5-4b-4bit", 0, &dir, &err), RP_ERR_NOT_FOUND);
+    cr_assert(strstr(err.msg, "rapid pull qwen3.5-4b-4bit"), "%s", err.msg);
+    cr_assert_null(dir);
+    setenv("RAPID_AUTO_PULL", "1", 1);
+    setenv("HF_ENDPOINT", "http://127.0.0.1:9", 1); /* nothing listens: a network error */
+    cr_assert_eq(rp_catalog_ensure(cat, "qwen3.5-4b-4bit", 0, &dir, &err), RP_ERR_IO);
+    cr_assert(strstr(err.msg, "cannot reach the hub"), "%s", err.msg);
+    cr_assert_eq(rp_catalog_ensure(cat, g_tmp, 0, &dir, &err), RP_OK, "a directory is on disk");
+    cr_assert_str_eq(dir, g_tmp);
+    rp_free(dir);
+    rp_catalog_free(cat);
+}
