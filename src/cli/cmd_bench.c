@@ -1,4 +1,6 @@
 /* cli/cmd_bench.c - `rapid bench`: speed of a running server over its OpenAI streaming API.
+ * With --model naming a model directory (and no --url), it runs the in-process model
+ * benchmark instead (cli/model_bench.h).
  *
  * Each run sends a synthetic prompt of about --prompt-tokens words and asks for --max-tokens
  * new tokens (temperature 0, ignore_eos so the length is fixed where the server supports
@@ -17,9 +19,11 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/clock.h"
+#include "base/file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/hub.h"
+#include "cli/model_bench.h"
 
 typedef struct bench_cfg {
     char url[512];
@@ -247,8 +251,25 @@ static int run_bench(bench_cfg *cfg, long n_runs, long conc, int as_json)
     return status;
 }
 
+/* In-process when --model names a directory and no --url is given. */
+static int wants_model_bench(int argc, char **argv)
+{
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--url", 5) == 0)
+            return 0;
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+            model = argv[i + 1];
+        else if (strncmp(argv[i], "--model=", 8) == 0)
+            model = argv[i] + 8;
+    }
+    return model && rp_path_is_dir(model);
+}
+
 int rp_cmd_bench(int argc, char **argv)
 {
+    if (wants_model_bench(argc, argv))
+        return rp_model_bench_main(argc, argv);
     const char *url = NULL, *model = NULL, *pt = NULL, *mt = NULL, *cc = NULL, *rn = NULL;
     int as_json = 0;
     rp_opt opts[] = {{"url", &url, NULL},          {"model", &model, NULL},

@@ -230,29 +230,54 @@ static void check_port(tally *t, long port)
     close(fd);
 }
 
-/* Runs `rapid generate` in this process with its stdout captured in a temporary file. */
-static int smoke_generate(const char *dir, char *out, size_t n_out)
+/* Reads what fd holds (from the start) into out, without trailing newlines; returns the
+ * start of its last line. */
+static const char *slurp(int fd, char *out, size_t n_out)
 {
-    char path[] = "/tmp/rapid-doctor-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0)
+    ssize_t n = pread(fd, out, n_out - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    size_t len = strlen(out);
+    while (len && (out[len - 1] == '\n' || out[len - 1] == '\r'))
+        out[--len] = '\0';
+    const char *last = strrchr(out, '\n');
+    return last ? last + 1 : out;
+}
+
+/* Runs `rapid generate` in this process with stdout and stderr captured in temporary files;
+ * out gets the generated ids, why the last line of stderr. */
+static int smoke_generate(const char *dir, char *out, size_t n_out, char *why, size_t n_why)
+{
+    char p_out[] = "/tmp/rapid-doctor-XXXXXX", p_err[] = "/tmp/rapid-doctor-XXXXXX";
+    int fd_out = mkstemp(p_out), fd_err = fd_out >= 0 ? mkstemp(p_err) : -1;
+    if (fd_err < 0) {
+        if (fd_out >= 0) {
+            close(fd_out);
+            unlink(p_out);
+        }
+        snprintf(why, n_why, "cannot create a temporary file");
         return -1;
+    }
     fflush(stdout);
-    int saved = dup(STDOUT_FILENO);
-    dup2(fd, STDOUT_FILENO);
+    fflush(stderr);
+    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
+    dup2(fd_out, STDOUT_FILENO);
+    dup2(fd_err, STDERR_FILENO);
     char *argv[] = {"generate", "--model", (char *)dir, "--ids", "1,2,3", "--max-tokens", "4",
                     NULL};
     int rc = rp_cmd_generate(7, argv);
     fflush(stdout);
-    dup2(saved, STDOUT_FILENO);
-    close(saved);
-    ssize_t n = pread(fd, out, n_out - 1, 0);
-    out[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
-    size_t len = strlen(out);
-    while (len && (out[len - 1] == '\n' || out[len - 1] == '\r'))
-        out[--len] = '\0';
+    fflush(stderr);
+    dup2(saved_out, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
+    close(saved_out);
+    close(saved_err);
+    slurp(fd_out, out, n_out);
+    char buf[2048];
+    snprintf(why, n_why, "%s", slurp(fd_err, buf, sizeof buf));
+    close(fd_out);
+    close(fd_err);
+    unlink(p_out);
+    unlink(p_err);
     return rc;
 }
 
@@ -273,14 +298,13 @@ static void check_default_model(tally *t, int smoke)
         report(t, WARN, "smoke test", "not built: this rapid has no 'generate' command yet "
                                       "(the model code is not in this build)");
     } else if (dir) {
-        char out[256];
-        int rc = smoke_generate(dir, out, sizeof out);
+        char out[256], why[300];
+        int rc = smoke_generate(dir, out, sizeof out, why, sizeof why);
         if (rc == 0 && out[0])
             report(t, PASS, "smoke test", "loaded the default model and generated ids %s", out);
         else
-            report(t, FAIL, "smoke test", "'rapid generate --model %s' failed (exit %d): run it "
-                                          "to see the error",
-                   dir, rc);
+            report(t, FAIL, "smoke test", "'rapid generate --model %s' failed (exit %d): %s",
+                   dir, rc, why[0] ? why : "no output");
     } else {
         report(t, WARN, "smoke test", "skipped: no default model");
     }

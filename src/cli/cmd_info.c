@@ -5,7 +5,8 @@
  * the weights (the files on disk, else parameters x bits) and for the KV cache at --context
  * tokens (only full-attention layers keep KV for every token; sliding-window layers keep at
  * most the window; linear-attention and conv layers keep a fixed state, not counted).
- * The config parser of src/model replaces the local one once it is on main.
+ * The core shapes come from the model module's config parser (model/config.h); the keys
+ * only some families use (experts, layer types, linear attention) are read here.
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -22,6 +23,7 @@
 #include "cli/catalog.h"
 #include "cli/commands.h"
 #include "cli/hub.h"
+#include "model/config.h"
 
 typedef struct shape {
     const char *arch, *model_type, *dtype;
@@ -79,34 +81,35 @@ static void count_layers(json_t *cfg, shape *s)
     }
 }
 
-static void read_shape(json_t *cfg, shape *s)
+static void read_shape(const rp_model_config *mc, shape *s)
 {
+    json_t *cfg = mc->root;
     memset(s, 0, sizeof *s);
-    json_t *archs = json_object_get(cfg, "architectures");
-    s->arch = json_string_value(json_array_get(archs, 0));
-    s->model_type = json_string_value(json_object_get(cfg, "model_type"));
-    if (!s->model_type)
-        s->model_type = sval(cfg, "model_type");
+    s->arch = mc->arch[0] ? mc->arch : NULL;
+    s->model_type = mc->model_type[0] ? mc->model_type : NULL;
     s->dtype = sval(cfg, "torch_dtype") ? sval(cfg, "torch_dtype") : sval(cfg, "dtype");
-    s->vocab = ival(cfg, "vocab_size", 0);
-    s->dim = ival(cfg, "hidden_size", 0);
-    s->n_layers = ival(cfg, "num_hidden_layers", 0);
-    s->n_heads = ival(cfg, "num_attention_heads", 0);
-    s->n_kv_heads = ival(cfg, "num_key_value_heads", s->n_heads);
-    s->head_dim = ival(cfg, "head_dim", s->n_heads ? s->dim / s->n_heads : 0);
-    s->ffn = ival(cfg, "intermediate_size", ival(cfg, "block_ff_dim", 0));
-    s->context = ival(cfg, "max_position_embeddings", 0);
+    s->vocab = mc->vocab_size;
+    s->dim = mc->dim;
+    s->n_layers = mc->n_layers;
+    s->n_heads = mc->n_heads;
+    s->n_kv_heads = mc->n_kv_heads;
+    s->head_dim = mc->head_dim;
+    s->ffn = mc->ffn_dim ? mc->ffn_dim : ival(cfg, "block_ff_dim", 0);
+    s->context = mc->max_pos;
+    s->sliding_window = mc->sliding_window;
+    s->tied = mc->tied_embeddings;
     s->n_experts = ival(cfg, "num_experts", ival(cfg, "num_local_experts", ival(cfg, "n_routed_experts", 0)));
     s->n_experts_used = ival(cfg, "num_experts_per_tok", ival(cfg, "experts_per_token", 0));
     s->moe_ffn = ival(cfg, "moe_intermediate_size", s->ffn);
     s->shared_ffn = ival(cfg, "shared_expert_intermediate_size", 0);
-    s->sliding_window = ival(cfg, "sliding_window", 0);
     s->lin_k_heads = ival(cfg, "linear_num_key_heads", 0);
     s->lin_v_heads = ival(cfg, "linear_num_value_heads", 0);
     s->lin_k_dim = ival(cfg, "linear_key_head_dim", 0);
     s->lin_v_dim = ival(cfg, "linear_value_head_dim", 0);
-    json_t *tied = field(cfg, "tie_word_embeddings");
-    s->tied = tied ? json_is_true(tied) : 0;
+}
+
+static void read_quant(json_t *cfg, shape *s)
+{
     json_t *q = json_object_get(cfg, "quantization");
     if (!json_is_object(q))
         q = json_object_get(cfg, "quantization_config");
@@ -119,10 +122,10 @@ static void read_shape(json_t *cfg, shape *s)
         if (!s->quant_method && s->quant_bits)
             s->quant_method = "mlx affine";
     }
-    count_layers(cfg, s);
 }
 
-/* Parameters from the shapes (norms and biases are left out: well under 0.1%). */
+/* Parameters from the shapes (biases and per-head norms are left out: well under 1% on real
+ * models). */
 static int64_t estimate_params(const shape *s)
 {
     int64_t d = s->dim, hd = s->head_dim;
@@ -136,7 +139,8 @@ static int64_t estimate_params(const shape *s)
     if (s->n_experts > 0)
         mlp = s->n_experts * 3 * d * s->moe_ffn + d * s->n_experts + 3 * d * s->shared_ffn;
     int64_t n_attn = s->n_full + s->n_sliding;
-    int64_t total = s->vocab * d * (s->tied ? 1 : 2);
+    int64_t total = s->vocab * d * (s->tied ? 1 : 2) + d; /* embeddings, final norm */
+    total += s->n_layers * 2 * d;                          /* two norms per layer */
     total += n_attn * attn + s->n_linear * linear + s->n_layers * mlp;
     return total;
 }
@@ -225,21 +229,24 @@ static void quant_label(const shape *s, char *out, size_t n)
 
 static int info_dir(const rp_model_ref *ref, long ctx, int as_json)
 {
-    char *cfg_path = rp_path_join(ref->dir, "config.json");
-    json_error_t je;
-    json_t *cfg = cfg_path ? json_load_file(cfg_path, 0, &je) : NULL;
     const char *format = "safetensors";
     int n_files = 0;
     int64_t file_bytes = weight_files_bytes(ref->dir, &n_files, &format);
-    if (!cfg) {
-        fprintf(stderr, "rapid info: %s: %s\n", cfg_path ? cfg_path : ref->dir,
-                rp_path_exists(cfg_path) ? je.text : "no config.json (is this a model directory?)");
-        rp_free(cfg_path);
+    rp_model_config mc;
+    rp_err err;
+    if (rp_model_config_load(ref->dir, &mc, &err) != RP_OK) {
+        fprintf(stderr, "rapid info: %s: %s\n", ref->dir,
+                err.code == RP_ERR_NOT_FOUND ? "no config.json (is this a model directory?)"
+                                             : err.msg);
         return 1;
     }
     shape s;
-    read_shape(cfg, &s);
+    read_shape(&mc, &s);
+    count_layers(mc.root, &s);
+    read_quant(mc.root, &s);
     int64_t params = estimate_params(&s);
+    if (ctx <= 0) /* no --context: 8192 tokens, or the model's whole context when shorter */
+        ctx = s.context > 0 && s.context < 8192 ? s.context : 8192;
     double bits = s.quant_bits ? s.quant_bits + (s.quant_group ? 32.0 / s.quant_group : 0)
                   : (s.dtype && strstr(s.dtype, "32")) ? 32 : 16;
     double weights = file_bytes > 0 ? (double)file_bytes : (double)params * bits / 8;
@@ -278,7 +285,12 @@ static int info_dir(const rp_model_ref *ref, long ctx, int as_json)
             printf("repo:          %s\n", ref->repo);
         printf("directory:     %s\n", ref->dir);
         printf("architecture:  %s (%s)\n", s.arch ? s.arch : "?", s.model_type ? s.model_type : "?");
-        printf("parameters:    %.2fB (estimated from shapes)\n", (double)params / 1e9);
+        if (params >= 1000000000)
+            printf("parameters:    %.2fB (estimated from shapes)\n", (double)params / 1e9);
+        else if (params >= 1000000)
+            printf("parameters:    %.1fM (estimated from shapes)\n", (double)params / 1e6);
+        else
+            printf("parameters:    %.1fK (estimated from shapes)\n", (double)params / 1e3);
         printf("shape:         %lld layers (%lld attention), hidden %lld, heads %lld/%lld kv, "
                "head_dim %lld, ffn %lld, vocab %lld\n",
                (long long)s.n_layers, (long long)(s.n_full + s.n_sliding), (long long)s.dim,
@@ -293,8 +305,7 @@ static int info_dir(const rp_model_ref *ref, long ctx, int as_json)
         printf("memory:        weights %s%s + KV cache %s at %ld tokens (f16) = %s\n", wb,
                file_bytes > 0 ? "" : " (estimated)", kvb, ctx, tb);
     }
-    json_decref(cfg);
-    rp_free(cfg_path);
+    rp_model_config_deinit(&mc);
     return 0;
 }
 
@@ -305,7 +316,7 @@ int rp_cmd_info(int argc, char **argv)
     rp_opt opts[] = {{"context", &ctx_s, NULL}, {"json", NULL, &as_json}};
     if (rp_args_parse(argc, argv, opts, 2, pos, 1, &n_pos) != 0)
         return 2;
-    long ctx = 8192;
+    long ctx = 0;
     if (n_pos != 1 || (ctx_s && (rp_args_int(ctx_s, &ctx) != 0 || ctx <= 0))) {
         fprintf(stderr, "usage: rapid info MODEL [--context N] [--json]\n");
         return 2;

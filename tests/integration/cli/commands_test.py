@@ -111,7 +111,7 @@ def main():
     check("KV cache 268.4 MB at 8192 tokens" in out and "weights 123.5 KB" in out, "info: memory for weights (files) and KV")
     rc, out, err = run(["info", llama, "--context", "1024", "--json"], base)
     j = json.loads(out)
-    check(rc == 0 and j["params"] == 1235746816 and j["kv_bytes"] == 2 * 16 * 8 * 64 * 2 * 1024, "info --json numbers")
+    check(rc == 0 and j["params"] == 1235814400 and j["kv_bytes"] == 2 * 16 * 8 * 64 * 2 * 1024, "info --json numbers")
     hybrid = os.path.join(tmp, "hybrid")
     os.makedirs(hybrid)
     json.dump({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
@@ -127,6 +127,28 @@ def main():
     j = json.loads(out) if rc == 0 else {}
     check(rc == 0 and j["attention_layers"] == 2 and j["kv_bytes"] == 2 * 2 * 64 * 2 * 100 * 2 and
           j["tool_parser"] == "qwen3_coder", "info: hybrid model counts only full-attention KV")
+    # the estimate against the parameter count in the golden fixtures' safetensors headers
+    gold = os.path.join(SRC, "tests", "golden", "models")
+    for name in sorted(os.listdir(gold)) if os.path.isdir(gold) else []:
+        d = os.path.join(gold, name)
+        if not os.path.exists(os.path.join(d, "config.json")):
+            continue
+        actual = 0
+        for f in os.listdir(d):
+            if f.endswith(".safetensors"):
+                with open(os.path.join(d, f), "rb") as fh:
+                    n = int.from_bytes(fh.read(8), "little")
+                    hdr = json.loads(fh.read(n))
+                for k, v in hdr.items():
+                    if k != "__metadata__":
+                        p = 1
+                        for x in v["shape"]:
+                            p *= x
+                        actual += p
+        rc, out, err = run(["info", d, "--json"], base)
+        est = json.loads(out)["params"] if rc == 0 else -1
+        check(rc == 0 and abs(est - actual) <= 0.05 * actual,
+              "info: %s parameters %d within 5%% of the checkpoint's %d" % (name, est, actual))
     rc, out, err = run(["info", "qwen3.5-4b-4bit"], base)
     check(rc == 0 and "downloaded:    no" in out and "rapid pull qwen3.5-4b-4bit" in out, "info on a catalog model not downloaded")
     rc, out, err = run(["info", "no-such-model"], base)
@@ -188,6 +210,17 @@ def main():
     check("PASS  gpu            0: NVIDIA H200, 150.8 GB, driver 570.86.15" in out, "doctor: GPU from nvidia-smi")
     rc, out, err = run(["doctor", "--port", str(free_port)], dict(base, RAPID_DEFAULT_MODEL=os.path.join(tmp, "gone")))
     check(rc == 1 and "FAIL  default model" in out and "1 failed" in out, "doctor: missing default model FAILs, exit 1")
+    fixture = os.path.join(SRC, "tests", "golden", "models", "llama_gqa")
+    rc, out, err = run(["doctor", "--port", str(free_port)], dict(base, RAPID_DEFAULT_MODEL=fixture))
+    check(rc == 0 and re.search(r"PASS  smoke test     loaded the default model and generated ids \d+(,\d+){3}", out),
+          "doctor: load-and-generate smoke test passes on a real checkpoint")
+    broken = os.path.join(tmp, "broken-model")
+    os.makedirs(broken)
+    with open(os.path.join(broken, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 10,
+                   "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2}, f)
+    rc, out, err = run(["doctor", "--port", str(free_port)], dict(base, RAPID_DEFAULT_MODEL=broken))
+    check(rc == 1 and "FAIL  smoke test" in out, "doctor: a model without weights fails the smoke test")
     afile = os.path.join(tmp, "afile")
     open(afile, "w").close()
     rc, out, err = run(["doctor", "--port", str(free_port), "--no-smoke"], dict(base, HF_HOME=os.path.join(afile, "hf")))
@@ -221,6 +254,8 @@ def main():
     rc, out, err = run(["bench", "--url", "http://127.0.0.1:9"], base)
     check(rc == 1 and "rapid serve" in err, "bench without a server: exit 1 with the next step")
 
+    rc, out, err = run(["bench", "--model", fixture, "--prompt", "8", "--gen", "4", "--json"], base)
+    check(rc == 0 and "decode_tok_s" in out and "bw_ratio" in out, "bench --model DIR runs the in-process benchmark")
     rc, out, err = run(["help", "pull"], base)
     check(rc == 0 and "HF_TOKEN" in out, "help pull")
     rc, out, err = run(["--version"], base)
