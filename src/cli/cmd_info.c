@@ -227,11 +227,63 @@ static void quant_label(const shape *s, char *out, size_t n)
         snprintf(out, n, "none (%s)", s->dtype ? s->dtype : "unknown dtype");
 }
 
+/* A directory of GGUF files without config.json: the files and the catalog's facts (the
+ * GGUF metadata reader belongs to the model module). */
+static int info_gguf(const rp_model_ref *ref, int64_t file_bytes, int as_json)
+{
+    DIR *d = opendir(ref->dir);
+    json_t *files = json_array();
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n > 5 && strcmp(de->d_name + n - 5, ".gguf") == 0)
+            json_array_append_new(files, json_string(de->d_name));
+    }
+    if (d)
+        closedir(d);
+    const rp_catalog_entry *e = ref->entry;
+    char wb[32];
+    gb((double)file_bytes, wb, sizeof wb);
+    if (as_json) {
+        json_t *o = json_pack("{s:s, s:s?, s:s, s:s, s:O, s:I, s:s?, s:s?, s:s?, s:s?, s:b}",
+                              "model", ref->name, "repo", ref->repo, "dir", ref->dir, "format",
+                              "gguf", "files", files, "weight_bytes", (json_int_t)file_bytes,
+                              "family", e ? e->family : NULL, "quant", e ? e->quant : NULL,
+                              "tool_parser", e ? e->tool_parser : NULL, "reasoning_parser",
+                              e ? e->reasoning_parser : NULL, "downloaded", 1);
+        char *out = json_dumps(o, JSON_INDENT(2));
+        printf("%s\n", out);
+        free(out);
+        json_decref(o);
+    } else {
+        printf("model:         %s\n", ref->name);
+        if (ref->repo)
+            printf("repo:          %s\n", ref->repo);
+        printf("directory:     %s\nformat:        gguf\n", ref->dir);
+        for (size_t i = 0; i < json_array_size(files); i++)
+            printf("file:          %s\n", json_string_value(json_array_get(files, i)));
+        if (e)
+            printf("family:        %s\nparameters:    %.1fB\nquantization:  %s\ncontext:       "
+                   "%d\nparsers:       tool %s, reasoning %s\n",
+                   e->family, e->params_b, e->quant, e->context, e->tool_parser,
+                   e->reasoning_parser);
+        printf("memory:        weights %s; KV cache not estimated (the shapes are in the GGUF "
+               "header, which 'rapid info' does not read yet)\n", wb);
+    }
+    json_decref(files);
+    return 0;
+}
+
 static int info_dir(const rp_model_ref *ref, long ctx, int as_json)
 {
     const char *format = "safetensors";
     int n_files = 0;
     int64_t file_bytes = weight_files_bytes(ref->dir, &n_files, &format);
+    char *cfg_path = rp_path_join(ref->dir, "config.json");
+    int have_cfg = cfg_path && rp_path_exists(cfg_path);
+    rp_free(cfg_path);
+    if (!have_cfg && strcmp(format, "gguf") == 0)
+        return info_gguf(ref, file_bytes, as_json);
     rp_model_config mc;
     rp_err err;
     if (rp_model_config_load(ref->dir, &mc, &err) != RP_OK) {

@@ -12,6 +12,7 @@ Repos (all generated, deterministic):
   test-org/gated        401 unless "Authorization: Bearer good-token"
   test-org/cut          one LFS file; a request without Range is cut after CUT_BYTES
   test-org/corrupt      an LFS file whose bytes do not match its sha256
+  test-org/tiny-GGUF    two GGUF quantizations and a README (for catalog file globs)
   anything else         404 with X-Error-Code: RepoNotFound
 Requests are appended to the log (method, path, Range header), one JSON object per line.
 Run standalone: mock_hub.py PORT_FILE LOG_FILE (port 0 = any free port, written to PORT_FILE).
@@ -68,6 +69,11 @@ def make_repos():
          cut=True)
     repo("test-org/corrupt", {"model.safetensors": blob(4, 200000)}, {"model.safetensors"},
          "corrupt", corrupt="model.safetensors")
+    repo("test-org/tiny-GGUF", {
+        "README.md": b"# tiny gguf\n",
+        "tiny-Q4_K_M.gguf": b"GGUF" + blob(5, 70000),
+        "tiny-Q8_0.gguf": b"GGUF" + blob(6, 90000),
+    }, {"tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf"}, "gguf")
     return repos
 
 

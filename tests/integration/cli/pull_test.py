@@ -147,6 +147,24 @@ def main():
     check(status != 0 and "\r" in text and "[===" in text and "ETA" in text and "B/s" in text and
           "1.0 MB / 3.1 MB" in text, "TTY progress bar with size, rate and ETA (first, cut attempt)")
 
+    # a catalog entry with file globs pulls only the matching GGUF file; info lists it
+    cat = os.path.join(tmp, "catalog.json")
+    with open(cat, "w") as f:
+        json.dump({"version": 1, "models": [
+            {"alias": "tiny-q4", "repo": "test-org/tiny-GGUF", "family": "llama3", "params_b": 0.001,
+             "quant": "Q4_K_M", "format": "gguf", "files": ["*Q4_K_M.gguf"], "download_gb": 0.0001,
+             "memory_gb": 0.001, "context": 2048, "tool_parser": "none", "reasoning_parser": "none"}],
+            "recipes": [{"tier": "any", "min_memory_gb": 0, "smart": "tiny-q4", "fast": "tiny-q4"}]}, f)
+    genv = dict(env, RAPID_CATALOG=cat)
+    rc, out, err = run(["pull", "tiny-q4"], genv)
+    gsnap = os.path.join(hub, "models--test-org--tiny-GGUF", "snapshots", repos["test-org/tiny-GGUF"]["commit"])
+    check(rc == 0 and os.listdir(gsnap) == ["tiny-Q4_K_M.gguf"], "catalog file globs: only the Q4_K_M file pulled")
+    rc, out, err = run(["info", "tiny-q4"], genv)
+    check(rc == 0 and "tiny-Q4_K_M.gguf" in out and "gguf" in out, "info on a GGUF download lists its file")
+    rc, out, err = run(["models"], genv)
+    check(rc == 0 and [l for l in out.splitlines() if l.startswith("tiny-q4") and "yes" in l],
+          "models marks the GGUF alias downloaded")
+
     # rm
     rc, out, err = run(["rm", "tiny"], env)
     check(rc == 0 and "removed test-org/tiny-model" in out, "rm removes the model")
