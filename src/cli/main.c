@@ -9,7 +9,6 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "cli/commands.h"
-#include "cli/model_bench.h"
 
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
@@ -22,12 +21,37 @@ static const rp_cmd g_commands[] = {
      "rapid generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
      "               [--top-p P] [--min-p P] [--seed S] [--threads N] [--ignore-eos]\n"
      "  Greedy unless --temperature is given; prints the generated ids on one line."},
-    {"bench", rp_model_bench_main, "benchmark prefill and decode of a model",
+    {"bench", rp_cmd_bench, "benchmark a model in-process, or a running server",
      "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
      "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
-     "  (tok/s x bytes read per token / read bandwidth measured in the same run)."},
+     "  (tok/s x bytes read per token / read bandwidth measured in the same run).\n"
+     "rapid bench [--url URL] [--model NAME] [--prompt-tokens N] [--max-tokens N]\n"
+     "            [--concurrency N] [--runs N] [--json]\n"
+     "  Against a running server (default http://127.0.0.1:8000): TTFT, prefill and decode\n"
+     "  tok/s per run, and the aggregate of N concurrent streams."},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
+    {"models", rp_cmd_models, "list catalog models and aliases (downloaded, size, memory)",
+     "rapid models [--json]"},
+    {"ls", rp_cmd_ls, "list downloaded models", "rapid ls [--json]"},
+    {"info", rp_cmd_info, "architecture, parameters and memory of a model",
+     "rapid info MODEL [--context N] [--json]\n  MODEL: alias, directory or org/name"},
+    {"recipe", rp_cmd_recipe, "recommend models for this machine's memory",
+     "rapid recipe [--memory GB] [--json]"},
+    {"pull", rp_cmd_pull, "download a model from the Hugging Face hub",
+     "rapid pull MODEL [--revision REV] [--quiet]\n"
+     "  env: HF_ENDPOINT (hub URL), HF_TOKEN (gated/private repos), HF_HOME (cache)"},
+    {"rm", rp_cmd_rm, "delete a downloaded model", "rapid rm MODEL"},
+    {"alias", rp_cmd_alias, "manage your model aliases (~/.config/rapid/aliases.json)",
+     "rapid alias set NAME TARGET | rapid alias rm NAME | rapid alias list"},
+    {"doctor", rp_cmd_doctor, "check this machine and rapid's setup",
+     "rapid doctor [--port N] [--no-smoke]"},
+    {"launch", rp_cmd_launch, "point a coding agent at the local server",
+     "rapid launch AGENT|list [--url URL] [--model NAME] [--dry-run] [--no-check]\n"
+     "  AGENT: claude-code, codex, aider, opencode, continue"},
+    {"chat", rp_cmd_chat, "chat with a running server in the terminal",
+     "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"
+     "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit"},
 };
 
 static const rp_cmd *find_command(const char *name)
