@@ -9,11 +9,23 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "cli/commands.h"
+#include "cli/model_bench.h"
 
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const rp_cmd g_commands[] = {
+    {"logits", rp_cmd_logits, "write float32 logits for token ids",
+     "rapid logits --model DIR --ids 1,2,3 --out FILE [--threads N] [--ref-kernels]\n"
+     "  FILE gets one row of vocab_size little-endian float32 per input position."},
+    {"generate", rp_cmd_generate, "generate token ids from token ids",
+     "rapid generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
+     "               [--top-p P] [--min-p P] [--seed S] [--threads N] [--ignore-eos]\n"
+     "  Greedy unless --temperature is given; prints the generated ids on one line."},
+    {"bench", rp_model_bench_main, "benchmark prefill and decode of a model",
+     "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
+     "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
+     "  (tok/s x bytes read per token / read bandwidth measured in the same run)."},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
 };

@@ -14,9 +14,10 @@
  *            must stay valid until its DONE event has been delivered.
  * Threading: rp_engine_submit / rp_engine_cancel from any thread; callbacks run on the engine
  *            thread and must not block (push to a queue and return).
- * Errors:    submit returns RP_ERR_LIMIT when the queue is full or the prompt plus max_tokens
- *            does not fit the context (the message gives both numbers), RP_ERR_INVALID for
- *            bad parameters (token id out of range, empty prompt).
+ * Errors:    submit returns RP_ERR_LIMIT when the waiting queue is full (-> 503), and
+ *            RP_ERR_INVALID when the prompt plus max_tokens does not fit the context (the
+ *            message gives the numbers, -> 400) or a parameter is bad (token id out of range,
+ *            empty prompt).
  */
 #ifndef RP_ENGINE_ENGINE_H
 #define RP_ENGINE_ENGINE_H
