@@ -462,6 +462,7 @@ rp_status tk_load_gguf(rp_tokenizer *tok, const char *path, rp_err *err)
                             (int)(pre_len > 64 ? 64 : pre_len), pre);
             goto done;
         }
+        tok->ignore_merges = d == &k_pres[0]; /* Llama 3's tokenizer.json sets ignore_merges */
         if ((st = load_vocab(tok, g, 0, &types, err)) || (st = make_pre_seq(tok, d, err)) ||
             (st = load_merges(tok, g, err)))
             goto done;
