@@ -18,5 +18,6 @@ int rp_cmd_logits(int argc, char **argv);
 int rp_cmd_generate(int argc, char **argv);
 int rp_cmd_tokenize(int argc, char **argv);
 int rp_cmd_detokenize(int argc, char **argv);
+int rp_cmd_perplexity(int argc, char **argv);
 
 #endif

@@ -26,6 +26,11 @@ static const rp_cmd g_commands[] = {
      "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
      "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
      "  (tok/s x bytes read per token / read bandwidth measured in the same run)."},
+    {"perplexity", rp_cmd_perplexity, "perplexity of a model on a text file",
+     "rapid perplexity --model DIR --text-file FILE [--ctx N] [--threads N] [--ref-kernels]\n"
+     "                 [--json]\n"
+     "  Pieces of CTX-1 tokens (default: the model's context), each scored from an empty\n"
+     "  cache as [BOS] + piece; prints exp(mean NLL) over every piece token."},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
     {"tokenize", rp_cmd_tokenize, "print the token ids of a text (JSON array)",
