@@ -3,7 +3,7 @@
 Llama-architecture causal LM, saved in Hugging Face layout.
 
 usage (on the device machine, PyTorch 2.x with CUDA, `tokenizers`, `transformers`):
-  python3 train.py --corpus DIR --out DIR [--train-seconds 200 | --steps N] [--seed 1234]
+  python3 train.py --corpus DIR --out DIR [--train-seconds S | --steps N] [--seed 1234]
   DIR of --corpus: what corpus.sh wrote (train.jsonl, valid.jsonl, heldout-sample.txt; each
   may also be .xz-compressed). --out gets the model directory (config.json, safetensors,
   tokenizer.json, tokenizer_config.json, generation_config.json) and training.json.
