@@ -52,6 +52,16 @@ static const rp_cmd g_commands[] = {
     {"chat", rp_cmd_chat, "chat with a running server in the terminal",
      "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"
      "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit"},
+    {"perplexity", rp_cmd_perplexity, "perplexity of a model on a text file",
+     "rapid perplexity --model DIR --text-file FILE [--ctx N] [--threads N] [--ref-kernels]\n"
+     "                 [--json]\n"
+     "  Pieces of CTX-1 tokens (default: the model's context), each scored from an empty\n"
+     "  cache as [BOS] + piece; prints exp(mean NLL) over every piece token."},
+    {"tokenize", rp_cmd_tokenize, "print the token ids of a text (JSON array)",
+     "rapid tokenize --tokenizer PATH (--text-file FILE | --text STRING) [--add-special]\n"
+     "  PATH: a tokenizer.json, a model directory or a .gguf file"},
+    {"detokenize", rp_cmd_detokenize, "print the text of token ids",
+     "rapid detokenize --tokenizer PATH --ids 1,2,3 [--skip-special]"},
 };
 
 static const rp_cmd *find_command(const char *name)
