@@ -262,9 +262,10 @@ static int smoke_generate(const char *dir, char *out, size_t n_out, char *why, s
     int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
     dup2(fd_out, STDOUT_FILENO);
     dup2(fd_err, STDERR_FILENO);
+    /* --ignore-eos: a model may end its turn at once; the smoke test wants tokens */
     char *argv[] = {"generate", "--model", (char *)dir, "--ids", "1,2,3", "--max-tokens", "4",
-                    NULL};
-    int rc = rp_cmd_generate(7, argv);
+                    "--ignore-eos", NULL};
+    int rc = rp_cmd_generate(8, argv);
     fflush(stdout);
     fflush(stderr);
     dup2(saved_out, STDOUT_FILENO);
