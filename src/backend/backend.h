@@ -71,7 +71,9 @@ void rp_op_rope(rp_backend *b, float *x, int n_tok, int n_heads, int head_dim, i
 /* Causal attention of n_tok queries (at positions pos0 .. pos0+n_tok-1) over the cache
  * k/v [n_ctx][n_kv_heads][head_dim] (the queries' own keys included), GQA by
  * n_heads / n_kv_heads. q: [n_tok][n_heads][head_dim], out: same shape.
- * window > 0 limits each query to the last `window` keys (sliding window). */
+ * window > 0 limits each query to the last `window` keys (sliding window).
+ * sinks (NULL: none) holds one logit per query head that joins the softmax's denominator
+ * without a value (gpt-oss attention sinks): p_j = exp(s_j) / (sum_i exp(s_i) + exp(sink)). */
 typedef struct rp_attn_args {
     const float *q;
     const float *k;
@@ -84,6 +86,7 @@ typedef struct rp_attn_args {
     int head_dim;
     float scale;
     int window;
+    const float *sinks;
 } rp_attn_args;
 void rp_op_attention(rp_backend *b, const rp_attn_args *a);
 

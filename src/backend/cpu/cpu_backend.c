@@ -285,7 +285,10 @@ static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
         scores[j] = s;
         mx = s > mx ? s : mx;
     }
-    float sum = 0.0f;
+    float sink = a->sinks ? a->sinks[h] : -INFINITY;
+    if (sink > mx)
+        mx = sink;
+    float sum = a->sinks ? expf(sink - mx) : 0.0f;
     for (int j = j0; j <= pos; j++) {
         scores[j] = expf(scores[j] - mx);
         sum += scores[j];

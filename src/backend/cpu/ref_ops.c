@@ -85,7 +85,10 @@ void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores)
         if (s > mx)
             mx = s;
     }
-    float sum = 0.0f;
+    float sink = a->sinks ? a->sinks[h] : -INFINITY;
+    if (sink > mx)
+        mx = sink;
+    float sum = a->sinks ? expf(sink - mx) : 0.0f;
     for (int j = j0; j <= pos; j++) {
         scores[j] = expf(scores[j] - mx);
         sum += scores[j];

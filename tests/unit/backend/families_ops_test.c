@@ -1,0 +1,62 @@
+/* tests/unit/backend/families_ops_test.c - backend ops added for the model families.
+ *
+ * Attention sinks (gpt-oss): the optimised kernel equals the plain-C reference with and
+ * without a sliding window, and the reference equals the formula on a case small enough to
+ * write out by hand (one key: p = e^s / (e^s + e^sink)).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "backend/backend.h"
+
+static float frand(unsigned *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+Test(families_ops, attention_sinks_match_reference)
+{
+    rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(2, 1);
+    enum { T = 6, H = 4, KVH = 2, D = 16, CTX = 24, POS0 = CTX - T };
+    static float q[T * H * D], k[CTX * KVH * D], v[CTX * KVH * D], o1[T * H * D],
+        o2[T * H * D];
+    unsigned seed = 7;
+    for (int i = 0; i < T * H * D; i++)
+        q[i] = frand(&seed);
+    for (int i = 0; i < CTX * KVH * D; i++) {
+        k[i] = frand(&seed);
+        v[i] = frand(&seed);
+    }
+    float sinks[H] = {-1.0f, 0.5f, 3.0f, 20.0f}; /* the last one dominates every score */
+    for (int window = 0; window <= 4; window += 4) {
+        rp_attn_args a = {.q = q, .k = k, .v = v, .out = o1, .n_tok = T, .pos0 = POS0,
+                          .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .scale = 0.25f,
+                          .window = window, .sinks = sinks};
+        rp_op_attention(fast, &a);
+        a.out = o2;
+        rp_op_attention(ref, &a);
+        for (int i = 0; i < T * H * D; i++)
+            cr_assert_float_eq(o1[i], o2[i], 1e-5f, "window %d, element %d", window, i);
+        /* a sink of 20 leaves almost nothing for the values */
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < D; i++)
+                cr_assert_leq(fabsf(o2[(t * H + 3) * D + i]), 1e-6f);
+    }
+    rp_backend_free(fast);
+    rp_backend_free(ref);
+}
+
+Test(families_ops, attention_sink_formula)
+{
+    rp_backend *ref = rp_backend_new(1, 1);
+    float q[2] = {1.0f, 2.0f}, k[2] = {0.5f, 0.25f}, v[2] = {3.0f, -1.0f}, out[2];
+    float sink = 0.7f;
+    rp_attn_args a = {.q = q, .k = k, .v = v, .out = out, .n_tok = 1, .pos0 = 0, .n_heads = 1,
+                      .n_kv_heads = 1, .head_dim = 2, .scale = 1.0f, .sinks = &sink};
+    rp_op_attention(ref, &a);
+    float s = 1.0f * 0.5f + 2.0f * 0.25f, p = expf(s) / (expf(s) + expf(sink));
+    cr_assert_float_eq(out[0], p * 3.0f, 1e-6f);
+    cr_assert_float_eq(out[1], p * -1.0f, 1e-6f);
+    rp_backend_free(ref);
+}
