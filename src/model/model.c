@@ -193,6 +193,10 @@ void rp_kv_truncate(rp_kv *kv, int n)
 {
     if (n >= 0 && n < kv->len)
         kv->len = n;
+    if (n == 0 && kv->rec_n) { /* the state at the start of a sequence is all zeros */
+        memset(kv->rec, 0, kv->rec_n * sizeof(float));
+        kv->rec_pos = 0;
+    }
 }
 
 rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,

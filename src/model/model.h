@@ -61,8 +61,9 @@ void rp_kv_free(rp_kv *kv);
 int rp_kv_len(const rp_kv *kv);      /* positions filled */
 int rp_kv_capacity(const rp_kv *kv);
 /* Forgets positions >= n (n <= len). A hybrid model's recurrent state (rp_model_recurrent)
- * cannot be rewound this way: after truncating such a cache, rp_model_eval fails with
- * RP_ERR_INVALID until a snapshot taken at the new length is restored. */
+ * cannot be rewound this way except to 0 (which resets it): after truncating such a cache to
+ * 0 < n < len, rp_model_eval fails with RP_ERR_INVALID until a snapshot taken at n is
+ * restored (rp_kv_restore). */
 void rp_kv_truncate(rp_kv *kv, int n);
 
 /* 1 when the model keeps recurrent per-sequence state besides its KV cache (the hybrids:

@@ -241,6 +241,10 @@ ParameterizedTest(int *idx, families, snapshot_restore_is_exact)
     /* a snapshot past the cache's length cannot be restored */
     rp_kv_restore(kv, s6, &err);
     cr_assert_eq(rp_kv_restore(kv, s11, &err), RP_ERR_INVALID);
+    /* truncating to 0 resets the state: the sequence runs again from the start, exactly */
+    rp_kv_truncate(kv, 0);
+    cr_assert_eq(rp_model_eval(m, kv, f.ids, P, row, 0, &err), RP_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(row, base + (P - 1) * V, V * sizeof(float)), 0);
     rp_kv_snapshot_free(s6);
     rp_kv_snapshot_free(s11);
     rp_free(base);
