@@ -22,12 +22,19 @@ typedef enum rp_dtype {
     RP_DT_F32 = 0,
     RP_DT_F16,
     RP_DT_BF16,
+    /* MXFP4 (OCP microscaling, gpt-oss experts): blocks of 32 FP4 (e2m1) values sharing one
+     * E8M0 scale 2^(s - 127). A row of n elements (n % 32 == 0) is n / 32 blocks of 17 bytes:
+     * the scale byte, then 16 bytes of nibbles (element 2i in the low nibble, 2i + 1 high). */
+    RP_DT_MXFP4,
     RP_DT_COUNT
 } rp_dtype;
 
 const char *rp_dtype_name(rp_dtype dt);
 /* Bytes of one row of n elements (n must be a multiple of the block size for block types). */
 size_t rp_dtype_row_bytes(rp_dtype dt, int64_t n);
+
+/* The 16 FP4 (e2m1) values by nibble, sign in bit 3 (MXFP4 elements before scaling). */
+extern const float rp_fp4_values[16];
 
 /* A weight: shape[0] rows of shape[1] elements (1-D tensors have shape[1] == 1 semantics:
  * n_dims == 1, shape[0] elements). */

@@ -11,7 +11,11 @@
  * transformers stores the experts as [E][hidden][2 * I] (gate_up, columns interleaved) and
  * [E][I][hidden] (down), i.e. input-major; they are transposed once at load into row-major
  * [out][in] copies in the same dtype (gate rows and up rows de-interleaved), so the usual
- * matmul kernels run them. The published MXFP4 expert blocks are not read yet.
+ * matmul kernels run them.
+ * The published checkpoints keep the experts in MXFP4 instead: *_blocks (U8 [E][out][in/32]
+ * [16], two FP4 values a byte, low nibble first) and *_scales (U8 [E][out][in/32], E8M0),
+ * out-major with gate_up's rows interleaved. Those are repacked at load into RP_DT_MXFP4 rows
+ * (scale byte + 16 block bytes, 4.25 bits a weight), gate and up rows separated.
  */
 #include <math.h>
 #include <string.h>
@@ -68,7 +72,7 @@ static rp_tensor *expert_views(void *data, rp_dtype dt, int E, int rows, int col
     rp_tensor *v = rp_calloc((size_t)E, sizeof *v);
     if (!v)
         return NULL;
-    size_t nb = (size_t)rows * cols * elem_size(dt);
+    size_t nb = (size_t)rows * rp_dtype_row_bytes(dt, cols);
     for (int e = 0; e < E; e++)
         v[e] = (rp_tensor){.dtype = dt, .n_dims = 2, .shape = {rows, cols},
                            .data = (const char *)data + e * nb, .n_bytes = nb};
@@ -87,47 +91,129 @@ static rp_status f32_of(rp_model *m, rp_err *err, float **out, int64_t d0, int64
     return RP_OK;
 }
 
+/* A raw U8 tensor of the given shape (MXFP4 blocks / scales). */
+static rp_status raw_u8(rp_model *m, const char *name, int n_dims, const int64_t *shape,
+                        const rp_st_tensor **out, rp_err *err)
+{
+    const rp_st_tensor *t = rp_st_find(m->st, name);
+    if (!t)
+        return rp_err_set(err, RP_ERR_NOT_FOUND, "the checkpoint has no tensor '%s'", name);
+    if (strcmp(t->dtype, "U8") != 0 || t->t.n_dims != n_dims)
+        return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' should be U8 with %d dimensions",
+                          name, n_dims);
+    for (int d = 0; d < n_dims; d++)
+        if (t->t.shape[d] != shape[d])
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "tensor '%s' has %lld in dimension %d, expected %lld", name,
+                              (long long)t->t.shape[d], d, (long long)shape[d]);
+    *out = t;
+    return RP_OK;
+}
+
+/* dst: E * rows MXFP4 rows of `cols` elements, row r of expert e taken from packed row
+ * src_row0 + r * step of [E][src_rows][cols / 32] blocks and scales. */
+static void repack_mxfp4(uint8_t *dst, const rp_st_tensor *blocks, const rp_st_tensor *scales,
+                         int E, int rows, int cols, int src_rows, int src_row0, int step)
+{
+    int nb = cols / 32;
+    const uint8_t *bl = blocks->t.data, *sc = scales->t.data;
+    for (int e = 0; e < E; e++)
+        for (int r = 0; r < rows; r++) {
+            size_t src = (size_t)e * src_rows + (size_t)(src_row0 + r * step);
+            uint8_t *d = dst + ((size_t)e * rows + r) * (size_t)nb * 17;
+            for (int b = 0; b < nb; b++) {
+                d[b * 17] = sc[src * nb + b];
+                memcpy(d + b * 17 + 1, bl + (src * nb + b) * 16, 16);
+            }
+        }
+}
+
+static rp_status bind_mxfp4_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *err)
+{
+    const char *p = rp_blk_prefix(m);
+    int E = s->n_exp, I = s->I, D = m->cfg.dim;
+    if (D % 32 || I % 32)
+        return rp_err_set(err, RP_ERR_INVALID, "MXFP4 experts need hidden and intermediate "
+                                               "sizes that are multiples of 32");
+    char name[200];
+    const rp_st_tensor *gb, *gs, *db, *ds;
+    rp_status rc;
+#define RAW(var, suffix, nd, ...)                                                                  snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s", p, i, suffix);                       if ((rc = raw_u8(m, name, nd, (int64_t[]){__VA_ARGS__}, &var, err)))                               return rc;
+    RAW(gb, "gate_up_proj_blocks", 4, E, 2 * I, D / 32, 16);
+    RAW(gs, "gate_up_proj_scales", 3, E, 2 * I, D / 32);
+    RAW(db, "down_proj_blocks", 4, E, D, I / 32, 16);
+    RAW(ds, "down_proj_scales", 3, E, D, I / 32);
+#undef RAW
+    size_t gate_bytes = (size_t)E * I * rp_dtype_row_bytes(RP_DT_MXFP4, D),
+           down_bytes = (size_t)E * D * rp_dtype_row_bytes(RP_DT_MXFP4, I);
+    L->gate_data = rp_alloc_aligned(gate_bytes, RP_TAG_MODEL);
+    L->up_data = rp_alloc_aligned(gate_bytes, RP_TAG_MODEL);
+    L->down_data = rp_alloc_aligned(down_bytes, RP_TAG_MODEL);
+    if (!L->gate_data || !L->up_data || !L->down_data)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the experts of layer %d", i);
+    repack_mxfp4(L->gate_data, gb, gs, E, I, D, 2 * I, 0, 2);
+    repack_mxfp4(L->up_data, gb, gs, E, I, D, 2 * I, 1, 2);
+    repack_mxfp4(L->down_data, db, ds, E, D, I, D, 0, 1);
+    L->gate = expert_views(L->gate_data, RP_DT_MXFP4, E, I, D);
+    L->up = expert_views(L->up_data, RP_DT_MXFP4, E, I, D);
+    L->down = expert_views(L->down_data, RP_DT_MXFP4, E, D, I);
+    if (!L->gate || !L->up || !L->down)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    return RP_OK;
+}
+
 static rp_status bind_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *err)
 {
     const char *p = rp_blk_prefix(m);
     int E = s->n_exp, I = s->I, D = m->cfg.dim;
     const rp_tensor *gu, *dn, *gub;
     rp_status rc;
-    if ((rc = rp_blk_tensor_nd(m, err, &gu, 0, 3, (int64_t[]){E, D, 2 * I},
-                               "%slayers.%d.mlp.experts.gate_up_proj", p, i)) ||
-        (rc = rp_blk_tensor_nd(m, err, &dn, 0, 3, (int64_t[]){E, I, D},
-                               "%slayers.%d.mlp.experts.down_proj", p, i)) ||
-        (rc = rp_blk_tensor(m, err, &gub, 0, E, 2 * I, "%slayers.%d.mlp.experts.gate_up_proj_bias",
+    if ((rc = rp_blk_tensor(m, err, &gub, 0, E, 2 * I, "%slayers.%d.mlp.experts.gate_up_proj_bias",
                             p, i)) ||
         (rc = f32_of(m, err, &L->down_b, E, D, "%slayers.%d.mlp.experts.down_proj_bias", p, i)))
         return rc;
-    if (gu->dtype != dn->dtype)
-        return rp_err_set(err, RP_ERR_UNSUPPORTED, "layer %d: expert tensors of two dtypes", i);
-    size_t es = elem_size(gu->dtype), half = (size_t)E * I * D * es;
-    L->gate_data = rp_alloc_aligned(half, RP_TAG_MODEL);
-    L->up_data = rp_alloc_aligned(half, RP_TAG_MODEL);
-    L->down_data = rp_alloc_aligned(half, RP_TAG_MODEL);
+    char name[200];
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.gate_up_proj_blocks", p, i);
+    if (rp_st_find(m->st, name)) {
+        if ((rc = bind_mxfp4_experts(m, s, i, L, err)))
+            return rc;
+    } else {
+        if ((rc = rp_blk_tensor_nd(m, err, &gu, 0, 3, (int64_t[]){E, D, 2 * I},
+                                   "%slayers.%d.mlp.experts.gate_up_proj", p, i)) ||
+            (rc = rp_blk_tensor_nd(m, err, &dn, 0, 3, (int64_t[]){E, I, D},
+                                   "%slayers.%d.mlp.experts.down_proj", p, i)))
+            return rc;
+        if (gu->dtype != dn->dtype)
+            return rp_err_set(err, RP_ERR_UNSUPPORTED, "layer %d: expert tensors of two dtypes",
+                              i);
+        size_t half = (size_t)E * I * D * elem_size(gu->dtype);
+        L->gate_data = rp_alloc_aligned(half, RP_TAG_MODEL);
+        L->up_data = rp_alloc_aligned(half, RP_TAG_MODEL);
+        L->down_data = rp_alloc_aligned(half, RP_TAG_MODEL);
+        if (!L->gate_data || !L->up_data || !L->down_data)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the experts of layer %d", i);
+        transpose_experts(L->gate_data, gu, E, I, D, 2 * I, 0, 2);
+        transpose_experts(L->up_data, gu, E, I, D, 2 * I, 1, 2);
+        transpose_experts(L->down_data, dn, E, D, I, D, 0, 1);
+        L->gate = expert_views(L->gate_data, gu->dtype, E, I, D);
+        L->up = expert_views(L->up_data, gu->dtype, E, I, D);
+        L->down = expert_views(L->down_data, gu->dtype, E, D, I);
+        if (!L->gate || !L->up || !L->down)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
     float *gub32 = rp_blk_f32(gub);
     L->gate_b = rp_blk_falloc((size_t)E * I);
     L->up_b = rp_blk_falloc((size_t)E * I);
-    if (!L->gate_data || !L->up_data || !L->down_data || !gub32 || !L->gate_b || !L->up_b) {
+    if (!gub32 || !L->gate_b || !L->up_b) {
         rp_free_aligned(gub32);
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the experts of layer %d", i);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }
-    transpose_experts(L->gate_data, gu, E, I, D, 2 * I, 0, 2);
-    transpose_experts(L->up_data, gu, E, I, D, 2 * I, 1, 2);
-    transpose_experts(L->down_data, dn, E, D, I, D, 0, 1);
     for (int e = 0; e < E; e++)
         for (int j = 0; j < I; j++) {
             L->gate_b[(size_t)e * I + j] = gub32[(size_t)e * 2 * I + 2 * j];
             L->up_b[(size_t)e * I + j] = gub32[(size_t)e * 2 * I + 2 * j + 1];
         }
     rp_free_aligned(gub32);
-    L->gate = expert_views(L->gate_data, gu->dtype, E, I, D);
-    L->up = expert_views(L->up_data, gu->dtype, E, I, D);
-    L->down = expert_views(L->down_data, gu->dtype, E, D, I);
-    if (!L->gate || !L->up || !L->down)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     return RP_OK;
 }
 

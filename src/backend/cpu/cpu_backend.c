@@ -159,6 +159,13 @@ static void to_f32(rp_dtype dt, const void *src, float *out, int64_t n)
         for (int64_t i = 0; i < n; i++)
             out[i] = rp_bf16_to_f32(rp_load_u16(src, (size_t)i));
         return;
+    case RP_DT_MXFP4:
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t *blk = (const uint8_t *)src + (i / 32) * 17;
+            uint8_t q = blk[1 + (i % 32) / 2];
+            out[i] = ldexpf(rp_fp4_values[i % 2 ? q >> 4 : q & 15], (int)blk[0] - 127);
+        }
+        return;
     default: RP_ASSERT(!"dtype has no f32 conversion");
     }
 }

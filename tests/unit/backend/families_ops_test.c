@@ -3,6 +3,8 @@
  * Attention sinks (gpt-oss): the optimised kernel equals the plain-C reference with and
  * without a sliding window, and the reference equals the formula on a case small enough to
  * write out by hand (one key: p = e^s / (e^s + e^sink)).
+ * MXFP4 (gpt-oss experts): the matmul kernel and the reference equal f32 math on the decoded
+ * values.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -58,5 +60,49 @@ Test(families_ops, attention_sink_formula)
     float s = 1.0f * 0.5f + 2.0f * 0.25f, p = expf(s) / (expf(s) + expf(sink));
     cr_assert_float_eq(out[0], p * 3.0f, 1e-6f);
     cr_assert_float_eq(out[1], p * -1.0f, 1e-6f);
+    rp_backend_free(ref);
+}
+
+/* MXFP4 rows built from known nibbles and scales: the kernel, the reference and a plain f32
+ * matmul over the decoded values agree; row decoding (rp_tensor_row_f32) gives the values. */
+Test(families_ops, mxfp4_matmul_matches_decoded_f32)
+{
+    enum { ROWS = 12, COLS = 96, NB = COLS / 32, T = 3 };
+    static uint8_t q[ROWS * NB * 17];
+    static float dec[ROWS * COLS], x[T * COLS], y1[T * ROWS], y2[T * ROWS], y3[T * ROWS];
+    unsigned seed = 11;
+    for (int r = 0; r < ROWS; r++)
+        for (int b = 0; b < NB; b++) {
+            uint8_t *blk = q + (r * NB + b) * 17;
+            blk[0] = (uint8_t)(127 - 3 + (r + b) % 6); /* scales 2^-3 .. 2^2 */
+            for (int i = 0; i < 16; i++) {
+                seed = seed * 1664525u + 1013904223u;
+                blk[1 + i] = (uint8_t)(seed >> 24);
+            }
+            for (int i = 0; i < 32; i++) {
+                uint8_t nib = i % 2 ? blk[1 + i / 2] >> 4 : blk[1 + i / 2] & 15;
+                dec[r * COLS + b * 32 + i] = rp_fp4_values[nib] * ldexpf(1.0f, blk[0] - 127);
+            }
+        }
+    for (int i = 0; i < T * COLS; i++)
+        x[i] = frand(&seed);
+    cr_assert_eq(rp_dtype_row_bytes(RP_DT_MXFP4, COLS), (size_t)NB * 17);
+    rp_tensor w = {.dtype = RP_DT_MXFP4, .n_dims = 2, .shape = {ROWS, COLS}, .data = q,
+                   .n_bytes = sizeof q};
+    rp_tensor wf = {.dtype = RP_DT_F32, .n_dims = 2, .shape = {ROWS, COLS}, .data = dec,
+                    .n_bytes = sizeof dec};
+    rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(1, 1);
+    rp_op_matmul(fast, &w, x, T, y1);
+    rp_op_matmul(ref, &w, x, T, y2);
+    rp_op_matmul(ref, &wf, x, T, y3);
+    for (int i = 0; i < T * ROWS; i++) {
+        cr_assert_float_eq(y1[i], y3[i], 1e-4f * (1.0f + fabsf(y3[i])), "fast [%d]", i);
+        cr_assert_float_eq(y2[i], y3[i], 1e-4f * (1.0f + fabsf(y3[i])), "ref [%d]", i);
+    }
+    float row[COLS];
+    rp_tensor_row_f32(&w, 5, row);
+    for (int i = 0; i < COLS; i++)
+        cr_assert_eq(row[i], dec[5 * COLS + i]);
+    rp_backend_free(fast);
     rp_backend_free(ref);
 }

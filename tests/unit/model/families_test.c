@@ -8,16 +8,26 @@
  * 1e-3, greedy generation through the engine identical to transformers' generate(), bf16 / f16
  * weights within the dense families' tolerances. For the hybrids: decoding from a restored
  * recurrent-state snapshot gives exactly (bit for bit) the logits of an uninterrupted run, and
- * a truncated cache without a restore is refused.
+ * a truncated cache without a restore is refused. gpt-oss expert stacks stored as bf16 and
+ * as the published MXFP4 blocks compute exactly what f32 storage of the same values does.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend/backend.h"
 #include "base/alloc.h"
+#include "base/file.h"
+#include "base/half.h"
 #include "engine/engine.h"
 #include "fixture_util.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 
 #define F32_TOL 1e-3f
 /* Against transformers' f32 logits with weights rounded to bf16 / f16: these fixtures' logits
@@ -278,5 +288,232 @@ Test(families, snapshot_of_attention_model_is_position)
     rp_free(b);
     rp_kv_free(kv);
     rp_model_free(m);
+    fixture_free(&f);
+}
+
+/* ---- gpt-oss expert storage: bf16 stacks and the published MXFP4 blocks ---------------- */
+
+typedef struct st_entry {
+    char name[160];
+    const char *dtype; /* "F32", "BF16", "U8" */
+    int n_dims;
+    int64_t shape[4];
+    void *data; /* owned (rp_free) */
+    size_t n_bytes;
+} st_entry;
+
+static void write_checkpoint(const char *dir, const char *fixture_dir, st_entry *e, int n)
+{
+    json_t *h = json_object();
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *shape = json_array();
+        for (int d = 0; d < e[i].n_dims; d++)
+            json_array_append_new(shape, json_integer(e[i].shape[d]));
+        json_object_set_new(h, e[i].name,
+                            json_pack("{s:s, s:o, s:[I,I]}", "dtype", e[i].dtype, "shape", shape,
+                                      "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + e[i].n_bytes)));
+        off += e[i].n_bytes;
+    }
+    char *hs = json_dumps(h, JSON_COMPACT);
+    json_decref(h);
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *fp = fopen(path, "wb");
+    cr_assert_not_null(fp);
+    uint64_t hl = strlen(hs);
+    fwrite(&hl, 8, 1, fp);
+    fwrite(hs, 1, hl, fp);
+    free(hs);
+    for (int i = 0; i < n; i++)
+        fwrite(e[i].data, 1, e[i].n_bytes, fp);
+    fclose(fp);
+    char src[700], *cfg;
+    size_t cn;
+    snprintf(src, sizeof src, "%s/config.json", fixture_dir);
+    cr_assert_eq(rp_file_read(src, &cfg, &cn, NULL), RP_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cr_assert_eq(rp_file_write(path, cfg, cn, NULL), RP_OK);
+    rp_free(cfg);
+}
+
+static void remove_checkpoint(const char *dir)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+static st_entry entry_of(const rp_st_tensor *t)
+{
+    st_entry e = {.dtype = "F32", .n_dims = t->t.n_dims, .n_bytes = t->t.n_bytes};
+    snprintf(e.name, sizeof e.name, "%s", t->name);
+    memcpy(e.shape, t->t.shape, sizeof e.shape);
+    e.data = rp_alloc(e.n_bytes);
+    memcpy(e.data, t->t.data, e.n_bytes);
+    return e;
+}
+
+/* Nearest FP4 (e2m1) nibble to v in units of the block scale. */
+static uint8_t fp4_nibble(float v)
+{
+    int best = 0;
+    for (int i = 1; i < 16; i++)
+        if (fabsf(rp_fp4_values[i] - v) < fabsf(rp_fp4_values[best] - v))
+            best = i;
+    return (uint8_t)best;
+}
+
+/* Quantizes an HF expert stack w [E][in][out] (f32) to the published layout: blocks
+ * [E][out][in/32][16] and scales [E][out][in/32]; w is overwritten with the decoded values. */
+static void quantize_stack(float *w, int E, int in, int out, uint8_t *blocks, uint8_t *scales)
+{
+    int nb = in / 32;
+    for (int e = 0; e < E; e++)
+        for (int r = 0; r < out; r++)
+            for (int b = 0; b < nb; b++) {
+                float amax = 0.0f;
+                for (int i = 0; i < 32; i++) {
+                    float v = fabsf(w[((size_t)e * in + b * 32 + i) * out + r]);
+                    amax = v > amax ? v : amax;
+                }
+                int ex = amax > 0 ? (int)ceilf(log2f(amax / 6.0f)) : -127;
+                ex = ex < -127 ? -127 : ex;
+                size_t s = ((size_t)e * out + r) * nb + b;
+                scales[s] = (uint8_t)(ex + 127);
+                uint8_t *blk = blocks + s * 16;
+                memset(blk, 0, 16);
+                for (int i = 0; i < 32; i++) {
+                    float *v = &w[((size_t)e * in + b * 32 + i) * out + r];
+                    uint8_t q = fp4_nibble(ldexpf(*v, -ex));
+                    blk[i / 2] |= (uint8_t)(i % 2 ? q << 4 : q);
+                    *v = ldexpf(rp_fp4_values[q], ex);
+                }
+            }
+}
+
+static float *gpt_oss_logits(const char *dir, const fixture *f, int ref)
+{
+    rp_err err = {0};
+    float *lg = prefill_logits(dir, f, ref, &err);
+    cr_assert_not_null(lg, "%s: %s", dir, err.msg);
+    return lg;
+}
+
+/* Every stored tensor of 2 or 3 dims (expert stacks included) as bf16, against f32 storage
+ * of the same bf16-rounded values on the reference kernels: the transposed bf16 expert copies
+ * compute what the f32 ones do. */
+Test(families, gpt_oss_bf16_experts_equal_f32_math_on_same_values)
+{
+    fixture f;
+    cr_assert_eq(fixture_load("gpt_oss", &f), 0);
+    rp_st *st;
+    cr_assert_eq(rp_st_open(f.dir, &st, NULL), RP_OK);
+    int n = rp_st_count(st);
+    st_entry *a = rp_calloc((size_t)n, sizeof *a), *b = rp_calloc((size_t)n, sizeof *b);
+    for (int i = 0; i < n; i++) {
+        const rp_st_tensor *t = rp_st_at(st, i);
+        a[i] = entry_of(t);
+        b[i] = entry_of(t);
+        if (t->t.n_dims < 2)
+            continue;
+        size_t cnt = t->t.n_bytes / 4;
+        float *v = b[i].data;
+        uint16_t *h = rp_alloc(cnt * 2);
+        for (size_t k = 0; k < cnt; k++) {
+            h[k] = rp_f32_to_bf16(v[k]);
+            v[k] = rp_bf16_to_f32(h[k]);
+        }
+        rp_free(a[i].data);
+        a[i].data = h;
+        a[i].n_bytes = cnt * 2;
+        a[i].dtype = "BF16";
+    }
+    rp_st_close(st);
+    char d16[] = "/tmp/rp_gptoss_bf16_XXXXXX", d32[] = "/tmp/rp_gptoss_f32_XXXXXX";
+    cr_assert(mkdtemp(d16) && mkdtemp(d32));
+    write_checkpoint(d16, f.dir, a, n);
+    write_checkpoint(d32, f.dir, b, n);
+    float *la = gpt_oss_logits(d16, &f, 0), *lb = gpt_oss_logits(d32, &f, 1);
+    float d = max_abs_diff(la, lb, (long)f.n_ids * f.vocab);
+    cr_log_info("gpt_oss bf16 experts vs f32 on the same values: %.3g", d);
+    cr_expect_leq(d, SAME_VALUES_TOL, "gpt_oss bf16 experts: %g", d);
+    for (int i = 0; i < n; i++) {
+        rp_free(a[i].data);
+        rp_free(b[i].data);
+    }
+    rp_free(a);
+    rp_free(b);
+    rp_free(la);
+    rp_free(lb);
+    remove_checkpoint(d16);
+    remove_checkpoint(d32);
+    fixture_free(&f);
+}
+
+/* The experts quantized to MXFP4 in the published layout (*_blocks / *_scales), against an
+ * f32 checkpoint holding the decoded values in transformers' layout: the MXFP4 path (repack
+ * at load, gate/up de-interleaving, the MXFP4 kernel) computes exactly the decoded model. */
+Test(families, gpt_oss_mxfp4_experts_equal_f32_math_on_decoded_values)
+{
+    fixture f;
+    cr_assert_eq(fixture_load("gpt_oss", &f), 0);
+    rp_st *st;
+    cr_assert_eq(rp_st_open(f.dir, &st, NULL), RP_OK);
+    int n = rp_st_count(st);
+    st_entry *q = rp_calloc((size_t)n * 2, sizeof *q), *r = rp_calloc((size_t)n, sizeof *r);
+    int nq = 0;
+    for (int i = 0; i < n; i++) {
+        const rp_st_tensor *t = rp_st_at(st, i);
+        r[i] = entry_of(t);
+        size_t len = strlen(t->name);
+        int is_gu = len > 12 && strcmp(t->name + len - 12, "gate_up_proj") == 0;
+        int is_dn = len > 9 && strcmp(t->name + len - 9, "down_proj") == 0;
+        if (!is_gu && !is_dn) {
+            q[nq++] = entry_of(t);
+            continue;
+        }
+        int E = (int)t->t.shape[0], in = (int)t->t.shape[1], out = (int)t->t.shape[2];
+        st_entry bl = {.dtype = "U8", .n_dims = 4, .shape = {E, out, in / 32, 16}},
+                 sc = {.dtype = "U8", .n_dims = 3, .shape = {E, out, in / 32}};
+        bl.n_bytes = (size_t)E * out * in / 2;
+        sc.n_bytes = (size_t)E * out * in / 32;
+        bl.data = rp_alloc(bl.n_bytes);
+        sc.data = rp_alloc(sc.n_bytes);
+        snprintf(bl.name, sizeof bl.name, "%s_blocks", t->name);
+        snprintf(sc.name, sizeof sc.name, "%s_scales", t->name);
+        quantize_stack(r[i].data, E, in, out, bl.data, sc.data);
+        q[nq++] = bl;
+        q[nq++] = sc;
+    }
+    rp_st_close(st);
+    char dq[] = "/tmp/rp_gptoss_mxfp4_XXXXXX", dr[] = "/tmp/rp_gptoss_dec_XXXXXX";
+    cr_assert(mkdtemp(dq) && mkdtemp(dr));
+    write_checkpoint(dq, f.dir, q, nq);
+    write_checkpoint(dr, f.dir, r, n);
+    float *fast = gpt_oss_logits(dq, &f, 0), *ref = gpt_oss_logits(dq, &f, 1),
+          *dec = gpt_oss_logits(dr, &f, 1);
+    float d1 = max_abs_diff(fast, dec, (long)f.n_ids * f.vocab),
+          d2 = max_abs_diff(ref, dec, (long)f.n_ids * f.vocab),
+          d3 = max_abs_diff(dec, f.logits, (long)f.n_ids * f.vocab);
+    cr_log_info("gpt_oss MXFP4 experts vs decoded f32: fast %.3g, reference %.3g (quantization "
+                "itself moves the logits by %.3g)", d1, d2, d3);
+    cr_expect_leq(d1, SAME_VALUES_TOL, "gpt_oss MXFP4 (fast kernels): %g", d1);
+    cr_expect_leq(d2, SAME_VALUES_TOL, "gpt_oss MXFP4 (reference kernels): %g", d2);
+    for (int i = 0; i < nq; i++)
+        rp_free(q[i].data);
+    for (int i = 0; i < n; i++)
+        rp_free(r[i].data);
+    rp_free(q);
+    rp_free(r);
+    rp_free(fast);
+    rp_free(ref);
+    rp_free(dec);
+    remove_checkpoint(dq);
+    remove_checkpoint(dr);
     fixture_free(&f);
 }
