@@ -4,9 +4,10 @@
  * Every layer: x += mixer(norm1(x)) ; x += mlp(norm2(x)), with zero-centred norms
  * (x / rms * (1 + w)), dense SwiGLU MLP, final (1 + w) norm, untied or tied lm_head.
  *
- * Full attention: q_proj gives per head [q | gate] (2 * head_dim); q and k get a (1 + w)
- * per-head norm, partial rotary (partial_rotary_factor of head_dim, rotate-half), softmax
- * attention, then out *= sigmoid(gate) before o_proj.
+ * Full attention: q_proj gives per head [q | gate] (2 * head_dim; just q when
+ * attn_output_gate is false); q and k get a (1 + w) per-head norm, partial rotary
+ * (partial_rotary_factor of head_dim, rotate-half), softmax attention, then
+ * out *= sigmoid(gate) before o_proj.
  *
  * Gated DeltaNet: qkv = in_proj_qkv(h) through a causal depthwise conv (kernel
  * linear_conv_kernel_dim, no bias) and SiLU, split into q, k ([n_k_heads][dk]) and v
@@ -41,6 +42,7 @@ typedef struct qwen35 {
     const rp_tensor *embed, *final_norm, *lm_head;
     rp_rope rope;
     int nk, nv, dk, dv, K, conv_dim;
+    int out_gate; /* attn_output_gate */
     size_t rec_n;
     uint8_t *has_attn;
     float *x, *h, *qg, *q, *gate, *k, *v, *att, *ffa, *ffb;
@@ -75,7 +77,7 @@ static rp_status bind_layer(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err
     T(w_up, ffn, dim, "mlp.up_proj.weight", p, i);
     T(w_down, dim, ffn, "mlp.down_proj.weight", p, i);
     if (!L->linear) {
-        T(wq, 2 * qd, dim, "self_attn.q_proj.weight", p, i);
+        T(wq, (s->out_gate ? 2 : 1) * qd, dim, "self_attn.q_proj.weight", p, i);
         T(wk, kvd, dim, "self_attn.k_proj.weight", p, i);
         T(wv, kvd, dim, "self_attn.v_proj.weight", p, i);
         T(wo, dim, qd, "self_attn.o_proj.weight", p, i);
@@ -146,6 +148,7 @@ static rp_status q35_init(rp_model *m, rp_err *err)
     s->dk = rp_config_int(c, "linear_key_head_dim", 128);
     s->dv = rp_config_int(c, "linear_value_head_dim", 128);
     s->K = rp_config_int(c, "linear_conv_kernel_dim", 4);
+    s->out_gate = rp_config_bool(c, "attn_output_gate", 1);
     if (s->nk <= 0 || s->nv % s->nk != 0 || s->dk > 1024 || s->dv > 1024 || s->K < 1)
         return rp_err_set(err, RP_ERR_INVALID,
                           "config.json: linear_num_value_heads (%d) must be a multiple of "
@@ -249,15 +252,16 @@ static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int po
     layer *L = &s->layers[l];
     rp_backend *be = m->be;
     int hd = c->head_dim, H = c->n_heads, qd = H * hd;
-    rp_op_matmul(be, L->wq, s->h, n, s->qg);
+    rp_op_matmul(be, L->wq, s->h, n, s->out_gate ? s->qg : s->q);
     rp_op_matmul(be, L->wk, s->h, n, s->k);
     rp_op_matmul(be, L->wv, s->h, n, s->v);
-    for (int t = 0; t < n; t++) /* per head: [q | gate] */
-        for (int h = 0; h < H; h++) {
-            const float *src = s->qg + ((size_t)t * H + h) * 2 * hd;
-            memcpy(s->q + ((size_t)t * H + h) * hd, src, sizeof(float) * hd);
-            memcpy(s->gate + ((size_t)t * H + h) * hd, src + hd, sizeof(float) * hd);
-        }
+    if (s->out_gate)
+        for (int t = 0; t < n; t++) /* per head: [q | gate] */
+            for (int h = 0; h < H; h++) {
+                const float *src = s->qg + ((size_t)t * H + h) * 2 * hd;
+                memcpy(s->q + ((size_t)t * H + h) * hd, src, sizeof(float) * hd);
+                memcpy(s->gate + ((size_t)t * H + h) * hd, src + hd, sizeof(float) * hd);
+            }
     rp_op_rmsnorm(be, s->q, s->q, L->q_norm, n * H, hd, c->norm_eps, 1);
     rp_op_rmsnorm(be, s->k, s->k, L->k_norm, n * c->n_kv_heads, hd, c->norm_eps, 1);
     rp_op_rope(be, s->q, n, H, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
@@ -268,8 +272,9 @@ static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int po
                       .n_kv_heads = c->n_kv_heads, .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd)};
     rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
-    for (long i = 0; i < (long)n * qd; i++)
-        s->att[i] *= rp_blk_sigmoid(s->gate[i]);
+    if (s->out_gate)
+        for (long i = 0; i < (long)n * qd; i++)
+            s->att[i] *= rp_blk_sigmoid(s->gate[i]);
     rp_op_matmul(be, L->wo, s->att, n, s->h);
 }
 

@@ -517,3 +517,102 @@ Test(families, gpt_oss_mxfp4_experts_equal_f32_math_on_decoded_values)
     remove_checkpoint(dr);
     fixture_free(&f);
 }
+
+/* ---- checkpoint spellings ---------------------------------------------------------------- */
+
+/* Copies a fixture with every tensor name rewritten (prefix `from` -> `to`) and the config
+ * given; returns the directory (a mkdtemp under /tmp, in out). */
+static void rewrite_fixture(const fixture *f, const char *from, const char *to, json_t *cfg,
+                            char *out)
+{
+    snprintf(out, 64, "/tmp/rp_fam_spell_XXXXXX");
+    cr_assert_not_null(mkdtemp(out));
+    rp_st *st;
+    cr_assert_eq(rp_st_open(f->dir, &st, NULL), RP_OK);
+    int n = rp_st_count(st);
+    st_entry *e = rp_calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++) {
+        const rp_st_tensor *t = rp_st_at(st, i);
+        e[i] = entry_of(t);
+        size_t fl = strlen(from);
+        if (strncmp(t->name, from, fl) == 0)
+            snprintf(e[i].name, sizeof e[i].name, "%s%s", to, t->name + fl);
+    }
+    rp_st_close(st);
+    write_checkpoint(out, f->dir, e, n);
+    for (int i = 0; i < n; i++)
+        rp_free(e[i].data);
+    rp_free(e);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", out);
+    cr_assert_eq(json_dump_file(cfg, path, JSON_INDENT(2)), 0);
+}
+
+static json_t *fixture_config(const fixture *f)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", f->dir);
+    json_t *c = json_load_file(path, 0, NULL);
+    cr_assert_not_null(c);
+    return c;
+}
+
+static void expect_same_logits(const char *dir, const fixture *f, const char *what)
+{
+    rp_err err = {0};
+    float *lg = prefill_logits(dir, f, 0, &err);
+    cr_assert_not_null(lg, "%s: %s", what, err.msg);
+    float d = max_abs_diff(lg, f->logits, (long)f->n_ids * f->vocab);
+    cr_log_info("%s: max |logit diff| %.3g", what, d);
+    cr_expect_leq(d, F32_TOL, "%s: max diff %g", what, d);
+    rp_free(lg);
+}
+
+/* The text model inside a multimodal checkpoint: config under text_config, tensors under
+ * model.language_model. (transformers 5) or language_model.model. (transformers 4). */
+Test(families, multimodal_checkpoints_load_their_language_model)
+{
+    static const struct {
+        const char *fixture, *arch, *prefix;
+    } cases[] = {{"qwen3_5", "Qwen3_5ForConditionalGeneration", "model.language_model."},
+                 {"gemma3", "Gemma3ForConditionalGeneration", "language_model.model."}};
+    for (size_t i = 0; i < RP_ARRAY_LEN(cases); i++) {
+        fixture f;
+        cr_assert_eq(fixture_load(cases[i].fixture, &f), 0);
+        json_t *text = fixture_config(&f), *root = json_object();
+        json_object_set_new(root, "architectures", json_pack("[s]", cases[i].arch));
+        json_object_set_new(root, "model_type", json_string("multimodal"));
+        json_object_set(root, "tie_word_embeddings", json_object_get(text, "tie_word_embeddings"));
+        json_object_del(text, "architectures");
+        json_object_set_new(root, "text_config", text);
+        json_object_set_new(root, "vision_config", json_object());
+        char dir[64];
+        rewrite_fixture(&f, "model.", cases[i].prefix, root, dir);
+        json_decref(root);
+        expect_same_logits(dir, &f, cases[i].arch);
+        remove_checkpoint(dir);
+        fixture_free(&f);
+    }
+}
+
+/* Gemma 3 as transformers 4 wrote it: rope_theta (global) and rope_local_base_freq, and the
+ * sliding layers given by sliding_window_pattern instead of layer_types. */
+Test(families, gemma3_transformers4_config)
+{
+    fixture f;
+    cr_assert_eq(fixture_load("gemma3", &f), 0);
+    json_t *c = fixture_config(&f);
+    json_object_del(c, "rope_parameters");
+    json_object_del(c, "layer_types");
+    json_object_del(c, "_sliding_window_pattern");
+    json_object_set_new(c, "rope_theta", json_real(1000000.0));
+    json_object_set_new(c, "rope_local_base_freq", json_real(10000.0));
+    json_object_set_new(c, "rope_scaling", json_null());
+    json_object_set_new(c, "sliding_window_pattern", json_integer(2));
+    char dir[64];
+    rewrite_fixture(&f, "", "", c, dir);
+    json_decref(c);
+    expect_same_logits(dir, &f, "gemma3 (transformers-4 config)");
+    remove_checkpoint(dir);
+    fixture_free(&f);
+}
