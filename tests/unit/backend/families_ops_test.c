@@ -67,7 +67,7 @@ Test(families_ops, attention_sink_formula)
  * matmul over the decoded values agree; row decoding (rp_tensor_row_f32) gives the values. */
 Test(families_ops, mxfp4_matmul_matches_decoded_f32)
 {
-    enum { ROWS = 12, COLS = 96, NB = COLS / 32, T = 3 };
+    enum { ROWS = 12, COLS = 96, NB = COLS / 32, T = 6 }; /* T > 4: two token tiles */
     static uint8_t q[ROWS * NB * 17];
     static float dec[ROWS * COLS], x[T * COLS], y1[T * ROWS], y2[T * ROWS], y3[T * ROWS];
     unsigned seed = 11;
