@@ -97,6 +97,21 @@ typedef struct rp_attn_args {
 } rp_attn_args;
 void rp_op_attention(rp_backend *b, const rp_attn_args *a);
 
+/* Gated delta rule (Gated DeltaNet, Qwen3.5 / Qwen3-Next linear attention) over n_tok tokens
+ * for n_v_heads heads, each with its state S [dk][dv] (state + h * dk * dv, updated in place).
+ * Token t, value head h, key head kh = h / (n_v_heads / n_k_heads):
+ *   S = exp(g[t][h]) S ; S += k (beta[t][h] (v - S^T k))^T ; out = S^T q
+ * q, k, v, out: token t's row at t * (q|k|v|out)_stride floats, key heads at kh * dk, value
+ * heads at h * dv; q and k already L2-normalised (q scaled). g, beta: [n_tok][n_v_heads].
+ * Heads fan out over the pool; tokens run in order within a head (the state stays in cache). */
+typedef struct rp_delta_args {
+    const float *q, *k, *v, *g, *beta;
+    float *state, *out;
+    int n_tok, n_k_heads, n_v_heads, dk, dv;
+    long q_stride, k_stride, v_stride, out_stride;
+} rp_delta_args;
+void rp_op_gated_delta(rp_backend *b, const rp_delta_args *a);
+
 /* out[i] = silu(gate[i]) * up[i] for n elements. */
 void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
 /* y[i] += x[i] */

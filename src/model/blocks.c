@@ -302,34 +302,6 @@ void rp_blk_conv1d(float *out, const float *x, float *state, const float *w, con
     }
 }
 
-void rp_blk_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
-                       float beta, int dk, int dv, float *out)
-{
-    float mem[1024];
-    RP_ASSERT(dv <= 1024);
-    for (int j = 0; j < dv; j++)
-        mem[j] = 0.0f;
-    for (int i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dv;
-        for (int j = 0; j < dv; j++) {
-            row[j] *= decay;
-            mem[j] += row[j] * k[i];
-        }
-    }
-    for (int j = 0; j < dv; j++) {
-        mem[j] = beta * (v[j] - mem[j]); /* delta */
-        out[j] = 0.0f;
-    }
-    for (int i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dv;
-        float ki = k[i], qi = q[i];
-        for (int j = 0; j < dv; j++) {
-            row[j] += ki * mem[j];
-            out[j] += row[j] * qi;
-        }
-    }
-}
-
 void rp_blk_l2norm(float *x, int n, float eps)
 {
     float ss = 0.0f;

@@ -1,10 +1,10 @@
 /* model/blocks.h - pieces the family recipes share (phi3, gemma3, qwen3_moe, lfm2, qwen3_5,
  * gpt_oss): tensor binding by formatted name, attention caches for the layers that have one,
  * mixture-of-experts routing with tokens grouped by expert, and the recurrent blocks of the
- * hybrids (causal depthwise conv1d with its window state, the gated delta rule).
+ * hybrids (causal depthwise conv1d with its window state; the gated delta rule itself is the
+ * backend op rp_op_gated_delta).
  *
- * The recurrent math here is plain C on the caller thread: it is small next to the matmuls
- * (a Qwen3.5-4B linear layer keeps 32 heads of 128x128 state).
+ * The conv is plain C on the caller thread: it is small next to the matmuls.
  *
  * Ownership: rp_blk_kv_alloc -> rp_blk_kv_free; rp_blk_route_alloc -> rp_blk_route_free;
  *            rp_blk_f32 / rp_blk_falloc results are freed with rp_free_aligned.
@@ -103,12 +103,6 @@ void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok,
  * is then advanced to the last K-1 inputs. out must not alias x. */
 void rp_blk_conv1d(float *out, const float *x, float *state, const float *w, const float *bias,
                    int n, int C, int K);
-
-/* One token of the gated delta rule for one head, state S [dk][dv]:
- *   S *= decay ; delta = beta * (v - S^T k) ; S += k delta^T ; out = S^T q
- * (k and q already L2-normalised, q already scaled). */
-void rp_blk_delta_step(float *S, const float *q, const float *k, const float *v, float decay,
-                       float beta, int dk, int dv, float *out);
 
 /* x[i] /= sqrt(sum x^2 + eps) over n elements (the delta rule's q/k normalisation). */
 void rp_blk_l2norm(float *x, int n, float eps);

@@ -16,7 +16,9 @@
  * decay = exp(-exp(A_log) * softplus(in_proj_a h + dt_bias)) the state S [dk][dv] follows
  *   S = decay S ; S += k (beta (v - S^T k))^T ; o = S^T q
  * and o goes through an RMS norm (weight w, not 1 + w) times silu(in_proj_z h) into out_proj.
- * Prefill runs the same recurrence token by token (exact; the chunked form is only faster).
+ * The recurrence is the backend's rp_op_gated_delta (heads in parallel, tokens in order within
+ * a head so its state stays in cache); prefill runs it token by token too, which is exact
+ * (the chunked form GPUs use reorders the same sums).
  *
  * Cache: attention layers keep K/V; linear layers keep their conv window and S, all in one
  * flat block (kv->rec) so rp_kv_snapshot can copy it.
@@ -298,20 +300,26 @@ static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int 
     float qscale = 1.0f / sqrtf((float)dk), gw[1024];
     rp_tensor_to_f32(L->g_norm, gw, dv);
     for (int t = 0; t < n; t++) {
-        float *q = s->conv + (size_t)t * CD, *k = q + nk * dk, *v = k + nk * dk;
+        float *q = s->conv + (size_t)t * CD, *k = q + nk * dk;
         for (int h = 0; h < nk; h++) {
             rp_blk_l2norm(q + h * dk, dk, 1e-6f);
             rp_blk_l2norm(k + h * dk, dk, 1e-6f);
             for (int i = 0; i < dk; i++)
                 q[h * dk + i] *= qscale;
         }
+        for (int h = 0; h < nv; h++) { /* in place: b becomes beta, a the log decay g */
+            s->b[t * nv + h] = rp_blk_sigmoid(s->b[t * nv + h]);
+            s->a[t * nv + h] = L->neg_a[h] * softplus(s->a[t * nv + h] + L->dt_bias[h]);
+        }
+    }
+    rp_delta_args da = {.q = s->conv, .k = s->conv + nk * dk, .v = s->conv + 2 * nk * dk,
+                        .g = s->a, .beta = s->b, .state = S, .out = s->o, .n_tok = n,
+                        .n_k_heads = nk, .n_v_heads = nv, .dk = dk, .dv = dv,
+                        .q_stride = CD, .k_stride = CD, .v_stride = CD, .out_stride = vd};
+    rp_op_gated_delta(be, &da);
+    for (int t = 0; t < n; t++) {
         float *o = s->o + (size_t)t * vd, *z = s->z + (size_t)t * vd;
         for (int h = 0; h < nv; h++) {
-            int kh = h / (nv / nk);
-            float beta = rp_blk_sigmoid(s->b[t * nv + h]);
-            float g = L->neg_a[h] * softplus(s->a[t * nv + h] + L->dt_bias[h]);
-            rp_blk_delta_step(S + (size_t)h * dk * dv, q + kh * dk, k + kh * dk, v + h * dv,
-                              expf(g), beta, dk, dv, o + h * dv);
             /* gated RMS norm of the head's output */
             float ss = 0.0f;
             for (int j = 0; j < dv; j++)

@@ -109,3 +109,33 @@ void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores)
             o[i] += p * v[i];
     }
 }
+
+/* One value head of the gated delta rule, every token in order (see rp_op_gated_delta). */
+void rp_ref_gated_delta_head(const rp_delta_args *a, int h)
+{
+    int dk = a->dk, dv = a->dv, kh = h / (a->n_v_heads / a->n_k_heads);
+    float *S = a->state + (size_t)h * dk * dv;
+    for (int t = 0; t < a->n_tok; t++) {
+        const float *q = a->q + t * a->q_stride + kh * dk, *k = a->k + t * a->k_stride + kh * dk;
+        const float *v = a->v + t * a->v_stride + h * dv;
+        float *o = a->out + t * a->out_stride + h * dv;
+        float decay = expf(a->g[(long)t * a->n_v_heads + h]);
+        float beta = a->beta[(long)t * a->n_v_heads + h];
+        for (int i = 0; i < dk * dv; i++)
+            S[i] *= decay;
+        for (int j = 0; j < dv; j++) {
+            float mem = 0.0f; /* (S^T k)[j] */
+            for (int i = 0; i < dk; i++)
+                mem += S[i * dv + j] * k[i];
+            float delta = beta * (v[j] - mem);
+            for (int i = 0; i < dk; i++)
+                S[i * dv + j] += k[i] * delta;
+        }
+        for (int j = 0; j < dv; j++) {
+            float acc = 0.0f;
+            for (int i = 0; i < dk; i++)
+                acc += S[i * dv + j] * q[i];
+            o[j] = acc;
+        }
+    }
+}

@@ -4,7 +4,8 @@
  * without a sliding window, and the reference equals the formula on a case small enough to
  * write out by hand (one key: p = e^s / (e^s + e^sink)).
  * MXFP4 (gpt-oss experts): the matmul kernel and the reference equal f32 math on the decoded
- * values.
+ * values. Gated delta rule (Qwen3.5): the threaded kernel equals the reference, which equals
+ * the recurrence written out for one scalar head.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -103,6 +104,56 @@ Test(families_ops, mxfp4_matmul_matches_decoded_f32)
     rp_tensor_row_f32(&w, 5, row);
     for (int i = 0; i < COLS; i++)
         cr_assert_eq(row[i], dec[5 * COLS + i]);
+    rp_backend_free(fast);
+    rp_backend_free(ref);
+}
+
+/* Gated delta rule: the threaded kernel equals the reference (GQA-style key sharing, strided
+ * rows), and one head of dk = dv = 1 follows the scalar recurrence written out by hand. */
+Test(families_ops, gated_delta_matches_reference)
+{
+    enum { T = 9, NK = 2, NV = 4, DK = 32, DV = 24, QS = 2 * NK * DK + NV * DV };
+    static float qkv[T * QS], g[T * NV], beta[T * NV], s1[NV * DK * DV], s2[NV * DK * DV],
+        o1[T * NV * DV], o2[T * NV * DV];
+    unsigned seed = 3;
+    for (int i = 0; i < T * QS; i++)
+        qkv[i] = frand(&seed) * 0.3f;
+    for (int i = 0; i < T * NV; i++) {
+        g[i] = -0.5f * (frand(&seed) + 1.0f);
+        beta[i] = 0.5f * (frand(&seed) + 1.0f);
+    }
+    for (int i = 0; i < NV * DK * DV; i++)
+        s1[i] = s2[i] = frand(&seed);
+    rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(2, 1);
+    rp_delta_args a = {.q = qkv, .k = qkv + NK * DK, .v = qkv + 2 * NK * DK, .g = g,
+                       .beta = beta, .state = s1, .out = o1, .n_tok = T, .n_k_heads = NK,
+                       .n_v_heads = NV, .dk = DK, .dv = DV, .q_stride = QS, .k_stride = QS,
+                       .v_stride = QS, .out_stride = NV * DV};
+    rp_op_gated_delta(fast, &a);
+    a.state = s2;
+    a.out = o2;
+    rp_op_gated_delta(ref, &a);
+    for (int i = 0; i < T * NV * DV; i++)
+        cr_assert_float_eq(o1[i], o2[i], 1e-4f, "out %d", i);
+    for (int i = 0; i < NV * DK * DV; i++)
+        cr_assert_float_eq(s1[i], s2[i], 1e-4f, "state %d", i);
+
+    /* dk = dv = 1: s = e^g s ; s += k beta (v - s k) ; o = s q */
+    float q1[2] = {0.5f, -1.0f}, k1[2] = {2.0f, 0.25f}, v1[2] = {1.0f, 3.0f};
+    float g1[2] = {-0.1f, -0.7f}, b1[2] = {0.9f, 0.4f}, st = 0.3f, out[2];
+    rp_delta_args one = {.q = q1, .k = k1, .v = v1, .g = g1, .beta = b1, .state = &st,
+                         .out = out, .n_tok = 2, .n_k_heads = 1, .n_v_heads = 1, .dk = 1,
+                         .dv = 1, .q_stride = 1, .k_stride = 1, .v_stride = 1, .out_stride = 1};
+    rp_op_gated_delta(ref, &one);
+    float s = 0.3f, want[2];
+    for (int t = 0; t < 2; t++) {
+        s *= expf(g1[t]);
+        s += k1[t] * b1[t] * (v1[t] - s * k1[t]);
+        want[t] = s * q1[t];
+    }
+    cr_assert_float_eq(out[0], want[0], 1e-6f);
+    cr_assert_float_eq(out[1], want[1], 1e-6f);
+    cr_assert_float_eq(st, s, 1e-6f);
     rp_backend_free(fast);
     rp_backend_free(ref);
 }
