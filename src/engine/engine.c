@@ -113,6 +113,8 @@ static rp_status prefill(rp_engine *e, request *r, rp_err *err)
         keep++;
     if (keep == r->n_prompt) /* the whole prompt is cached: recompute its last token */
         keep--;
+    if (keep < have && rp_model_recurrent(e->model))
+        keep = 0; /* a hybrid's recurrent state cannot rewind without a snapshot (rp_kv_restore) */
     rp_kv_truncate(e->kv, keep);
     if (keep > 0)
         RP_DEBUG("request %llu: %d of %d prompt tokens from the cache",

@@ -44,6 +44,15 @@ _Static_assert(RP_ARRAY_LEN(g_fam_idx) == RP_ARRAY_LEN(g_fam), "one index per fi
 static const char *g_hybrid[] = {"qwen3_5", "lfm2"};
 static int g_hybrid_idx[] = {0, 1};
 
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
 static float *prefill_logits(const char *dir, const fixture *f, int ref, rp_err *err)
 {
     rp_model *m = NULL;
@@ -194,6 +203,54 @@ Test(families, bf16_kernels_equal_f32_math_on_same_values)
         fixture_remove(d32);
         fixture_free(&f);
     }
+}
+
+ParameterizedTestParameters(families, engine_reruns_hybrid_prompts)
+{
+    return cr_make_param_array(int, g_hybrid_idx, RP_ARRAY_LEN(g_hybrid_idx));
+}
+
+/* The engine's prefix reuse rewinds its cache; a hybrid's state cannot rewind that way, so
+ * the engine recomputes: the same prompt twice, then a shorter prefix of it, all give
+ * transformers' continuation. */
+ParameterizedTest(int *idx, families, engine_reruns_hybrid_prompts)
+{
+    const char *name = g_hybrid[*idx];
+    fixture f;
+    cr_assert_eq(fixture_load(name, &f), 0);
+    rp_err err = {0};
+    rp_model *m = NULL;
+    rp_engine *e = NULL;
+    cr_assert_eq(rp_model_load(f.dir, NULL, &m, &err), RP_OK, "%s", err.msg);
+    rp_engine_config ec = {.max_context = 64};
+    cr_assert_eq(rp_engine_new(m, &ec, &e, &err), RP_OK, "%s", err.msg);
+    int32_t *first = NULL;
+    for (int run = 0; run < 3; run++) {
+        int n_prompt = run < 2 ? f.n_ids : f.n_ids - 4;
+        rp_gen_request req = {.prompt = f.ids, .n_prompt = n_prompt, .max_tokens = 4,
+                              .ignore_eos = 1, .n_top_logprobs = -1};
+        rp_sampling_default(&req.sampling);
+        req.sampling.temperature = 0;
+        int32_t *out = NULL;
+        int n = 0;
+        rp_finish why;
+        cr_assert_eq(rp_engine_generate(e, &req, &out, &n, &why, &err), RP_OK, "%s run %d: %s",
+                     name, run, err.msg);
+        cr_assert_eq(n, 4);
+        if (run < 2)
+            for (int i = 0; i < n; i++)
+                cr_expect_eq(out[i], f.greedy[i], "%s run %d: token %d", name, run, i);
+        else /* the shorter prompt's first token is transformers' argmax at that position */
+            cr_expect_eq(out[0], argmax(f.logits + (size_t)(n_prompt - 1) * f.vocab, f.vocab));
+        if (run == 0)
+            first = out;
+        else
+            rp_free(out);
+    }
+    rp_free(first);
+    rp_engine_free(e);
+    rp_model_free(m);
+    fixture_free(&f);
 }
 
 ParameterizedTestParameters(families, snapshot_restore_is_exact)
