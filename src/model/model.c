@@ -24,6 +24,8 @@ static const arch_entry g_archs[] = {
     {"Lfm2ForCausalLM", &rp_arch_lfm2},
     {"Qwen3_5ForCausalLM", &rp_arch_qwen3_5},
     {"Qwen3_5ForConditionalGeneration", &rp_arch_qwen3_5},
+    {"Qwen3_5MoeForCausalLM", &rp_arch_qwen3_5},
+    {"Qwen3_5MoeForConditionalGeneration", &rp_arch_qwen3_5},
     {"GptOssForCausalLM", &rp_arch_gpt_oss},
 };
 

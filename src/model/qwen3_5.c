@@ -1,8 +1,14 @@
-/* model/qwen3_5.c - Qwen3.5 (qwen3_5_text): Gated DeltaNet linear-attention layers
- * interleaved with gated full-attention layers (config layer_types).
+/* model/qwen3_5.c - Qwen3.5 (qwen3_5_text) and Qwen3.5-MoE (qwen3_5_moe_text): Gated
+ * DeltaNet linear-attention layers interleaved with gated full-attention layers (config
+ * layer_types).
  *
  * Every layer: x += mixer(norm1(x)) ; x += mlp(norm2(x)), with zero-centred norms
- * (x / rms * (1 + w)), dense SwiGLU MLP, final (1 + w) norm, untied or tied lm_head.
+ * (x / rms * (1 + w)), final (1 + w) norm, untied or tied lm_head. The MLP is a dense SwiGLU,
+ * or (a layer with a router, mlp.gate) the Qwen3-Next mixture: softmax over num_experts router
+ * logits, top num_experts_per_tok renormalised when norm_topk_prob, sum of weight * SwiGLU
+ * expert, plus a shared SwiGLU expert scaled by sigmoid(shared_expert_gate h). Experts are
+ * read per expert (experts.E.gate_proj...) or fused (experts.gate_up_proj [E][2I][D] with gate
+ * rows first, experts.down_proj [E][D][I]) as row views, never copied.
  *
  * Full attention: q_proj gives per head [q | gate] (2 * head_dim; just q when
  * attn_output_gate is false); q and k get a (1 + w) per-head norm, partial rotary
@@ -32,6 +38,8 @@
 
 typedef struct layer {
     int linear;
+    const rp_tensor *router, *sh_gate_w, *sh_gate, *sh_up, *sh_down; /* MoE layer */
+    rp_tensor *ex_gate, *ex_up, *ex_down;                            /* n_exp views each */
     const rp_tensor *in_norm, *post_norm, *w_gate, *w_up, *w_down;
     const rp_tensor *wq, *wk, *wv, *wo, *q_norm, *k_norm;      /* full attention */
     const rp_tensor *w_qkv, *w_z, *w_b, *w_a, *w_out, *g_norm; /* linear attention */
@@ -45,6 +53,9 @@ typedef struct qwen35 {
     rp_rope rope;
     int nk, nv, dk, dv, K, conv_dim;
     int out_gate; /* attn_output_gate */
+    int n_exp, top_k, moe_ffn, sh_ffn, norm_topk, any_moe;
+    rp_blk_route route;
+    float *rlog, *xe, *ye, *acc, *shg;
     size_t rec_n;
     uint8_t *has_attn;
     float *x, *h, *qg, *q, *gate, *k, *v, *att, *ffa, *ffb;
@@ -56,6 +67,75 @@ typedef struct qwen35_kv {
     rp_blk_kv attn;
     float *rec;
 } qwen35_kv;
+
+static rp_tensor *alloc_views(int n)
+{
+    return rp_calloc((size_t)n, sizeof(rp_tensor));
+}
+
+/* The router, the experts (per-expert tensors or fused stacks) and the shared expert. */
+static rp_status bind_moe(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err)
+{
+    const char *p = rp_blk_prefix(m);
+    int64_t D = m->cfg.dim, I = s->moe_ffn, E = s->n_exp;
+    if (E <= 0 || I <= 0)
+        return rp_err_set(err, RP_ERR_INVALID, "config.json: layer %d has a router but "
+                                               "num_experts / moe_intermediate_size are missing",
+                          i);
+    L->ex_gate = alloc_views((int)E);
+    L->ex_up = alloc_views((int)E);
+    L->ex_down = alloc_views((int)E);
+    if (!L->ex_gate || !L->ex_up || !L->ex_down)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc;
+    const rp_tensor *gu, *dn;
+    if ((rc = rp_blk_tensor_nd(m, err, &gu, 1, 3, (int64_t[]){E, 2 * I, D},
+                               "%slayers.%d.mlp.experts.gate_up_proj", p, i)))
+        return rc;
+    if (gu) {
+        if ((rc = rp_blk_tensor_nd(m, err, &dn, 0, 3, (int64_t[]){E, D, I},
+                                   "%slayers.%d.mlp.experts.down_proj", p, i)))
+            return rc;
+        size_t gb = (size_t)rp_dtype_row_bytes(gu->dtype, D), db = rp_dtype_row_bytes(dn->dtype, I);
+        for (int64_t e = 0; e < E; e++) {
+            const char *g0 = (const char *)gu->data + (size_t)(e * 2 * I) * gb;
+            L->ex_gate[e] = (rp_tensor){.dtype = gu->dtype, .n_dims = 2, .shape = {I, D},
+                                        .data = g0, .n_bytes = (size_t)I * gb};
+            L->ex_up[e] = L->ex_gate[e];
+            L->ex_up[e].data = g0 + (size_t)I * gb;
+            L->ex_down[e] = (rp_tensor){.dtype = dn->dtype, .n_dims = 2, .shape = {D, I},
+                                        .data = (const char *)dn->data + (size_t)(e * D) * db,
+                                        .n_bytes = (size_t)D * db};
+        }
+    } else {
+        for (int e = 0; e < E; e++) {
+            const rp_tensor *g, *u, *d;
+            if ((rc = rp_blk_tensor(m, err, &g, 0, I, D,
+                                    "%slayers.%d.mlp.experts.%d.gate_proj.weight", p, i, e)) ||
+                (rc = rp_blk_tensor(m, err, &u, 0, I, D,
+                                    "%slayers.%d.mlp.experts.%d.up_proj.weight", p, i, e)) ||
+                (rc = rp_blk_tensor(m, err, &d, 0, D, I,
+                                    "%slayers.%d.mlp.experts.%d.down_proj.weight", p, i, e)))
+                return rc;
+            L->ex_gate[e] = *g;
+            L->ex_up[e] = *u;
+            L->ex_down[e] = *d;
+        }
+    }
+    if ((rc = rp_blk_tensor(m, err, &L->sh_gate, 1, s->sh_ffn, D,
+                            "%slayers.%d.mlp.shared_expert.gate_proj.weight", p, i)))
+        return rc;
+    if (L->sh_gate &&
+        ((rc = rp_blk_tensor(m, err, &L->sh_up, 0, s->sh_ffn, D,
+                             "%slayers.%d.mlp.shared_expert.up_proj.weight", p, i)) ||
+         (rc = rp_blk_tensor(m, err, &L->sh_down, 0, D, s->sh_ffn,
+                             "%slayers.%d.mlp.shared_expert.down_proj.weight", p, i)) ||
+         (rc = rp_blk_tensor(m, err, &L->sh_gate_w, 0, 1, D,
+                             "%slayers.%d.mlp.shared_expert_gate.weight", p, i))))
+        return rc;
+    s->any_moe = 1;
+    return RP_OK;
+}
 
 static rp_status bind_layer(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err)
 {
@@ -69,15 +149,17 @@ static rp_status bind_layer(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err
         return rc;
     T(in_norm, dim, 0, "input_layernorm.weight", p, i);
     T(post_norm, dim, 0, "post_attention_layernorm.weight", p, i);
-    const rp_tensor *experts;
-    if ((rc = rp_blk_tensor(m, err, &experts, 1, 0, 0, "%slayers.%d.mlp.gate.weight", p, i)))
+    if ((rc = rp_blk_tensor(m, err, &L->router, 1, s->n_exp, dim, "%slayers.%d.mlp.gate.weight",
+                            p, i)))
         return rc;
-    if (experts)
-        return rp_err_set(err, RP_ERR_UNSUPPORTED,
-                          "Qwen3.5 mixture-of-experts layers are not supported yet (layer %d)", i);
-    T(w_gate, ffn, dim, "mlp.gate_proj.weight", p, i);
-    T(w_up, ffn, dim, "mlp.up_proj.weight", p, i);
-    T(w_down, dim, ffn, "mlp.down_proj.weight", p, i);
+    if (L->router) {
+        if ((rc = bind_moe(m, s, i, L, err)))
+            return rc;
+    } else {
+        T(w_gate, ffn, dim, "mlp.gate_proj.weight", p, i);
+        T(w_up, ffn, dim, "mlp.up_proj.weight", p, i);
+        T(w_down, dim, ffn, "mlp.down_proj.weight", p, i);
+    }
     if (!L->linear) {
         T(wq, (s->out_gate ? 2 : 1) * qd, dim, "self_attn.q_proj.weight", p, i);
         T(wk, kvd, dim, "self_attn.k_proj.weight", p, i);
@@ -123,7 +205,14 @@ static void q35_deinit(rp_model *m)
             rp_free_aligned(s->layers[i].conv_w);
             rp_free_aligned(s->layers[i].neg_a);
             rp_free_aligned(s->layers[i].dt_bias);
+            rp_free(s->layers[i].ex_gate);
+            rp_free(s->layers[i].ex_up);
+            rp_free(s->layers[i].ex_down);
         }
+    rp_blk_route_free(&s->route);
+    float *moe_bufs[] = {s->rlog, s->xe, s->ye, s->acc, s->shg};
+    for (size_t i = 0; i < RP_ARRAY_LEN(moe_bufs); i++)
+        rp_free_aligned(moe_bufs[i]);
     rp_free(s->layers);
     rp_free(s->has_attn);
     rp_rope_deinit(&s->rope);
@@ -151,6 +240,11 @@ static rp_status q35_init(rp_model *m, rp_err *err)
     s->dv = rp_config_int(c, "linear_value_head_dim", 128);
     s->K = rp_config_int(c, "linear_conv_kernel_dim", 4);
     s->out_gate = rp_config_bool(c, "attn_output_gate", 1);
+    s->n_exp = rp_config_int(c, "num_experts", 0);
+    s->top_k = rp_config_int(c, "num_experts_per_tok", 0);
+    s->moe_ffn = rp_config_int(c, "moe_intermediate_size", 0);
+    s->sh_ffn = rp_config_int(c, "shared_expert_intermediate_size", 0);
+    s->norm_topk = rp_config_bool(c, "norm_topk_prob", 1);
     if (s->nk <= 0 || s->nv % s->nk != 0 || s->dk > 1024 || s->dv > 1024 || s->K < 1)
         return rp_err_set(err, RP_ERR_INVALID,
                           "config.json: linear_num_value_heads (%d) must be a multiple of "
@@ -175,6 +269,18 @@ static rp_status q35_init(rp_model *m, rp_err *err)
             return rc;
     }
     const char *p = rp_blk_prefix(m);
+    if (s->any_moe) {
+        size_t n = RP_MAX_CHUNK;
+        if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err)))
+            return rc;
+        s->rlog = rp_blk_falloc(n * s->n_exp);
+        s->xe = rp_blk_falloc(n * c->dim);
+        s->ye = rp_blk_falloc(n * c->dim);
+        s->acc = rp_blk_falloc(n * c->dim);
+        s->shg = rp_blk_falloc(n);
+        if (!s->rlog || !s->xe || !s->ye || !s->acc || !s->shg)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+    }
     if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, c->dim, "%sembed_tokens.weight",
                             p)) ||
         (rc = rp_blk_tensor(m, err, &s->final_norm, 0, c->dim, 0, "%snorm.weight", p)) ||
@@ -192,8 +298,11 @@ static rp_status q35_init(rp_model *m, rp_err *err)
     s->k = rp_blk_falloc(n * kvd);
     s->v = rp_blk_falloc(n * kvd);
     s->att = rp_blk_falloc(n * qd);
-    s->ffa = rp_blk_falloc(n * c->ffn_dim);
-    s->ffb = rp_blk_falloc(n * c->ffn_dim);
+    size_t ff = (size_t)c->ffn_dim;
+    ff = ff > (size_t)s->moe_ffn ? ff : (size_t)s->moe_ffn;
+    ff = ff > (size_t)s->sh_ffn ? ff : (size_t)s->sh_ffn;
+    s->ffa = rp_blk_falloc(n * ff);
+    s->ffb = rp_blk_falloc(n * ff);
     s->qkv = rp_blk_falloc(n * s->conv_dim);
     s->conv = rp_blk_falloc(n * s->conv_dim);
     s->z = rp_blk_falloc(n * vd);
@@ -332,6 +441,53 @@ static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int 
     rp_op_matmul(be, L->w_out, s->o, n, s->h);
 }
 
+/* SwiGLU of n rows of s->h (or rows given in x) through gate/up/down into y. */
+static void swiglu(rp_backend *be, qwen35 *s, const rp_tensor *g, const rp_tensor *u,
+                   const rp_tensor *d, const float *x, int n, float *y)
+{
+    rp_op_matmul(be, g, x, n, s->ffa);
+    rp_op_matmul(be, u, x, n, s->ffb);
+    rp_op_silu_mul(be, s->ffa, s->ffa, s->ffb, (int64_t)n * g->shape[0]);
+    rp_op_matmul(be, d, s->ffa, n, y);
+}
+
+/* Routed experts (tokens grouped by expert) plus the gated shared expert, into s->h. */
+static void moe_mlp(rp_model *m, qwen35 *s, layer *L, int n)
+{
+    rp_backend *be = m->be;
+    int D = m->cfg.dim, K = s->top_k;
+    rp_op_matmul(be, L->router, s->h, n, s->rlog);
+    rp_blk_route_compute(&s->route, s->rlog, n,
+                         s->norm_topk ? RP_ROUTE_SOFTMAX_TOPK_NORM : RP_ROUTE_SOFTMAX_TOPK);
+    memset(s->acc, 0, sizeof(float) * (size_t)n * D);
+    for (int e = 0; e < s->n_exp; e++) {
+        int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
+        if (cnt == 0)
+            continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(s->xe + (size_t)i * D, s->h + (size_t)(s->route.order[b + i] / K) * D,
+                   sizeof(float) * D);
+        swiglu(be, s, &L->ex_gate[e], &L->ex_up[e], &L->ex_down[e], s->xe, cnt, s->ye);
+        for (int i = 0; i < cnt; i++) {
+            int slot = s->route.order[b + i];
+            float w = s->route.w[slot], *dst = s->acc + (size_t)(slot / K) * D;
+            const float *src = s->ye + (size_t)i * D;
+            for (int d = 0; d < D; d++)
+                dst[d] += w * src[d];
+        }
+    }
+    if (L->sh_gate) {
+        rp_op_matmul(be, L->sh_gate_w, s->h, n, s->shg);
+        swiglu(be, s, L->sh_gate, L->sh_up, L->sh_down, s->h, n, s->ye);
+        for (int t = 0; t < n; t++) {
+            float g = rp_blk_sigmoid(s->shg[t]);
+            for (int d = 0; d < D; d++)
+                s->acc[(size_t)t * D + d] += g * s->ye[(size_t)t * D + d];
+        }
+    }
+    memcpy(s->h, s->acc, sizeof(float) * (size_t)n * D);
+}
+
 static rp_status q35_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                              int n_logits, rp_err *err)
 {
@@ -339,7 +495,7 @@ static rp_status q35_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, 
     qwen35_kv *kvs = kv->state;
     rp_model_config *c = &m->cfg;
     rp_backend *be = m->be;
-    int pos0 = kv->len, D = c->dim, F = c->ffn_dim;
+    int pos0 = kv->len, D = c->dim;
     rp_rope_update(&s->rope, pos0 + n);
     for (int t = 0; t < n; t++) {
         s->pos[t] = pos0 + t;
@@ -354,10 +510,10 @@ static rp_status q35_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, 
             full_attention(m, s, kvs, l, pos0, n);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
         rp_op_rmsnorm(be, s->h, s->x, L->post_norm, n, D, c->norm_eps, 1);
-        rp_op_matmul(be, L->w_gate, s->h, n, s->ffa);
-        rp_op_matmul(be, L->w_up, s->h, n, s->ffb);
-        rp_op_silu_mul(be, s->ffa, s->ffa, s->ffb, (int64_t)n * F);
-        rp_op_matmul(be, L->w_down, s->ffa, n, s->h);
+        if (L->router)
+            moe_mlp(m, s, L, n);
+        else
+            swiglu(be, s, L->w_gate, L->w_up, L->w_down, s->h, n, s->h);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
     }
     kv->len = pos0 + n;

@@ -44,6 +44,12 @@ _Static_assert(RP_ARRAY_LEN(g_fam_idx) == RP_ARRAY_LEN(g_fam), "one index per fi
 static const char *g_hybrid[] = {"qwen3_5", "lfm2"};
 static int g_hybrid_idx[] = {0, 1};
 
+static float frand_t(unsigned *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
 static int argmax(const float *x, int n)
 {
     int best = 0;
@@ -671,5 +677,132 @@ Test(families, gemma3_transformers4_config)
     json_decref(c);
     expect_same_logits(dir, &f, "gemma3 (transformers-4 config)");
     remove_checkpoint(dir);
+    fixture_free(&f);
+}
+
+/* ---- Qwen3.5-MoE, checked against the dense Qwen3.5 fixture ------------------------------ */
+
+static st_entry entry_f32(const char *name, int n_dims, const int64_t *shape, const float *src)
+{
+    st_entry e = {.dtype = "F32", .n_dims = n_dims};
+    snprintf(e.name, sizeof e.name, "%s", name);
+    size_t n = 1;
+    for (int d = 0; d < n_dims; d++)
+        n *= (size_t)(e.shape[d] = shape[d]);
+    e.n_bytes = n * 4;
+    e.data = rp_calloc(n, 4);
+    if (src)
+        memcpy(e.data, src, e.n_bytes);
+    return e;
+}
+
+/* No transformers fixture exists for qwen3_5_moe, so the MoE path is checked by equivalence
+ * with the dense fixture: (a) fused expert stacks where every expert is the dense MLP (any
+ * routing with renormalised top-k weights then sums to the dense output; the router is
+ * random) and a shared expert whose down projection is zero; (b) per-expert tensors whose
+ * down projections are zero and a shared expert 2x the dense MLP behind a zero gate logit
+ * (sigmoid 0.5). Both must give the dense model's logits. */
+Test(families, qwen3_5_moe_equals_dense_when_experts_are_the_mlp)
+{
+    fixture f;
+    cr_assert_eq(fixture_load("qwen3_5", &f), 0);
+    rp_st *st;
+    cr_assert_eq(rp_st_open(f.dir, &st, NULL), RP_OK);
+    json_t *cfg = fixture_config(&f);
+    int L = (int)json_integer_value(json_object_get(cfg, "num_hidden_layers"));
+    int D = (int)json_integer_value(json_object_get(cfg, "hidden_size"));
+    int F = (int)json_integer_value(json_object_get(cfg, "intermediate_size"));
+    enum { E = 4 };
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "Qwen3_5MoeForCausalLM"));
+    json_object_set_new(cfg, "model_type", json_string("qwen3_5_moe_text"));
+    json_object_set_new(cfg, "num_experts", json_integer(E));
+    json_object_set_new(cfg, "num_experts_per_tok", json_integer(2));
+    json_object_set_new(cfg, "moe_intermediate_size", json_integer(F));
+    json_object_set_new(cfg, "shared_expert_intermediate_size", json_integer(F));
+    json_object_set_new(cfg, "norm_topk_prob", json_true());
+    json_object_del(cfg, "intermediate_size");
+    unsigned seed = 5;
+    for (int variant = 0; variant < 2; variant++) {
+        int cap = rp_st_count(st) + L * (6 + 3 * E);
+        st_entry *e = rp_calloc((size_t)cap, sizeof *e);
+        int n = 0;
+        for (int i = 0; i < rp_st_count(st); i++) {
+            const rp_st_tensor *t = rp_st_at(st, i);
+            if (!strstr(t->name, ".mlp."))
+                e[n++] = entry_of(t);
+        }
+        for (int l = 0; l < L; l++) {
+            char name[160];
+            const float *w[3];
+            static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+            for (int k = 0; k < 3; k++) {
+                snprintf(name, sizeof name, "model.layers.%d.mlp.%s.weight", l, part[k]);
+                const rp_st_tensor *t = rp_st_find(st, name);
+                cr_assert_not_null(t);
+                w[k] = t->t.data;
+            }
+            size_t gsz = (size_t)F * D; /* gate / up / down element counts */
+            float *router = rp_alloc(sizeof(float) * E * D);
+            for (int i = 0; i < E * D; i++)
+                router[i] = variant ? 0.0f : frand_t(&seed);
+            snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", l);
+            e[n++] = entry_f32(name, 2, (int64_t[]){E, D}, router);
+            if (variant == 0) { /* fused stacks of the dense MLP, shared expert silenced */
+                float *gu = rp_alloc(sizeof(float) * E * 2 * gsz),
+                      *dn = rp_alloc(sizeof(float) * E * gsz);
+                for (int x = 0; x < E; x++) {
+                    memcpy(gu + x * 2 * gsz, w[0], gsz * 4);
+                    memcpy(gu + x * 2 * gsz + gsz, w[1], gsz * 4);
+                    memcpy(dn + x * gsz, w[2], gsz * 4);
+                }
+                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+                e[n++] = entry_f32(name, 3, (int64_t[]){E, 2 * F, D}, gu);
+                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
+                e[n++] = entry_f32(name, 3, (int64_t[]){E, D, F}, dn);
+                rp_free(gu);
+                rp_free(dn);
+            } else { /* per-expert tensors that output zero */
+                for (int x = 0; x < E; x++)
+                    for (int k = 0; k < 3; k++) {
+                        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s.weight", l,
+                                 x, part[k]);
+                        e[n++] = entry_f32(name, 2,
+                                           k < 2 ? (int64_t[]){F, D} : (int64_t[]){D, F},
+                                           k < 2 ? w[k] : NULL);
+                    }
+            }
+            float *down2 = rp_alloc(gsz * 4);
+            for (size_t i = 0; i < gsz; i++)
+                down2[i] = variant ? 2.0f * w[2][i] : 0.0f;
+            float *sg = rp_alloc(sizeof(float) * D);
+            for (int i = 0; i < D; i++)
+                sg[i] = variant ? 0.0f : frand_t(&seed);
+            for (int k = 0; k < 3; k++) {
+                snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert.%s.weight", l,
+                         part[k]);
+                e[n++] = entry_f32(name, 2, k < 2 ? (int64_t[]){F, D} : (int64_t[]){D, F},
+                                   k < 2 ? w[k] : down2);
+            }
+            snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert_gate.weight", l);
+            e[n++] = entry_f32(name, 2, (int64_t[]){1, D}, sg);
+            rp_free(router);
+            rp_free(down2);
+            rp_free(sg);
+        }
+        cr_assert_leq(n, cap);
+        char dir[] = "/tmp/rp_q35moe_XXXXXX";
+        cr_assert_not_null(mkdtemp(dir));
+        write_checkpoint(dir, f.dir, e, n);
+        char path[700];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        cr_assert_eq(json_dump_file(cfg, path, JSON_INDENT(2)), 0);
+        expect_same_logits(dir, &f, variant ? "qwen3_5_moe (shared expert)" : "qwen3_5_moe (routed)");
+        for (int i = 0; i < n; i++)
+            rp_free(e[i].data);
+        rp_free(e);
+        remove_checkpoint(dir);
+    }
+    json_decref(cfg);
+    rp_st_close(st);
     fixture_free(&f);
 }
