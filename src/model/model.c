@@ -26,6 +26,7 @@ static const arch_entry g_archs[] = {
     {"Qwen3_5ForConditionalGeneration", &rp_arch_qwen3_5},
     {"Qwen3_5MoeForCausalLM", &rp_arch_qwen3_5},
     {"Qwen3_5MoeForConditionalGeneration", &rp_arch_qwen3_5},
+    {"Qwen3NextForCausalLM", &rp_arch_qwen3_5},
     {"GptOssForCausalLM", &rp_arch_gpt_oss},
 };
 

@@ -1,6 +1,7 @@
-/* model/qwen3_5.c - Qwen3.5 (qwen3_5_text) and Qwen3.5-MoE (qwen3_5_moe_text): Gated
- * DeltaNet linear-attention layers interleaved with gated full-attention layers (config
- * layer_types).
+/* model/qwen3_5.c - Qwen3.5 (qwen3_5_text), Qwen3.5-MoE (qwen3_5_moe_text) and Qwen3-Next
+ * (qwen3_next, same layers with fused head-grouped in_proj_qkvz / in_proj_ba): Gated DeltaNet
+ * linear-attention layers interleaved with gated full-attention layers (config layer_types,
+ * or every full_attention_interval-th layer).
  *
  * Every layer: x += mixer(norm1(x)) ; x += mlp(norm2(x)), with zero-centred norms
  * (x / rms * (1 + w)), final (1 + w) norm, untied or tied lm_head. The MLP is a dense SwiGLU,
@@ -43,6 +44,7 @@ typedef struct layer {
     const rp_tensor *in_norm, *post_norm, *w_gate, *w_up, *w_down;
     const rp_tensor *wq, *wk, *wv, *wo, *q_norm, *k_norm;      /* full attention */
     const rp_tensor *w_qkv, *w_z, *w_b, *w_a, *w_out, *g_norm; /* linear attention */
+    const rp_tensor *w_qkvz, *w_ba; /* Qwen3-Next's fused, head-grouped projections */
     float *conv_w, *neg_a, *dt_bias;                           /* f32 copies */
     size_t rec_off; /* this layer's conv window then S inside kv->rec */
 } layer;
@@ -59,7 +61,7 @@ typedef struct qwen35 {
     size_t rec_n;
     uint8_t *has_attn;
     float *x, *h, *qg, *q, *gate, *k, *v, *att, *ffa, *ffb;
-    float *qkv, *conv, *z, *b, *a, *o;
+    float *qkv, *conv, *z, *b, *a, *o, *fused;
     int32_t pos[RP_MAX_CHUNK];
 } qwen35;
 
@@ -170,10 +172,17 @@ static rp_status bind_layer(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err
         return RP_OK;
     }
     int64_t vd = (int64_t)s->nv * s->dv;
-    T(w_qkv, s->conv_dim, dim, "linear_attn.in_proj_qkv.weight", p, i);
-    T(w_z, vd, dim, "linear_attn.in_proj_z.weight", p, i);
-    T(w_b, s->nv, dim, "linear_attn.in_proj_b.weight", p, i);
-    T(w_a, s->nv, dim, "linear_attn.in_proj_a.weight", p, i);
+    if ((rc = rp_blk_tensor(m, err, &L->w_qkvz, 1, s->conv_dim + vd, dim,
+                            "%slayers.%d.linear_attn.in_proj_qkvz.weight", p, i)))
+        return rc;
+    if (L->w_qkvz) {
+        T(w_ba, 2 * s->nv, dim, "linear_attn.in_proj_ba.weight", p, i);
+    } else {
+        T(w_qkv, s->conv_dim, dim, "linear_attn.in_proj_qkv.weight", p, i);
+        T(w_z, vd, dim, "linear_attn.in_proj_z.weight", p, i);
+        T(w_b, s->nv, dim, "linear_attn.in_proj_b.weight", p, i);
+        T(w_a, s->nv, dim, "linear_attn.in_proj_a.weight", p, i);
+    }
     T(w_out, dim, vd, "linear_attn.out_proj.weight", p, i);
     T(g_norm, s->dv, 0, "linear_attn.norm.weight", p, i);
     const rp_tensor *alog, *dtb, *cw;
@@ -217,7 +226,7 @@ static void q35_deinit(rp_model *m)
     rp_free(s->has_attn);
     rp_rope_deinit(&s->rope);
     float *bufs[] = {s->x,   s->h,    s->qg, s->q, s->gate, s->k, s->v, s->att,
-                     s->ffa, s->ffb,  s->qkv, s->conv, s->z, s->b, s->a, s->o};
+                     s->ffa, s->ffb,  s->qkv, s->conv, s->z, s->b, s->a, s->o, s->fused};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
         rp_free_aligned(bufs[i]);
     rp_free(s);
@@ -309,8 +318,9 @@ static rp_status q35_init(rp_model *m, rp_err *err)
     s->b = rp_blk_falloc(n * s->nv);
     s->a = rp_blk_falloc(n * s->nv);
     s->o = rp_blk_falloc(n * vd);
+    s->fused = rp_blk_falloc(n * (s->conv_dim + vd));
     float *bufs[] = {s->x,   s->h,   s->qg,  s->q,    s->gate, s->k, s->v, s->att,
-                     s->ffa, s->ffb, s->qkv, s->conv, s->z,    s->b, s->a, s->o};
+                     s->ffa, s->ffb, s->qkv, s->conv, s->z,    s->b, s->a, s->o, s->fused};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
         if (!bufs[i])
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
@@ -391,6 +401,35 @@ static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int po
 
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Qwen3-Next: in_proj_qkvz rows come per key head g as [q_g | k_g | v_g | z_g] (dk, dk,
+ * r * dv, r * dv with r = n_v_heads / n_k_heads) and in_proj_ba rows as [b_g | a_g] (r, r);
+ * one matmul each into s->fused, then the columns go where Qwen3.5's split projections put
+ * them: qkv = [all q | all k | all v], z, b, a. */
+static void fused_projections(rp_backend *be, qwen35 *s, layer *L, int n)
+{
+    int nk = s->nk, dk = s->dk, dv = s->dv, r = s->nv / s->nk, CD = s->conv_dim,
+        vd = s->nv * s->dv, kd = nk * dk, W = CD + vd, grp = 2 * dk + 2 * r * dv;
+    rp_op_matmul(be, L->w_qkvz, s->h, n, s->fused);
+    for (int t = 0; t < n; t++) {
+        const float *src = s->fused + (size_t)t * W;
+        float *qkv = s->qkv + (size_t)t * CD, *z = s->z + (size_t)t * vd;
+        for (int g = 0; g < nk; g++) {
+            const float *G = src + (size_t)g * grp;
+            memcpy(qkv + g * dk, G, sizeof(float) * dk);
+            memcpy(qkv + kd + g * dk, G + dk, sizeof(float) * dk);
+            memcpy(qkv + 2 * kd + g * r * dv, G + 2 * dk, sizeof(float) * r * dv);
+            memcpy(z + g * r * dv, G + 2 * dk + r * dv, sizeof(float) * r * dv);
+        }
+    }
+    rp_op_matmul(be, L->w_ba, s->h, n, s->fused);
+    for (int t = 0; t < n; t++)
+        for (int g = 0; g < nk; g++) {
+            const float *G = s->fused + (size_t)t * 2 * s->nv + g * 2 * r;
+            memcpy(s->b + (size_t)t * s->nv + g * r, G, sizeof(float) * r);
+            memcpy(s->a + (size_t)t * s->nv + g * r, G + r, sizeof(float) * r);
+        }
+}
+
 static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int n)
 {
     rp_model_config *c = &m->cfg;
@@ -399,10 +438,14 @@ static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int 
     int nk = s->nk, nv = s->nv, dk = s->dk, dv = s->dv, CD = s->conv_dim, vd = nv * dv;
     float *conv_state = kvs->rec + L->rec_off;
     float *S = conv_state + (size_t)(s->K - 1) * CD;
-    rp_op_matmul(be, L->w_qkv, s->h, n, s->qkv);
-    rp_op_matmul(be, L->w_z, s->h, n, s->z);
-    rp_op_matmul(be, L->w_b, s->h, n, s->b);
-    rp_op_matmul(be, L->w_a, s->h, n, s->a);
+    if (L->w_qkvz) {
+        fused_projections(be, s, L, n);
+    } else {
+        rp_op_matmul(be, L->w_qkv, s->h, n, s->qkv);
+        rp_op_matmul(be, L->w_z, s->h, n, s->z);
+        rp_op_matmul(be, L->w_b, s->h, n, s->b);
+        rp_op_matmul(be, L->w_a, s->h, n, s->a);
+    }
     rp_blk_conv1d(s->conv, s->qkv, conv_state, L->conv_w, NULL, n, CD, s->K);
     for (long i = 0; i < (long)n * CD; i++)
         s->conv[i] = rp_blk_silu(s->conv[i]);

@@ -806,3 +806,75 @@ Test(families, qwen3_5_moe_equals_dense_when_experts_are_the_mlp)
     rp_st_close(st);
     fixture_free(&f);
 }
+
+/* Qwen3-Next keeps the same layers with in_proj_qkvz / in_proj_ba fused per key head
+ * ([q_g | k_g | v_g | z_g], [b_g | a_g]); the Qwen3.5 fixture re-fused that way (and its
+ * layer pattern given by full_attention_interval instead of layer_types) gives its logits. */
+Test(families, qwen3_next_fused_projections_equal_qwen3_5)
+{
+    fixture f;
+    cr_assert_eq(fixture_load("qwen3_5", &f), 0);
+    json_t *cfg = fixture_config(&f);
+    int nk = (int)json_integer_value(json_object_get(cfg, "linear_num_key_heads"));
+    int nv = (int)json_integer_value(json_object_get(cfg, "linear_num_value_heads"));
+    int dk = (int)json_integer_value(json_object_get(cfg, "linear_key_head_dim"));
+    int dv = (int)json_integer_value(json_object_get(cfg, "linear_value_head_dim"));
+    int D = (int)json_integer_value(json_object_get(cfg, "hidden_size"));
+    int r = nv / nk, kd = nk * dk, vd = nv * dv, grp = 2 * dk + 2 * r * dv;
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "Qwen3NextForCausalLM"));
+    json_object_set_new(cfg, "model_type", json_string("qwen3_next"));
+    json_object_del(cfg, "layer_types");
+    json_object_set_new(cfg, "full_attention_interval", json_integer(4));
+    rp_st *st;
+    cr_assert_eq(rp_st_open(f.dir, &st, NULL), RP_OK);
+    st_entry *e = rp_calloc((size_t)rp_st_count(st), sizeof *e);
+    int n = 0;
+    for (int i = 0; i < rp_st_count(st); i++) {
+        const rp_st_tensor *t = rp_st_at(st, i);
+        const char *s = strstr(t->name, "linear_attn.in_proj_");
+        if (!s) {
+            e[n++] = entry_of(t);
+            continue;
+        }
+        if (strcmp(s, "linear_attn.in_proj_qkv.weight") && strcmp(s, "linear_attn.in_proj_b.weight"))
+            continue; /* z and a join their partners below */
+        char base[100], name[160];
+        snprintf(base, sizeof base, "%.*s", (int)(s - t->name), t->name);
+        int is_qkv = strcmp(s, "linear_attn.in_proj_qkv.weight") == 0;
+        snprintf(name, sizeof name, "%slinear_attn.in_proj_%s.weight", base, is_qkv ? "z" : "a");
+        const float *A = t->t.data, *B = rp_st_find(st, name)->t.data;
+        int rows = is_qkv ? 2 * kd + 2 * vd : 2 * nv;
+        snprintf(name, sizeof name, "%slinear_attn.in_proj_%s.weight", base, is_qkv ? "qkvz" : "ba");
+        st_entry x = entry_f32(name, 2, (int64_t[]){rows, D}, NULL);
+        float *out = x.data;
+        size_t row = (size_t)D * sizeof(float);
+        for (int g = 0; g < nk; g++) {
+            if (is_qkv) { /* A = [q | k | v] rows, B = z rows */
+                float *G = out + (size_t)g * grp * D;
+                memcpy(G, A + (size_t)(g * dk) * D, dk * row);
+                memcpy(G + (size_t)dk * D, A + (size_t)(kd + g * dk) * D, dk * row);
+                memcpy(G + (size_t)2 * dk * D, A + (size_t)(2 * kd + g * r * dv) * D, r * dv * row);
+                memcpy(G + (size_t)(2 * dk + r * dv) * D, B + (size_t)(g * r * dv) * D, r * dv * row);
+            } else { /* A = b rows, B = a rows */
+                float *G = out + (size_t)g * 2 * r * D;
+                memcpy(G, A + (size_t)(g * r) * D, r * row);
+                memcpy(G + (size_t)r * D, B + (size_t)(g * r) * D, r * row);
+            }
+        }
+        e[n++] = x;
+    }
+    rp_st_close(st);
+    char dir[] = "/tmp/rp_q3next_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    write_checkpoint(dir, f.dir, e, n);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cr_assert_eq(json_dump_file(cfg, path, JSON_INDENT(2)), 0);
+    expect_same_logits(dir, &f, "qwen3_next (fused projections)");
+    for (int i = 0; i < n; i++)
+        rp_free(e[i].data);
+    rp_free(e);
+    remove_checkpoint(dir);
+    json_decref(cfg);
+    fixture_free(&f);
+}
