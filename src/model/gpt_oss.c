@@ -154,6 +154,7 @@ static rp_status bind_mxfp4_experts(rp_model *m, gptoss *s, int i, layer *L, rp_
     repack_mxfp4(L->gate_data, gb, gs, E, I, D, 2 * I, 0, 2);
     repack_mxfp4(L->up_data, gb, gs, E, I, D, 2 * I, 1, 2);
     repack_mxfp4(L->down_data, db, ds, E, D, I, D, 0, 1);
+    snprintf(m->info.dtype, sizeof m->info.dtype, "mxfp4"); /* the bulk of the weights */
     L->gate = expert_views(L->gate_data, RP_DT_MXFP4, E, I, D);
     L->up = expert_views(L->up_data, RP_DT_MXFP4, E, I, D);
     L->down = expert_views(L->down_data, RP_DT_MXFP4, E, D, I);
