@@ -19,8 +19,8 @@ rp_status rp_blk_tensor(rp_model *m, rp_err *err, const rp_tensor **out, int opt
                : rp_model_tensor(m, name, d0, d1, out, err);
 }
 
-rp_status rp_blk_tensor_nd(rp_model *m, rp_err *err, const rp_tensor **out, int opt,
-                           int n_dims, const int64_t *shape, const char *fmt, ...)
+rp_status rp_blk_tensor_nd(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int n_dims,
+                           const int64_t *shape, const char *fmt, ...)
 {
     char name[256];
     va_list ap;
@@ -54,22 +54,19 @@ const char *rp_blk_prefix(rp_model *m)
     char name[96];
     for (size_t i = 0; i < RP_ARRAY_LEN(prefixes); i++) {
         snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
-        if (rp_st_find(m->st, name))
-            return prefixes[i];
+        if (rp_st_find(m->st, name)) return prefixes[i];
     }
     return prefixes[0]; /* binding then names the missing tensor */
 }
 
-rp_status rp_blk_lm_head(rp_model *m, const rp_tensor *embed, const rp_tensor **out,
-                         rp_err *err)
+rp_status rp_blk_lm_head(rp_model *m, const rp_tensor *embed, const rp_tensor **out, rp_err *err)
 {
     rp_model_config *c = &m->cfg;
     rp_status rc = rp_model_tensor_opt(m, "lm_head.weight", c->vocab_size, c->dim, out, err);
     if (!rc && !*out)
         rc = rp_model_tensor_opt(m, "language_model.lm_head.weight", c->vocab_size, c->dim, out,
                                  err);
-    if (rc || *out)
-        return rc;
+    if (rc || *out) return rc;
     if (!c->tied_embeddings)
         return rp_err_set(err, RP_ERR_NOT_FOUND,
                           "the checkpoint has no tensor 'lm_head.weight' and "
@@ -95,8 +92,7 @@ float *rp_blk_f32(const rp_tensor *t)
 {
     int64_t n = rp_blk_numel(t);
     float *f = rp_blk_falloc((size_t)n);
-    if (f)
-        rp_tensor_to_f32(t, f, n);
+    if (f) rp_tensor_to_f32(t, f, n);
     return f;
 }
 
@@ -113,8 +109,7 @@ rp_tensor rp_blk_rows(const rp_tensor *t, int64_t r0, int64_t rows)
 
 void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim)
 {
-    if (!b)
-        return;
+    if (!b) return;
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < dim; i++)
             y[(long)t * dim + i] += b[i];
@@ -131,23 +126,20 @@ void rp_blk_gelu_tanh_mul(float *out, const float *gate, const float *up, int64_
 
 /* ---- attention caches ------------------------------------------------------------------ */
 
-rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap,
-                          int row, rp_err *err)
+rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap, int row,
+                          rp_err *err)
 {
     memset(c, 0, sizeof *c);
     c->n_layers = n_layers;
     c->k = rp_calloc((size_t)n_layers, sizeof(float *));
     c->v = rp_calloc((size_t)n_layers, sizeof(float *));
-    if (!c->k || !c->v)
-        goto nomem;
+    if (!c->k || !c->v) goto nomem;
     /* Not zeroed: only positions < len are read, so untouched pages never get committed. */
     for (int l = 0; l < n_layers; l++) {
-        if (has_attn && !has_attn[l])
-            continue;
+        if (has_attn && !has_attn[l]) continue;
         c->k[l] = rp_alloc_aligned((size_t)cap * row * sizeof(float), RP_TAG_KV);
         c->v[l] = rp_alloc_aligned((size_t)cap * row * sizeof(float), RP_TAG_KV);
-        if (!c->k[l] || !c->v[l])
-            goto nomem;
+        if (!c->k[l] || !c->v[l]) goto nomem;
     }
     return RP_OK;
 nomem:
@@ -158,10 +150,8 @@ nomem:
 void rp_blk_kv_free(rp_blk_kv *c)
 {
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->k)
-            rp_free_aligned(c->k[l]);
-        if (c->v)
-            rp_free_aligned(c->v[l]);
+        if (c->k) rp_free_aligned(c->k[l]);
+        if (c->v) rp_free_aligned(c->v[l]);
     }
     rp_free(c->k);
     rp_free(c->v);
@@ -227,16 +217,14 @@ static void softmax(float *x, int n)
         x[i] /= sum;
 }
 
-void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok,
-                          rp_blk_route_mode mode)
+void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok, rp_blk_route_mode mode)
 {
     RP_ASSERT(n_tok <= r->max_tok);
     int E = r->n_exp, K = r->top_k;
     for (int t = 0; t < n_tok; t++) {
         float *p = r->probs;
         memcpy(p, logits + (size_t)t * E, sizeof(float) * (size_t)E);
-        if (mode != RP_ROUTE_TOPK_SOFTMAX)
-            softmax(p, E);
+        if (mode != RP_ROUTE_TOPK_SOFTMAX) softmax(p, E);
         int *sel = r->sel + (size_t)t * K;
         float *w = r->w + (size_t)t * K;
         for (int j = 0; j < K; j++) { /* k is small: selection by repeated scans */
@@ -245,8 +233,7 @@ void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok,
                 int taken = 0;
                 for (int i = 0; i < j; i++)
                     taken |= sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
             }
             sel[j] = best;
             w[j] = p[best];
@@ -292,8 +279,7 @@ void rp_blk_conv1d(float *out, const float *x, float *state, const float *w, con
         }
     }
     /* new state: the last S inputs (from the old state when n < S) */
-    if (S == 0)
-        return;
+    if (S == 0) return;
     if (n >= S) {
         memcpy(state, x + (size_t)(n - S) * C, sizeof(float) * (size_t)S * C);
     } else {

@@ -26,16 +26,15 @@
 rp_status rp_blk_tensor(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int64_t d0,
                         int64_t d1, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* Any rank (expert stacks, conv weights): checks n_dims and every dim of shape (0 = any). */
-rp_status rp_blk_tensor_nd(rp_model *m, rp_err *err, const rp_tensor **out, int opt,
-                           int n_dims, const int64_t *shape, const char *fmt, ...)
+rp_status rp_blk_tensor_nd(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int n_dims,
+                           const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
 
 /* Where the text model's tensors live: "model." (causal LM checkpoints), or the language
  * model inside a multimodal checkpoint ("model.language_model.", "language_model.model."). */
 const char *rp_blk_prefix(rp_model *m);
 /* lm_head.weight (or the multimodal spelling); the embedding when absent and tied. */
-rp_status rp_blk_lm_head(rp_model *m, const rp_tensor *embed, const rp_tensor **out,
-                         rp_err *err);
+rp_status rp_blk_lm_head(rp_model *m, const rp_tensor *embed, const rp_tensor **out, rp_err *err);
 
 /* Elements of a tensor (product of its shape). */
 int64_t rp_blk_numel(const rp_tensor *t);
@@ -50,8 +49,14 @@ rp_tensor rp_blk_rows(const rp_tensor *t, int64_t r0, int64_t rows);
 void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim);
 /* out[i] = gelu_tanh(gate[i]) * up[i] */
 void rp_blk_gelu_tanh_mul(float *out, const float *gate, const float *up, int64_t n);
-static inline float rp_blk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float rp_blk_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float rp_blk_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+static inline float rp_blk_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
 
 /* ---- attention caches ------------------------------------------------------------------ */
 
@@ -61,8 +66,8 @@ typedef struct rp_blk_kv {
     int n_layers;
 } rp_blk_kv;
 
-rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap,
-                          int row, rp_err *err);
+rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap, int row,
+                          rp_err *err);
 void rp_blk_kv_free(rp_blk_kv *c);
 
 /* Appends n tokens' k, v ([n][n_kv_heads * head_dim]) at position a->pos0 of layer l, then
@@ -82,18 +87,17 @@ typedef enum rp_blk_route_mode {
  * order[start[e] .. start[e+1]), each slot s = token * top_k + j with weight w[s]. */
 typedef struct rp_blk_route {
     int n_exp, top_k, max_tok;
-    int *sel;   /* [max_tok * top_k] */
-    float *w;   /* [max_tok * top_k] */
-    int *start; /* [n_exp + 1] */
-    int *order; /* [max_tok * top_k] */
+    int *sel;     /* [max_tok * top_k] */
+    float *w;     /* [max_tok * top_k] */
+    int *start;   /* [n_exp + 1] */
+    int *order;   /* [max_tok * top_k] */
     float *probs; /* [n_exp] scratch */
 } rp_blk_route;
 
 rp_status rp_blk_route_alloc(rp_blk_route *r, int n_exp, int top_k, int max_tok, rp_err *err);
 void rp_blk_route_free(rp_blk_route *r);
 /* logits: [n_tok][n_exp]. Ties go to the lower expert id (as torch.topk on CPU does). */
-void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok,
-                          rp_blk_route_mode mode);
+void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok, rp_blk_route_mode mode);
 
 /* ---- recurrent blocks ------------------------------------------------------------------ */
 

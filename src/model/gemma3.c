@@ -43,7 +43,8 @@ static rp_status init_ropes(rp_model *m, gemma3 *s, rp_err *err)
     rp_model_config *c = &m->cfg;
     rp_model_config g = *c, l = *c;
     json_t *rp = json_object_get(c->json, "rope_parameters");
-    json_t *full = json_object_get(rp, "full_attention"), *slide = json_object_get(rp, "sliding_attention");
+    json_t *full = json_object_get(rp, "full_attention"),
+           *slide = json_object_get(rp, "sliding_attention");
     rp_rope_config *cf[2] = {&g.rope, &l.rope};
     json_t *obj[2] = {full, slide};
     if (json_is_object(full) || json_is_object(slide)) {
@@ -69,16 +70,14 @@ static rp_status init_ropes(rp_model *m, gemma3 *s, rp_err *err)
                               "Gemma 3: rope type '%s' is not supported (default, linear)",
                               cf[i]->type);
     rp_status rc = rp_rope_init(&s->rope_global, &g, c->head_dim, err);
-    if (!rc)
-        rc = rp_rope_init(&s->rope_local, &l, c->head_dim, err);
+    if (!rc) rc = rp_rope_init(&s->rope_local, &l, c->head_dim, err);
     return rc;
 }
 
 static void gemma3_deinit(rp_model *m)
 {
     gemma3 *s = m->arch_state;
-    if (!s)
-        return;
+    if (!s) return;
     rp_free(s->layers);
     rp_rope_deinit(&s->rope_global);
     rp_rope_deinit(&s->rope_local);
@@ -96,32 +95,30 @@ static rp_status gemma3_init(rp_model *m, rp_err *err)
     const char *a = json_is_string(act) ? json_string_value(act) : c->hidden_act;
     if (strcmp(a, "gelu_pytorch_tanh") != 0 && strcmp(a, "gelu_tanh") != 0)
         return rp_err_set(err, RP_ERR_UNSUPPORTED,
-                          "Gemma 3: hidden_activation '%s' is not supported (gelu_pytorch_tanh)", a);
+                          "Gemma 3: hidden_activation '%s' is not supported (gelu_pytorch_tanh)",
+                          a);
     if (json_is_number(json_object_get(c->json, "attn_logit_softcapping")) ||
         json_is_number(json_object_get(c->json, "final_logit_softcapping")))
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "Gemma 3: logit soft-capping is not supported");
     gemma3 *s = rp_calloc(1, sizeof *s);
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     m->arch_state = s;
     s->layers = rp_calloc((size_t)c->n_layers, sizeof(layer));
-    if (!s->layers)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s->layers) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     const char *p = rp_blk_prefix(m);
     int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
             kvd = (int64_t)c->n_kv_heads * hd, ffn = c->ffn_dim;
     json_t *lt = json_object_get(c->json, "layer_types");
-    int pattern = rp_config_int(c, "sliding_window_pattern",
-                                rp_config_int(c, "_sliding_window_pattern", 6));
+    int pattern =
+        rp_config_int(c, "sliding_window_pattern", rp_config_int(c, "_sliding_window_pattern", 6));
     rp_status rc;
     for (int i = 0; i < c->n_layers; i++) {
         layer *L = &s->layers[i];
         const char *t = json_string_value(json_array_get(lt, (size_t)i));
-        L->sliding = t ? strcmp(t, "sliding_attention") == 0
-                       : pattern > 0 && (i + 1) % pattern != 0;
-#define T(field, d0, d1, name)                                                                 \
-    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." name, p, i)))          \
-        return rc;
+        L->sliding =
+            t ? strcmp(t, "sliding_attention") == 0 : pattern > 0 && (i + 1) % pattern != 0;
+#define T(field, d0, d1, name)                                                                     \
+    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." name, p, i))) return rc;
         T(in_norm, dim, 0, "input_layernorm.weight");
         T(post_attn_norm, dim, 0, "post_attention_layernorm.weight");
         T(pre_ffw_norm, dim, 0, "pre_feedforward_layernorm.weight");
@@ -137,8 +134,8 @@ static rp_status gemma3_init(rp_model *m, rp_err *err)
         T(w_down, dim, ffn, "mlp.down_proj.weight");
 #undef T
     }
-    if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, dim, "%sembed_tokens.weight",
-                            p)) ||
+    if ((rc =
+             rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, dim, "%sembed_tokens.weight", p)) ||
         (rc = rp_blk_tensor(m, err, &s->final_norm, 0, dim, 0, "%snorm.weight", p)) ||
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) || (rc = init_ropes(m, s, err)))
         return rc;
@@ -162,10 +159,9 @@ static rp_status gemma3_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
     rp_model_config *c = &m->cfg;
     gemma3_kv *k = rp_calloc(1, sizeof *k);
-    if (!k)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap,
-                                   c->n_kv_heads * c->head_dim, err);
+    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc =
+        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
     if (rc) {
         rp_free(k);
         return rc;
@@ -177,15 +173,14 @@ static rp_status gemma3_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 static void gemma3_kv_deinit(rp_kv *kv)
 {
     gemma3_kv *k = kv->state;
-    if (!k)
-        return;
+    if (!k) return;
     rp_blk_kv_free(&k->attn);
     rp_free(k);
     kv->state = NULL;
 }
 
-static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
-                                float *logits, int n_logits, rp_err *err)
+static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
+                                int n_logits, rp_err *err)
 {
     gemma3 *s = m->arch_state;
     gemma3_kv *kvs = kv->state;
@@ -209,13 +204,18 @@ static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
         rp_op_matmul(be, L->wv, s->h, n, s->v);
         rp_op_rmsnorm(be, s->q, s->q, L->q_norm, n * c->n_heads, hd, eps, 1);
         rp_op_rmsnorm(be, s->k, s->k, L->k_norm, n * c->n_kv_heads, hd, eps, 1);
-        rp_op_rope(be, s->q, n, c->n_heads, hd, r->rot_dim, s->pos, r->inv_freq, r->attn_factor,
+        rp_op_rope(be, s->q, n, c->n_heads, hd, r->rot_dim, s->pos, r->inv_freq, r->attn_factor, 1);
+        rp_op_rope(be, s->k, n, c->n_kv_heads, hd, r->rot_dim, s->pos, r->inv_freq, r->attn_factor,
                    1);
-        rp_op_rope(be, s->k, n, c->n_kv_heads, hd, r->rot_dim, s->pos, r->inv_freq,
-                   r->attn_factor, 1);
-        rp_attn_args a = {.q = s->q, .out = s->att, .n_tok = n, .pos0 = pos0,
-                          .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
-                          .scale = s->attn_scale, .window = L->sliding ? c->sliding_window : 0};
+        rp_attn_args a = {.q = s->q,
+                          .out = s->att,
+                          .n_tok = n,
+                          .pos0 = pos0,
+                          .n_heads = c->n_heads,
+                          .n_kv_heads = c->n_kv_heads,
+                          .head_dim = hd,
+                          .scale = s->attn_scale,
+                          .window = L->sliding ? c->sliding_window : 0};
         rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
         rp_op_matmul(be, L->wo, s->att, n, s->h);
         rp_op_rmsnorm(be, s->h, s->h, L->post_attn_norm, n, D, eps, 1);

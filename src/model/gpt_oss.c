@@ -48,7 +48,10 @@ typedef struct gptoss_kv {
     rp_blk_kv attn;
 } gptoss_kv;
 
-static size_t elem_size(rp_dtype dt) { return dt == RP_DT_F32 ? 4 : 2; }
+static size_t elem_size(rp_dtype dt)
+{
+    return dt == RP_DT_F32 ? 4 : 2;
+}
 
 /* dst[e][r][c] = src[e][c][col0 + r * step] for r < rows, c < cols: expert e's matrix
  * transposed, taking every step-th source column from col0 (de-interleaving gate/up). */
@@ -70,12 +73,14 @@ static void transpose_experts(void *dst, const rp_tensor *src, int E, int rows, 
 static rp_tensor *expert_views(void *data, rp_dtype dt, int E, int rows, int cols)
 {
     rp_tensor *v = rp_calloc((size_t)E, sizeof *v);
-    if (!v)
-        return NULL;
+    if (!v) return NULL;
     size_t nb = (size_t)rows * rp_dtype_row_bytes(dt, cols);
     for (int e = 0; e < E; e++)
-        v[e] = (rp_tensor){.dtype = dt, .n_dims = 2, .shape = {rows, cols},
-                           .data = (const char *)data + e * nb, .n_bytes = nb};
+        v[e] = (rp_tensor){.dtype = dt,
+                           .n_dims = 2,
+                           .shape = {rows, cols},
+                           .data = (const char *)data + e * nb,
+                           .n_bytes = nb};
     return v;
 }
 
@@ -84,10 +89,8 @@ static rp_status f32_of(rp_model *m, rp_err *err, float **out, int64_t d0, int64
 {
     const rp_tensor *t;
     rp_status rc = rp_blk_tensor(m, err, &t, 0, d0, d1, fmt, p, i);
-    if (rc)
-        return rc;
-    if (!(*out = rp_blk_f32(t)))
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (rc) return rc;
+    if (!(*out = rp_blk_f32(t))) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     return RP_OK;
 }
 
@@ -96,11 +99,10 @@ static rp_status raw_u8(rp_model *m, const char *name, int n_dims, const int64_t
                         const rp_st_tensor **out, rp_err *err)
 {
     const rp_st_tensor *t = rp_st_find(m->st, name);
-    if (!t)
-        return rp_err_set(err, RP_ERR_NOT_FOUND, "the checkpoint has no tensor '%s'", name);
+    if (!t) return rp_err_set(err, RP_ERR_NOT_FOUND, "the checkpoint has no tensor '%s'", name);
     if (strcmp(t->dtype, "U8") != 0 || t->t.n_dims != n_dims)
-        return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' should be U8 with %d dimensions",
-                          name, n_dims);
+        return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' should be U8 with %d dimensions", name,
+                          n_dims);
     for (int d = 0; d < n_dims; d++)
         if (t->t.shape[d] != shape[d])
             return rp_err_set(err, RP_ERR_INVALID,
@@ -133,12 +135,15 @@ static rp_status bind_mxfp4_experts(rp_model *m, gptoss *s, int i, layer *L, rp_
     const char *p = rp_blk_prefix(m);
     int E = s->n_exp, I = s->I, D = m->cfg.dim;
     if (D % 32 || I % 32)
-        return rp_err_set(err, RP_ERR_INVALID, "MXFP4 experts need hidden and intermediate "
-                                               "sizes that are multiples of 32");
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "MXFP4 experts need hidden and intermediate "
+                          "sizes that are multiples of 32");
     char name[200];
     const rp_st_tensor *gb, *gs, *db, *ds;
     rp_status rc;
-#define RAW(var, suffix, nd, ...)                                                                  snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s", p, i, suffix);                       if ((rc = raw_u8(m, name, nd, (int64_t[]){__VA_ARGS__}, &var, err)))                               return rc;
+#define RAW(var, suffix, nd, ...)                                                                  \
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s", p, i, suffix);                       \
+    if ((rc = raw_u8(m, name, nd, (int64_t[]){__VA_ARGS__}, &var, err))) return rc;
     RAW(gb, "gate_up_proj_blocks", 4, E, 2 * I, D / 32, 16);
     RAW(gs, "gate_up_proj_scales", 3, E, 2 * I, D / 32);
     RAW(db, "down_proj_blocks", 4, E, D, I / 32, 16);
@@ -158,8 +163,7 @@ static rp_status bind_mxfp4_experts(rp_model *m, gptoss *s, int i, layer *L, rp_
     L->gate = expert_views(L->gate_data, RP_DT_MXFP4, E, I, D);
     L->up = expert_views(L->up_data, RP_DT_MXFP4, E, I, D);
     L->down = expert_views(L->down_data, RP_DT_MXFP4, E, D, I);
-    if (!L->gate || !L->up || !L->down)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!L->gate || !L->up || !L->down) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     return RP_OK;
 }
 
@@ -176,8 +180,7 @@ static rp_status bind_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *e
     char name[200];
     snprintf(name, sizeof name, "%slayers.%d.mlp.experts.gate_up_proj_blocks", p, i);
     if (rp_st_find(m->st, name)) {
-        if ((rc = bind_mxfp4_experts(m, s, i, L, err)))
-            return rc;
+        if ((rc = bind_mxfp4_experts(m, s, i, L, err))) return rc;
     } else {
         if ((rc = rp_blk_tensor_nd(m, err, &gu, 0, 3, (int64_t[]){E, D, 2 * I},
                                    "%slayers.%d.mlp.experts.gate_up_proj", p, i)) ||
@@ -185,8 +188,7 @@ static rp_status bind_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *e
                                    "%slayers.%d.mlp.experts.down_proj", p, i)))
             return rc;
         if (gu->dtype != dn->dtype)
-            return rp_err_set(err, RP_ERR_UNSUPPORTED, "layer %d: expert tensors of two dtypes",
-                              i);
+            return rp_err_set(err, RP_ERR_UNSUPPORTED, "layer %d: expert tensors of two dtypes", i);
         size_t half = (size_t)E * I * D * elem_size(gu->dtype);
         L->gate_data = rp_alloc_aligned(half, RP_TAG_MODEL);
         L->up_data = rp_alloc_aligned(half, RP_TAG_MODEL);
@@ -199,8 +201,7 @@ static rp_status bind_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *e
         L->gate = expert_views(L->gate_data, gu->dtype, E, I, D);
         L->up = expert_views(L->up_data, gu->dtype, E, I, D);
         L->down = expert_views(L->down_data, gu->dtype, E, D, I);
-        if (!L->gate || !L->up || !L->down)
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        if (!L->gate || !L->up || !L->down) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }
     float *gub32 = rp_blk_f32(gub);
     L->gate_b = rp_blk_falloc((size_t)E * I);
@@ -225,12 +226,10 @@ static rp_status bind_layer(rp_model *m, gptoss *s, int i, layer *L, rp_err *err
     int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
             kvd = (int64_t)c->n_kv_heads * hd;
     rp_status rc;
-#define T(field, d0, d1, name)                                                                 \
-    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." name, p, i)))          \
-        return rc;
-#define B(field, d0, name)                                                                     \
-    if ((rc = f32_of(m, err, &L->field, d0, 0, "%slayers.%d." name, p, i)))                    \
-        return rc;
+#define T(field, d0, d1, name)                                                                     \
+    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." name, p, i))) return rc;
+#define B(field, d0, name)                                                                         \
+    if ((rc = f32_of(m, err, &L->field, d0, 0, "%slayers.%d." name, p, i))) return rc;
     T(attn_norm, dim, 0, "input_layernorm.weight");
     T(ffn_norm, dim, 0, "post_attention_layernorm.weight");
     T(wq, qd, dim, "self_attn.q_proj.weight");
@@ -256,13 +255,12 @@ static rp_status bind_layer(rp_model *m, gptoss *s, int i, layer *L, rp_err *err
 static void gptoss_deinit(rp_model *m)
 {
     gptoss *s = m->arch_state;
-    if (!s)
-        return;
+    if (!s) return;
     if (s->layers)
         for (int i = 0; i < m->cfg.n_layers; i++) {
             layer *L = &s->layers[i];
-            float *f[] = {L->bq, L->bk, L->bv, L->bo, L->sinks, L->router_b,
-                          L->gate_b, L->up_b, L->down_b};
+            float *f[] = {L->bq,       L->bk,     L->bv,   L->bo,    L->sinks,
+                          L->router_b, L->gate_b, L->up_b, L->down_b};
             for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
                 rp_free_aligned(f[j]);
             rp_free_aligned(L->gate_data);
@@ -287,8 +285,7 @@ static rp_status gptoss_init(rp_model *m, rp_err *err)
 {
     rp_model_config *c = &m->cfg;
     gptoss *s = rp_calloc(1, sizeof *s);
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     m->arch_state = s;
     s->n_exp = rp_config_int(c, "num_local_experts", rp_config_int(c, "num_experts", 0));
     s->top_k = rp_config_int(c, "num_experts_per_tok", rp_config_int(c, "experts_per_token", 0));
@@ -299,14 +296,11 @@ static rp_status gptoss_init(rp_model *m, rp_err *err)
         return rp_err_set(err, RP_ERR_INVALID,
                           "config.json: num_local_experts and intermediate_size are required");
     rp_status rc;
-    if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err)))
-        return rc;
+    if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err))) return rc;
     s->layers = rp_calloc((size_t)c->n_layers, sizeof(layer));
-    if (!s->layers)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s->layers) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++)
-        if ((rc = bind_layer(m, s, i, &s->layers[i], err)))
-            return rc;
+        if ((rc = bind_layer(m, s, i, &s->layers[i], err))) return rc;
     const char *p = rp_blk_prefix(m);
     if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, c->dim, "%sembed_tokens.weight",
                             p)) ||
@@ -331,8 +325,7 @@ static rp_status gptoss_init(rp_model *m, rp_err *err)
     float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
                      s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i])
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
     return RP_OK;
 }
 
@@ -340,10 +333,9 @@ static rp_status gptoss_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
     rp_model_config *c = &m->cfg;
     gptoss_kv *k = rp_calloc(1, sizeof *k);
-    if (!k)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap,
-                                   c->n_kv_heads * c->head_dim, err);
+    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc =
+        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
     if (rc) {
         rp_free(k);
         return rc;
@@ -355,8 +347,7 @@ static rp_status gptoss_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 static void gptoss_kv_deinit(rp_kv *kv)
 {
     gptoss_kv *k = kv->state;
-    if (!k)
-        return;
+    if (!k) return;
     rp_blk_kv_free(&k->attn);
     rp_free(k);
     kv->state = NULL;
@@ -372,8 +363,7 @@ static void moe_block(rp_model *m, gptoss *s, layer *L, int n)
     memset(s->acc, 0, sizeof(float) * (size_t)n * D);
     for (int e = 0; e < s->n_exp; e++) {
         int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
-        if (cnt == 0)
-            continue;
+        if (cnt == 0) continue;
         for (int i = 0; i < cnt; i++) {
             int t = s->route.order[b + i] / K;
             memcpy(s->xe + (size_t)i * D, s->h + (size_t)t * D, sizeof(float) * D);
@@ -400,8 +390,8 @@ static void moe_block(rp_model *m, gptoss *s, layer *L, int n)
     rp_op_add(be, s->x, s->acc, (int64_t)n * D);
 }
 
-static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
-                                float *logits, int n_logits, rp_err *err)
+static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
+                                int n_logits, rp_err *err)
 {
     gptoss *s = m->arch_state;
     gptoss_kv *kvs = kv->state;
@@ -427,9 +417,15 @@ static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
                    s->rope.attn_factor, 1);
         rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                    s->rope.attn_factor, 1);
-        rp_attn_args a = {.q = s->q, .out = s->att, .n_tok = n, .pos0 = pos0,
-                          .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
-                          .scale = 1.0f / sqrtf((float)hd), .window = L->window,
+        rp_attn_args a = {.q = s->q,
+                          .out = s->att,
+                          .n_tok = n,
+                          .pos0 = pos0,
+                          .n_heads = c->n_heads,
+                          .n_kv_heads = c->n_kv_heads,
+                          .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .window = L->window,
                           .sinks = L->sinks};
         rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
         rp_op_matmul(be, L->wo, s->att, n, s->h);

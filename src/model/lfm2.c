@@ -46,8 +46,7 @@ static int is_attention(const rp_model_config *c, int i)
 {
     json_t *lt = json_object_get(c->json, "layer_types");
     const char *t = json_string_value(json_array_get(lt, (size_t)i));
-    if (t)
-        return strcmp(t, "full_attention") == 0;
+    if (t) return strcmp(t, "full_attention") == 0;
     json_t *idx = json_object_get(c->json, "full_attn_idxs");
     size_t j;
     json_t *e;
@@ -62,9 +61,8 @@ static rp_status bind_layer(rp_model *m, lfm2 *s, int i, layer *L, rp_err *err)
     int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
             kvd = (int64_t)c->n_kv_heads * hd;
     rp_status rc;
-#define T(field, d0, d1, name)                                                                 \
-    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." name, p, i)))          \
-        return rc;
+#define T(field, d0, d1, name)                                                                     \
+    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." name, p, i))) return rc;
     T(op_norm, dim, 0, "operator_norm.weight");
     T(ffn_norm, dim, 0, "ffn_norm.weight");
     T(w1, 0, dim, "feed_forward.w1.weight");
@@ -101,8 +99,7 @@ static rp_status bind_layer(rp_model *m, lfm2 *s, int i, layer *L, rp_err *err)
 static void lfm2_deinit(rp_model *m)
 {
     lfm2 *s = m->arch_state;
-    if (!s)
-        return;
+    if (!s) return;
     if (s->layers)
         for (int i = 0; i < m->cfg.n_layers; i++) {
             rp_free_aligned(s->layers[i].conv_w);
@@ -122,8 +119,7 @@ static rp_status lfm2_init(rp_model *m, rp_err *err)
 {
     rp_model_config *c = &m->cfg;
     lfm2 *s = rp_calloc(1, sizeof *s);
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     m->arch_state = s;
     s->K = rp_config_int(c, "conv_L_cache", 3);
     s->eps = (float)rp_config_num(c, "norm_eps", c->norm_eps);
@@ -131,20 +127,17 @@ static rp_status lfm2_init(rp_model *m, rp_err *err)
         return rp_err_set(err, RP_ERR_INVALID, "config.json: conv_L_cache must be positive");
     s->layers = rp_calloc((size_t)c->n_layers, sizeof(layer));
     s->has_attn = rp_calloc((size_t)c->n_layers, 1);
-    if (!s->layers || !s->has_attn)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s->layers || !s->has_attn) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     rp_status rc;
     for (int i = 0; i < c->n_layers; i++) {
         s->layers[i].conv = !is_attention(c, i);
         s->has_attn[i] = !s->layers[i].conv;
-        if ((rc = bind_layer(m, s, i, &s->layers[i], err)))
-            return rc;
+        if ((rc = bind_layer(m, s, i, &s->layers[i], err))) return rc;
     }
     const char *p = rp_blk_prefix(m);
     if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, c->dim, "%sembed_tokens.weight",
                             p)) ||
-        (rc = rp_blk_tensor(m, err, &s->final_norm, 0, c->dim, 0, "%sembedding_norm.weight",
-                            p)) ||
+        (rc = rp_blk_tensor(m, err, &s->final_norm, 0, c->dim, 0, "%sembedding_norm.weight", p)) ||
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
         (rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;
@@ -163,8 +156,7 @@ static rp_status lfm2_init(rp_model *m, rp_err *err)
     s->ffb = rp_blk_falloc(n * s->ffn);
     float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->bcx, s->bx, s->cv, s->ffa, s->ffb};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i])
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
     return RP_OK;
 }
 
@@ -173,8 +165,7 @@ static rp_status lfm2_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
     lfm2 *s = m->arch_state;
     rp_model_config *c = &m->cfg;
     lfm2_kv *k = rp_calloc(1, sizeof *k);
-    if (!k)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, s->has_attn, kv->cap,
                                    c->n_kv_heads * c->head_dim, err);
     if (rc) {
@@ -199,8 +190,7 @@ static rp_status lfm2_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 static void lfm2_kv_deinit(rp_kv *kv)
 {
     lfm2_kv *k = kv->state;
-    if (!k)
-        return;
+    if (!k) return;
     rp_blk_kv_free(&k->attn);
     rp_free_aligned(k->rec);
     rp_free(k);
@@ -224,8 +214,13 @@ static void attention(rp_model *m, lfm2 *s, lfm2_kv *kvs, int l, int pos0, int n
                s->rope.attn_factor, 1);
     rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                s->rope.attn_factor, 1);
-    rp_attn_args a = {.q = s->q, .out = s->att, .n_tok = n, .pos0 = pos0,
-                      .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
+    rp_attn_args a = {.q = s->q,
+                      .out = s->att,
+                      .n_tok = n,
+                      .pos0 = pos0,
+                      .n_heads = c->n_heads,
+                      .n_kv_heads = c->n_kv_heads,
+                      .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd)};
     rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
     rp_op_matmul(be, L->wo, s->att, n, s->h);

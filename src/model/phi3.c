@@ -33,8 +33,7 @@ typedef struct phi3_kv {
 static void phi3_deinit(rp_model *m)
 {
     phi3 *s = m->arch_state;
-    if (!s)
-        return;
+    if (!s) return;
     rp_free(s->layers);
     rp_rope_deinit(&s->rope);
     float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->ffa, s->ffb};
@@ -51,12 +50,10 @@ static rp_status phi3_init(rp_model *m, rp_err *err)
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "hidden_act '%s' is not supported (silu only)",
                           c->hidden_act);
     phi3 *s = rp_calloc(1, sizeof *s);
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     m->arch_state = s;
     s->layers = rp_calloc((size_t)c->n_layers, sizeof(layer));
-    if (!s->layers)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s->layers) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     const char *p = rp_blk_prefix(m);
     int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
             kvd = (int64_t)c->n_kv_heads * hd, ffn = c->ffn_dim;
@@ -72,10 +69,10 @@ static rp_status phi3_init(rp_model *m, rp_err *err)
                                 "%slayers.%d.self_attn.qkv_proj.weight", p, i)) ||
             (rc = rp_blk_tensor(m, err, &L->wo, 0, dim, qd, "%slayers.%d.self_attn.o_proj.weight",
                                 p, i)) ||
-            (rc = rp_blk_tensor(m, err, &gu, 0, 2 * ffn, dim,
-                                "%slayers.%d.mlp.gate_up_proj.weight", p, i)) ||
-            (rc = rp_blk_tensor(m, err, &L->w_down, 0, dim, ffn,
-                                "%slayers.%d.mlp.down_proj.weight", p, i)))
+            (rc = rp_blk_tensor(m, err, &gu, 0, 2 * ffn, dim, "%slayers.%d.mlp.gate_up_proj.weight",
+                                p, i)) ||
+            (rc = rp_blk_tensor(m, err, &L->w_down, 0, dim, ffn, "%slayers.%d.mlp.down_proj.weight",
+                                p, i)))
             return rc;
         L->wq = rp_blk_rows(qkv, 0, qd);
         L->wk = rp_blk_rows(qkv, qd, kvd);
@@ -83,8 +80,8 @@ static rp_status phi3_init(rp_model *m, rp_err *err)
         L->w_gate = rp_blk_rows(gu, 0, ffn);
         L->w_up = rp_blk_rows(gu, ffn, ffn);
     }
-    if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, dim, "%sembed_tokens.weight",
-                            p)) ||
+    if ((rc =
+             rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, dim, "%sembed_tokens.weight", p)) ||
         (rc = rp_blk_tensor(m, err, &s->final_norm, 0, dim, 0, "%snorm.weight", p)) ||
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
         (rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
@@ -107,10 +104,9 @@ static rp_status phi3_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
     rp_model_config *c = &m->cfg;
     phi3_kv *k = rp_calloc(1, sizeof *k);
-    if (!k)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap,
-                                   c->n_kv_heads * c->head_dim, err);
+    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc =
+        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
     if (rc) {
         rp_free(k);
         return rc;
@@ -122,8 +118,7 @@ static rp_status phi3_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 static void phi3_kv_deinit(rp_kv *kv)
 {
     phi3_kv *k = kv->state;
-    if (!k)
-        return;
+    if (!k) return;
     rp_blk_kv_free(&k->attn);
     rp_free(k);
     kv->state = NULL;
@@ -152,9 +147,15 @@ static rp_status phi3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
                    s->rope.attn_factor, 1);
         rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                    s->rope.attn_factor, 1);
-        rp_attn_args a = {.q = s->q, .out = s->att, .n_tok = n, .pos0 = pos0,
-                          .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
-                          .scale = 1.0f / sqrtf((float)hd), .window = c->sliding_window};
+        rp_attn_args a = {.q = s->q,
+                          .out = s->att,
+                          .n_tok = n,
+                          .pos0 = pos0,
+                          .n_heads = c->n_heads,
+                          .n_kv_heads = c->n_kv_heads,
+                          .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .window = c->sliding_window};
         rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
         rp_op_matmul(be, L->wo, s->att, n, s->h);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);

@@ -44,9 +44,9 @@ typedef struct layer {
     const rp_tensor *in_norm, *post_norm, *w_gate, *w_up, *w_down;
     const rp_tensor *wq, *wk, *wv, *wo, *q_norm, *k_norm;      /* full attention */
     const rp_tensor *w_qkv, *w_z, *w_b, *w_a, *w_out, *g_norm; /* linear attention */
-    const rp_tensor *w_qkvz, *w_ba; /* Qwen3-Next's fused, head-grouped projections */
-    float *conv_w, *neg_a, *dt_bias;                           /* f32 copies */
-    size_t rec_off; /* this layer's conv window then S inside kv->rec */
+    const rp_tensor *w_qkvz, *w_ba;  /* Qwen3-Next's fused, head-grouped projections */
+    float *conv_w, *neg_a, *dt_bias; /* f32 copies */
+    size_t rec_off;                  /* this layer's conv window then S inside kv->rec */
 } layer;
 
 typedef struct qwen35 {
@@ -81,8 +81,9 @@ static rp_status bind_moe(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err)
     const char *p = rp_blk_prefix(m);
     int64_t D = m->cfg.dim, I = s->moe_ffn, E = s->n_exp;
     if (E <= 0 || I <= 0)
-        return rp_err_set(err, RP_ERR_INVALID, "config.json: layer %d has a router but "
-                                               "num_experts / moe_intermediate_size are missing",
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "config.json: layer %d has a router but "
+                          "num_experts / moe_intermediate_size are missing",
                           i);
     L->ex_gate = alloc_views((int)E);
     L->ex_up = alloc_views((int)E);
@@ -101,11 +102,16 @@ static rp_status bind_moe(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err)
         size_t gb = (size_t)rp_dtype_row_bytes(gu->dtype, D), db = rp_dtype_row_bytes(dn->dtype, I);
         for (int64_t e = 0; e < E; e++) {
             const char *g0 = (const char *)gu->data + (size_t)(e * 2 * I) * gb;
-            L->ex_gate[e] = (rp_tensor){.dtype = gu->dtype, .n_dims = 2, .shape = {I, D},
-                                        .data = g0, .n_bytes = (size_t)I * gb};
+            L->ex_gate[e] = (rp_tensor){.dtype = gu->dtype,
+                                        .n_dims = 2,
+                                        .shape = {I, D},
+                                        .data = g0,
+                                        .n_bytes = (size_t)I * gb};
             L->ex_up[e] = L->ex_gate[e];
             L->ex_up[e].data = g0 + (size_t)I * gb;
-            L->ex_down[e] = (rp_tensor){.dtype = dn->dtype, .n_dims = 2, .shape = {D, I},
+            L->ex_down[e] = (rp_tensor){.dtype = dn->dtype,
+                                        .n_dims = 2,
+                                        .shape = {D, I},
                                         .data = (const char *)dn->data + (size_t)(e * D) * db,
                                         .n_bytes = (size_t)D * db};
         }
@@ -146,17 +152,15 @@ static rp_status bind_layer(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err
     int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
             kvd = (int64_t)c->n_kv_heads * hd, ffn = c->ffn_dim;
     rp_status rc;
-#define T(field, d0, d1, ...)                                                                 \
-    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." __VA_ARGS__)))        \
-        return rc;
+#define T(field, d0, d1, ...)                                                                      \
+    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." __VA_ARGS__))) return rc;
     T(in_norm, dim, 0, "input_layernorm.weight", p, i);
     T(post_norm, dim, 0, "post_attention_layernorm.weight", p, i);
-    if ((rc = rp_blk_tensor(m, err, &L->router, 1, s->n_exp, dim, "%slayers.%d.mlp.gate.weight",
-                            p, i)))
+    if ((rc = rp_blk_tensor(m, err, &L->router, 1, s->n_exp, dim, "%slayers.%d.mlp.gate.weight", p,
+                            i)))
         return rc;
     if (L->router) {
-        if ((rc = bind_moe(m, s, i, L, err)))
-            return rc;
+        if ((rc = bind_moe(m, s, i, L, err))) return rc;
     } else {
         T(w_gate, ffn, dim, "mlp.gate_proj.weight", p, i);
         T(w_up, ffn, dim, "mlp.up_proj.weight", p, i);
@@ -207,8 +211,7 @@ static rp_status bind_layer(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err
 static void q35_deinit(rp_model *m)
 {
     qwen35 *s = m->arch_state;
-    if (!s)
-        return;
+    if (!s) return;
     if (s->layers)
         for (int i = 0; i < m->cfg.n_layers; i++) {
             rp_free_aligned(s->layers[i].conv_w);
@@ -225,8 +228,8 @@ static void q35_deinit(rp_model *m)
     rp_free(s->layers);
     rp_free(s->has_attn);
     rp_rope_deinit(&s->rope);
-    float *bufs[] = {s->x,   s->h,    s->qg, s->q, s->gate, s->k, s->v, s->att,
-                     s->ffa, s->ffb,  s->qkv, s->conv, s->z, s->b, s->a, s->o, s->fused};
+    float *bufs[] = {s->x,   s->h,   s->qg,   s->q, s->gate, s->k, s->v, s->att,  s->ffa,
+                     s->ffb, s->qkv, s->conv, s->z, s->b,    s->a, s->o, s->fused};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
         rp_free_aligned(bufs[i]);
     rp_free(s);
@@ -240,8 +243,7 @@ static rp_status q35_init(rp_model *m, rp_err *err)
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "hidden_act '%s' is not supported (silu only)",
                           c->hidden_act);
     qwen35 *s = rp_calloc(1, sizeof *s);
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     m->arch_state = s;
     s->nk = rp_config_int(c, "linear_num_key_heads", 16);
     s->nv = rp_config_int(c, "linear_num_value_heads", 32);
@@ -262,8 +264,7 @@ static rp_status q35_init(rp_model *m, rp_err *err)
     s->conv_dim = 2 * s->nk * s->dk + s->nv * s->dv;
     s->layers = rp_calloc((size_t)c->n_layers, sizeof(layer));
     s->has_attn = rp_calloc((size_t)c->n_layers, 1);
-    if (!s->layers || !s->has_attn)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s->layers || !s->has_attn) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     json_t *lt = json_object_get(c->json, "layer_types");
     int interval = rp_config_int(c, "full_attention_interval", 4);
     rp_status rc;
@@ -274,14 +275,12 @@ static rp_status q35_init(rp_model *m, rp_err *err)
         if (t && !L->linear && strcmp(t, "full_attention") != 0)
             return rp_err_set(err, RP_ERR_UNSUPPORTED, "config.json: layer type '%s'", t);
         s->has_attn[i] = !L->linear;
-        if ((rc = bind_layer(m, s, i, L, err)))
-            return rc;
+        if ((rc = bind_layer(m, s, i, L, err))) return rc;
     }
     const char *p = rp_blk_prefix(m);
     if (s->any_moe) {
         size_t n = RP_MAX_CHUNK;
-        if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err)))
-            return rc;
+        if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err))) return rc;
         s->rlog = rp_blk_falloc(n * s->n_exp);
         s->xe = rp_blk_falloc(n * c->dim);
         s->ye = rp_blk_falloc(n * c->dim);
@@ -319,11 +318,10 @@ static rp_status q35_init(rp_model *m, rp_err *err)
     s->a = rp_blk_falloc(n * s->nv);
     s->o = rp_blk_falloc(n * vd);
     s->fused = rp_blk_falloc(n * (s->conv_dim + vd));
-    float *bufs[] = {s->x,   s->h,   s->qg,  s->q,    s->gate, s->k, s->v, s->att,
-                     s->ffa, s->ffb, s->qkv, s->conv, s->z,    s->b, s->a, s->o, s->fused};
+    float *bufs[] = {s->x,   s->h,   s->qg,   s->q, s->gate, s->k, s->v, s->att,  s->ffa,
+                     s->ffb, s->qkv, s->conv, s->z, s->b,    s->a, s->o, s->fused};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i])
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
     return RP_OK;
 }
 
@@ -332,8 +330,7 @@ static rp_status q35_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
     qwen35 *s = m->arch_state;
     rp_model_config *c = &m->cfg;
     qwen35_kv *k = rp_calloc(1, sizeof *k);
-    if (!k)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, s->has_attn, kv->cap,
                                    c->n_kv_heads * c->head_dim, err);
     if (rc) {
@@ -357,8 +354,7 @@ static rp_status q35_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 static void q35_kv_deinit(rp_kv *kv)
 {
     qwen35_kv *k = kv->state;
-    if (!k)
-        return;
+    if (!k) return;
     rp_blk_kv_free(&k->attn);
     rp_free_aligned(k->rec);
     rp_free(k);
@@ -385,12 +381,17 @@ static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int po
             }
     rp_op_rmsnorm(be, s->q, s->q, L->q_norm, n * H, hd, c->norm_eps, 1);
     rp_op_rmsnorm(be, s->k, s->k, L->k_norm, n * c->n_kv_heads, hd, c->norm_eps, 1);
-    rp_op_rope(be, s->q, n, H, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
-               s->rope.attn_factor, 1);
+    rp_op_rope(be, s->q, n, H, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq, s->rope.attn_factor,
+               1);
     rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                s->rope.attn_factor, 1);
-    rp_attn_args a = {.q = s->q, .out = s->att, .n_tok = n, .pos0 = pos0, .n_heads = H,
-                      .n_kv_heads = c->n_kv_heads, .head_dim = hd,
+    rp_attn_args a = {.q = s->q,
+                      .out = s->att,
+                      .n_tok = n,
+                      .pos0 = pos0,
+                      .n_heads = H,
+                      .n_kv_heads = c->n_kv_heads,
+                      .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd)};
     rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
     if (s->out_gate)
@@ -399,7 +400,10 @@ static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int po
     rp_op_matmul(be, L->wo, s->att, n, s->h);
 }
 
-static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
+}
 
 /* Qwen3-Next: in_proj_qkvz rows come per key head g as [q_g | k_g | v_g | z_g] (dk, dk,
  * r * dv, r * dv with r = n_v_heads / n_k_heads) and in_proj_ba rows as [b_g | a_g] (r, r);
@@ -407,8 +411,8 @@ static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
  * them: qkv = [all q | all k | all v], z, b, a. */
 static void fused_projections(rp_backend *be, qwen35 *s, layer *L, int n)
 {
-    int nk = s->nk, dk = s->dk, dv = s->dv, r = s->nv / s->nk, CD = s->conv_dim,
-        vd = s->nv * s->dv, kd = nk * dk, W = CD + vd, grp = 2 * dk + 2 * r * dv;
+    int nk = s->nk, dk = s->dk, dv = s->dv, r = s->nv / s->nk, CD = s->conv_dim, vd = s->nv * s->dv,
+        kd = nk * dk, W = CD + vd, grp = 2 * dk + 2 * r * dv;
     rp_op_matmul(be, L->w_qkvz, s->h, n, s->fused);
     for (int t = 0; t < n; t++) {
         const float *src = s->fused + (size_t)t * W;
@@ -464,10 +468,22 @@ static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int 
             s->a[t * nv + h] = L->neg_a[h] * softplus(s->a[t * nv + h] + L->dt_bias[h]);
         }
     }
-    rp_delta_args da = {.q = s->conv, .k = s->conv + nk * dk, .v = s->conv + 2 * nk * dk,
-                        .g = s->a, .beta = s->b, .state = S, .out = s->o, .n_tok = n,
-                        .n_k_heads = nk, .n_v_heads = nv, .dk = dk, .dv = dv,
-                        .q_stride = CD, .k_stride = CD, .v_stride = CD, .out_stride = vd};
+    rp_delta_args da = {.q = s->conv,
+                        .k = s->conv + nk * dk,
+                        .v = s->conv + 2 * nk * dk,
+                        .g = s->a,
+                        .beta = s->b,
+                        .state = S,
+                        .out = s->o,
+                        .n_tok = n,
+                        .n_k_heads = nk,
+                        .n_v_heads = nv,
+                        .dk = dk,
+                        .dv = dv,
+                        .q_stride = CD,
+                        .k_stride = CD,
+                        .v_stride = CD,
+                        .out_stride = vd};
     rp_op_gated_delta(be, &da);
     for (int t = 0; t < n; t++) {
         float *o = s->o + (size_t)t * vd, *z = s->z + (size_t)t * vd;
@@ -505,8 +521,7 @@ static void moe_mlp(rp_model *m, qwen35 *s, layer *L, int n)
     memset(s->acc, 0, sizeof(float) * (size_t)n * D);
     for (int e = 0; e < s->n_exp; e++) {
         int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
-        if (cnt == 0)
-            continue;
+        if (cnt == 0) continue;
         for (int i = 0; i < cnt; i++)
             memcpy(s->xe + (size_t)i * D, s->h + (size_t)(s->route.order[b + i] / K) * D,
                    sizeof(float) * D);

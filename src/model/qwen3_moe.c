@@ -24,7 +24,7 @@ typedef struct expert {
 typedef struct layer {
     const rp_tensor *attn_norm, *ffn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
     const rp_tensor *router;
-    expert *experts;           /* n_exp, NULL for a dense layer */
+    expert *experts;                         /* n_exp, NULL for a dense layer */
     const rp_tensor *w_gate, *w_up, *w_down; /* dense layer */
 } layer;
 
@@ -59,9 +59,8 @@ static rp_status bind_layer(rp_model *m, qmoe *s, int i, layer *L, rp_err *err)
     int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
             kvd = (int64_t)c->n_kv_heads * hd;
     rp_status rc;
-#define T(field, d0, d1, ...)                                                                 \
-    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." __VA_ARGS__)))        \
-        return rc;
+#define T(field, d0, d1, ...)                                                                      \
+    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." __VA_ARGS__))) return rc;
     T(attn_norm, dim, 0, "input_layernorm.weight", p, i);
     T(ffn_norm, dim, 0, "post_attention_layernorm.weight", p, i);
     T(wq, qd, dim, "self_attn.q_proj.weight", p, i);
@@ -79,8 +78,7 @@ static rp_status bind_layer(rp_model *m, qmoe *s, int i, layer *L, rp_err *err)
     T(router, s->n_exp, dim, "mlp.gate.weight", p, i);
 #undef T
     L->experts = rp_calloc((size_t)s->n_exp, sizeof(expert));
-    if (!L->experts)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!L->experts) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     int64_t f = s->moe_ffn;
     for (int e = 0; e < s->n_exp; e++) {
         expert *E = &L->experts[e];
@@ -98,15 +96,14 @@ static rp_status bind_layer(rp_model *m, qmoe *s, int i, layer *L, rp_err *err)
 static void qmoe_deinit(rp_model *m)
 {
     qmoe *s = m->arch_state;
-    if (!s)
-        return;
+    if (!s) return;
     if (s->layers)
         for (int i = 0; i < m->cfg.n_layers; i++)
             rp_free(s->layers[i].experts);
     rp_free(s->layers);
     rp_rope_deinit(&s->rope);
     rp_blk_route_free(&s->route);
-    float *bufs[] = {s->x,  s->h,  s->q,  s->k,  s->v,  s->att,
+    float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
                      s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
         rp_free_aligned(bufs[i]);
@@ -121,8 +118,7 @@ static rp_status qmoe_init(rp_model *m, rp_err *err)
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "hidden_act '%s' is not supported (silu only)",
                           c->hidden_act);
     qmoe *s = rp_calloc(1, sizeof *s);
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     m->arch_state = s;
     s->n_exp = rp_config_int(c, "num_experts", rp_config_int(c, "num_local_experts", 0));
     s->top_k = rp_config_int(c, "num_experts_per_tok", 0);
@@ -132,14 +128,11 @@ static rp_status qmoe_init(rp_model *m, rp_err *err)
         return rp_err_set(err, RP_ERR_INVALID,
                           "config.json: num_experts and moe_intermediate_size are required");
     rp_status rc;
-    if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err)))
-        return rc;
+    if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err))) return rc;
     s->layers = rp_calloc((size_t)c->n_layers, sizeof(layer));
-    if (!s->layers)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!s->layers) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++)
-        if ((rc = bind_layer(m, s, i, &s->layers[i], err)))
-            return rc;
+        if ((rc = bind_layer(m, s, i, &s->layers[i], err))) return rc;
     const char *p = rp_blk_prefix(m);
     if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, c->dim, "%sembed_tokens.weight",
                             p)) ||
@@ -162,11 +155,10 @@ static rp_status qmoe_init(rp_model *m, rp_err *err)
     s->up = rp_blk_falloc(n * ff);
     s->ye = rp_blk_falloc(n * c->dim);
     s->acc = rp_blk_falloc(n * c->dim);
-    float *bufs[] = {s->x,  s->h,  s->q,  s->k,  s->v,  s->att,
+    float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
                      s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i])
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
     return RP_OK;
 }
 
@@ -174,10 +166,9 @@ static rp_status qmoe_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
     rp_model_config *c = &m->cfg;
     qmoe_kv *k = rp_calloc(1, sizeof *k);
-    if (!k)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap,
-                                   c->n_kv_heads * c->head_dim, err);
+    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc =
+        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
     if (rc) {
         rp_free(k);
         return rc;
@@ -189,8 +180,7 @@ static rp_status qmoe_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 static void qmoe_kv_deinit(rp_kv *kv)
 {
     qmoe_kv *k = kv->state;
-    if (!k)
-        return;
+    if (!k) return;
     rp_blk_kv_free(&k->attn);
     rp_free(k);
     kv->state = NULL;
@@ -212,9 +202,15 @@ static void attention_block(rp_model *m, qmoe *s, qmoe_kv *kvs, int l, int pos0,
                s->rope.attn_factor, 1);
     rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                s->rope.attn_factor, 1);
-    rp_attn_args a = {.q = s->q, .out = s->att, .n_tok = n, .pos0 = pos0,
-                      .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
-                      .scale = 1.0f / sqrtf((float)hd), .window = 0};
+    rp_attn_args a = {.q = s->q,
+                      .out = s->att,
+                      .n_tok = n,
+                      .pos0 = pos0,
+                      .n_heads = c->n_heads,
+                      .n_kv_heads = c->n_kv_heads,
+                      .head_dim = hd,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .window = 0};
     rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
     rp_op_matmul(be, L->wo, s->att, n, s->h);
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
@@ -231,8 +227,7 @@ static void moe_block(rp_model *m, qmoe *s, layer *L, int n)
     memset(s->acc, 0, sizeof(float) * (size_t)n * D);
     for (int e = 0; e < s->n_exp; e++) {
         int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
-        if (cnt == 0)
-            continue;
+        if (cnt == 0) continue;
         for (int i = 0; i < cnt; i++) {
             int t = s->route.order[b + i] / K;
             memcpy(s->xe + (size_t)i * D, s->h + (size_t)t * D, sizeof(float) * D);

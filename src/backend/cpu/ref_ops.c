@@ -16,8 +16,8 @@ static float weight_at(const rp_tensor *w, long r, long c)
     case RP_DT_F16: return rp_f16_to_f32(rp_load_u16(w->data, (size_t)i));
     case RP_DT_BF16: return rp_bf16_to_f32(rp_load_u16(w->data, (size_t)i));
     case RP_DT_MXFP4: {
-        const uint8_t *blk = (const uint8_t *)w->data + r * (long)rp_dtype_row_bytes(w->dtype, w->shape[1]) +
-                             (c / 32) * 17;
+        long rb = (long)rp_dtype_row_bytes(w->dtype, w->shape[1]);
+        const uint8_t *blk = (const uint8_t *)w->data + r * rb + (c / 32) * 17;
         uint8_t q = blk[1 + (c % 32) / 2];
         return ldexpf(rp_fp4_values[c % 2 ? q >> 4 : q & 15], (int)blk[0] - 127);
     }

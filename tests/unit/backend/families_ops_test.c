@@ -22,8 +22,7 @@ Test(families_ops, attention_sinks_match_reference)
 {
     rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(2, 1);
     enum { T = 6, H = 4, KVH = 2, D = 16, CTX = 24, POS0 = CTX - T };
-    static float q[T * H * D], k[CTX * KVH * D], v[CTX * KVH * D], o1[T * H * D],
-        o2[T * H * D];
+    static float q[T * H * D], k[CTX * KVH * D], v[CTX * KVH * D], o1[T * H * D], o2[T * H * D];
     unsigned seed = 7;
     for (int i = 0; i < T * H * D; i++)
         q[i] = frand(&seed);
@@ -33,9 +32,18 @@ Test(families_ops, attention_sinks_match_reference)
     }
     float sinks[H] = {-1.0f, 0.5f, 3.0f, 20.0f}; /* the last one dominates every score */
     for (int window = 0; window <= 4; window += 4) {
-        rp_attn_args a = {.q = q, .k = k, .v = v, .out = o1, .n_tok = T, .pos0 = POS0,
-                          .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .scale = 0.25f,
-                          .window = window, .sinks = sinks};
+        rp_attn_args a = {.q = q,
+                          .k = k,
+                          .v = v,
+                          .out = o1,
+                          .n_tok = T,
+                          .pos0 = POS0,
+                          .n_heads = H,
+                          .n_kv_heads = KVH,
+                          .head_dim = D,
+                          .scale = 0.25f,
+                          .window = window,
+                          .sinks = sinks};
         rp_op_attention(fast, &a);
         a.out = o2;
         rp_op_attention(ref, &a);
@@ -55,8 +63,17 @@ Test(families_ops, attention_sink_formula)
     rp_backend *ref = rp_backend_new(1, 1);
     float q[2] = {1.0f, 2.0f}, k[2] = {0.5f, 0.25f}, v[2] = {3.0f, -1.0f}, out[2];
     float sink = 0.7f;
-    rp_attn_args a = {.q = q, .k = k, .v = v, .out = out, .n_tok = 1, .pos0 = 0, .n_heads = 1,
-                      .n_kv_heads = 1, .head_dim = 2, .scale = 1.0f, .sinks = &sink};
+    rp_attn_args a = {.q = q,
+                      .k = k,
+                      .v = v,
+                      .out = out,
+                      .n_tok = 1,
+                      .pos0 = 0,
+                      .n_heads = 1,
+                      .n_kv_heads = 1,
+                      .head_dim = 2,
+                      .scale = 1.0f,
+                      .sinks = &sink};
     rp_op_attention(ref, &a);
     float s = 1.0f * 0.5f + 2.0f * 0.25f, p = expf(s) / (expf(s) + expf(sink));
     cr_assert_float_eq(out[0], p * 3.0f, 1e-6f);
@@ -88,10 +105,10 @@ Test(families_ops, mxfp4_matmul_matches_decoded_f32)
     for (int i = 0; i < T * COLS; i++)
         x[i] = frand(&seed);
     cr_assert_eq(rp_dtype_row_bytes(RP_DT_MXFP4, COLS), (size_t)NB * 17);
-    rp_tensor w = {.dtype = RP_DT_MXFP4, .n_dims = 2, .shape = {ROWS, COLS}, .data = q,
-                   .n_bytes = sizeof q};
-    rp_tensor wf = {.dtype = RP_DT_F32, .n_dims = 2, .shape = {ROWS, COLS}, .data = dec,
-                    .n_bytes = sizeof dec};
+    rp_tensor w = {
+        .dtype = RP_DT_MXFP4, .n_dims = 2, .shape = {ROWS, COLS}, .data = q, .n_bytes = sizeof q};
+    rp_tensor wf = {
+        .dtype = RP_DT_F32, .n_dims = 2, .shape = {ROWS, COLS}, .data = dec, .n_bytes = sizeof dec};
     rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(1, 1);
     rp_op_matmul(fast, &w, x, T, y1);
     rp_op_matmul(ref, &w, x, T, y2);
@@ -125,10 +142,22 @@ Test(families_ops, gated_delta_matches_reference)
     for (int i = 0; i < NV * DK * DV; i++)
         s1[i] = s2[i] = frand(&seed);
     rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(2, 1);
-    rp_delta_args a = {.q = qkv, .k = qkv + NK * DK, .v = qkv + 2 * NK * DK, .g = g,
-                       .beta = beta, .state = s1, .out = o1, .n_tok = T, .n_k_heads = NK,
-                       .n_v_heads = NV, .dk = DK, .dv = DV, .q_stride = QS, .k_stride = QS,
-                       .v_stride = QS, .out_stride = NV * DV};
+    rp_delta_args a = {.q = qkv,
+                       .k = qkv + NK * DK,
+                       .v = qkv + 2 * NK * DK,
+                       .g = g,
+                       .beta = beta,
+                       .state = s1,
+                       .out = o1,
+                       .n_tok = T,
+                       .n_k_heads = NK,
+                       .n_v_heads = NV,
+                       .dk = DK,
+                       .dv = DV,
+                       .q_stride = QS,
+                       .k_stride = QS,
+                       .v_stride = QS,
+                       .out_stride = NV * DV};
     rp_op_gated_delta(fast, &a);
     a.state = s2;
     a.out = o2;
@@ -141,9 +170,22 @@ Test(families_ops, gated_delta_matches_reference)
     /* dk = dv = 1: s = e^g s ; s += k beta (v - s k) ; o = s q */
     float q1[2] = {0.5f, -1.0f}, k1[2] = {2.0f, 0.25f}, v1[2] = {1.0f, 3.0f};
     float g1[2] = {-0.1f, -0.7f}, b1[2] = {0.9f, 0.4f}, st = 0.3f, out[2];
-    rp_delta_args one = {.q = q1, .k = k1, .v = v1, .g = g1, .beta = b1, .state = &st,
-                         .out = out, .n_tok = 2, .n_k_heads = 1, .n_v_heads = 1, .dk = 1,
-                         .dv = 1, .q_stride = 1, .k_stride = 1, .v_stride = 1, .out_stride = 1};
+    rp_delta_args one = {.q = q1,
+                         .k = k1,
+                         .v = v1,
+                         .g = g1,
+                         .beta = b1,
+                         .state = &st,
+                         .out = out,
+                         .n_tok = 2,
+                         .n_k_heads = 1,
+                         .n_v_heads = 1,
+                         .dk = 1,
+                         .dv = 1,
+                         .q_stride = 1,
+                         .k_stride = 1,
+                         .v_stride = 1,
+                         .out_stride = 1};
     rp_op_gated_delta(ref, &one);
     float s = 0.3f, want[2];
     for (int t = 0; t < 2; t++) {

@@ -54,8 +54,7 @@ static int argmax(const float *x, int n)
 {
     int best = 0;
     for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
+        if (x[i] > x[best]) best = i;
     return best;
 }
 
@@ -146,8 +145,11 @@ ParameterizedTest(int *idx, families, greedy_matches_generate)
     cr_assert_eq(rp_model_load(f.dir, NULL, &m, &err), RP_OK, "%s", err.msg);
     rp_engine_config ec = {.max_context = 64};
     cr_assert_eq(rp_engine_new(m, &ec, &e, &err), RP_OK, "%s", err.msg);
-    rp_gen_request req = {.prompt = f.ids, .n_prompt = f.n_ids, .max_tokens = f.n_greedy,
-                          .ignore_eos = 1, .n_top_logprobs = -1};
+    rp_gen_request req = {.prompt = f.ids,
+                          .n_prompt = f.n_ids,
+                          .max_tokens = f.n_greedy,
+                          .ignore_eos = 1,
+                          .n_top_logprobs = -1};
     rp_sampling_default(&req.sampling);
     req.sampling.temperature = 0;
     int32_t *out = NULL;
@@ -179,8 +181,7 @@ Test(families, bf16_and_f16_weights_within_tolerance)
             cr_assert_not_null(lg, "%s as %s: %s", g_fam[i], rp_dtype_name(dts[j]), err.msg);
             float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
             cr_log_info("%s as %s: max |logit diff| %.3g", g_fam[i], rp_dtype_name(dts[j]), d);
-            cr_expect_leq(d, tols[j], "%s as %s: max diff %g", g_fam[i], rp_dtype_name(dts[j]),
-                          d);
+            cr_expect_leq(d, tols[j], "%s as %s: max diff %g", g_fam[i], rp_dtype_name(dts[j]), d);
             rp_free(lg);
             fixture_remove(dir);
         }
@@ -233,8 +234,11 @@ ParameterizedTest(int *idx, families, engine_reruns_hybrid_prompts)
     int32_t *first = NULL;
     for (int run = 0; run < 3; run++) {
         int n_prompt = run < 2 ? f.n_ids : f.n_ids - 4;
-        rp_gen_request req = {.prompt = f.ids, .n_prompt = n_prompt, .max_tokens = 4,
-                              .ignore_eos = 1, .n_top_logprobs = -1};
+        rp_gen_request req = {.prompt = f.ids,
+                              .n_prompt = n_prompt,
+                              .max_tokens = 4,
+                              .ignore_eos = 1,
+                              .n_top_logprobs = -1};
         rp_sampling_default(&req.sampling);
         req.sampling.temperature = 0;
         int32_t *out = NULL;
@@ -288,11 +292,11 @@ ParameterizedTest(int *idx, families, snapshot_restore_is_exact)
     cr_assert_gt(rp_kv_snap_bytes(s6), 0);
     for (int t = P; t < f.n_ids; t++) {
         cr_assert_eq(rp_model_eval(m, kv, &f.ids[t], 1, base + (size_t)t * V, 0, &err), RP_OK);
-        if (t + 1 == Q)
-            cr_assert_eq(rp_kv_snapshot(kv, &s11, &err), RP_OK);
+        if (t + 1 == Q) cr_assert_eq(rp_kv_snapshot(kv, &s11, &err), RP_OK);
     }
     /* the uninterrupted run is itself right */
-    float d = max_abs_diff(base + (P - 1) * V, f.logits + (P - 1) * V, (long)(f.n_ids - P + 1) * f.vocab);
+    float d =
+        max_abs_diff(base + (P - 1) * V, f.logits + (P - 1) * V, (long)(f.n_ids - P + 1) * f.vocab);
     cr_expect_leq(d, F32_TOL, "%s: uninterrupted run off by %g", name, d);
 
     /* truncating a recurrent cache without restoring is refused */
@@ -338,7 +342,8 @@ Test(families, snapshot_of_attention_model_is_position)
     cr_assert_eq(rp_model_load(f.dir, NULL, &m, &err), RP_OK, "%s", err.msg);
     cr_assert_not(rp_model_recurrent(m));
     cr_assert_eq(rp_kv_new(m, 64, &kv, &err), RP_OK);
-    float *a = rp_alloc(sizeof(float) * (size_t)f.vocab), *b = rp_alloc(sizeof(float) * (size_t)f.vocab);
+    float *a = rp_alloc(sizeof(float) * (size_t)f.vocab),
+          *b = rp_alloc(sizeof(float) * (size_t)f.vocab);
     rp_kv_snap *s = NULL;
     cr_assert_eq(rp_model_eval(m, kv, f.ids, 8, NULL, 0, &err), RP_OK);
     cr_assert_eq(rp_kv_snapshot(kv, &s, &err), RP_OK);
@@ -426,8 +431,7 @@ static uint8_t fp4_nibble(float v)
 {
     int best = 0;
     for (int i = 1; i < 16; i++)
-        if (fabsf(rp_fp4_values[i] - v) < fabsf(rp_fp4_values[best] - v))
-            best = i;
+        if (fabsf(rp_fp4_values[i] - v) < fabsf(rp_fp4_values[best] - v)) best = i;
     return (uint8_t)best;
 }
 
@@ -482,8 +486,7 @@ Test(families, gpt_oss_bf16_experts_equal_f32_math_on_same_values)
         const rp_st_tensor *t = rp_st_at(st, i);
         a[i] = entry_of(t);
         b[i] = entry_of(t);
-        if (t->t.n_dims < 2)
-            continue;
+        if (t->t.n_dims < 2) continue;
         size_t cnt = t->t.n_bytes / 4;
         float *v = b[i].data;
         uint16_t *h = rp_alloc(cnt * 2);
@@ -564,7 +567,8 @@ Test(families, gpt_oss_mxfp4_experts_equal_f32_math_on_decoded_values)
           d2 = max_abs_diff(ref, dec, (long)f.n_ids * f.vocab),
           d3 = max_abs_diff(dec, f.logits, (long)f.n_ids * f.vocab);
     cr_log_info("gpt_oss MXFP4 experts vs decoded f32: fast %.3g, reference %.3g (quantization "
-                "itself moves the logits by %.3g)", d1, d2, d3);
+                "itself moves the logits by %.3g)",
+                d1, d2, d3);
     cr_expect_leq(d1, SAME_VALUES_TOL, "gpt_oss MXFP4 (fast kernels): %g", d1);
     cr_expect_leq(d2, SAME_VALUES_TOL, "gpt_oss MXFP4 (reference kernels): %g", d2);
     for (int i = 0; i < nq; i++)
@@ -691,8 +695,7 @@ static st_entry entry_f32(const char *name, int n_dims, const int64_t *shape, co
         n *= (size_t)(e.shape[d] = shape[d]);
     e.n_bytes = n * 4;
     e.data = rp_calloc(n, 4);
-    if (src)
-        memcpy(e.data, src, e.n_bytes);
+    if (src) memcpy(e.data, src, e.n_bytes);
     return e;
 }
 
@@ -728,8 +731,7 @@ Test(families, qwen3_5_moe_equals_dense_when_experts_are_the_mlp)
         int n = 0;
         for (int i = 0; i < rp_st_count(st); i++) {
             const rp_st_tensor *t = rp_st_at(st, i);
-            if (!strstr(t->name, ".mlp."))
-                e[n++] = entry_of(t);
+            if (!strstr(t->name, ".mlp.")) e[n++] = entry_of(t);
         }
         for (int l = 0; l < L; l++) {
             char name[160];
@@ -766,8 +768,7 @@ Test(families, qwen3_5_moe_equals_dense_when_experts_are_the_mlp)
                     for (int k = 0; k < 3; k++) {
                         snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s.weight", l,
                                  x, part[k]);
-                        e[n++] = entry_f32(name, 2,
-                                           k < 2 ? (int64_t[]){F, D} : (int64_t[]){D, F},
+                        e[n++] = entry_f32(name, 2, k < 2 ? (int64_t[]){F, D} : (int64_t[]){D, F},
                                            k < 2 ? w[k] : NULL);
                     }
             }
@@ -796,7 +797,8 @@ Test(families, qwen3_5_moe_equals_dense_when_experts_are_the_mlp)
         char path[700];
         snprintf(path, sizeof path, "%s/config.json", dir);
         cr_assert_eq(json_dump_file(cfg, path, JSON_INDENT(2)), 0);
-        expect_same_logits(dir, &f, variant ? "qwen3_5_moe (shared expert)" : "qwen3_5_moe (routed)");
+        expect_same_logits(dir, &f,
+                           variant ? "qwen3_5_moe (shared expert)" : "qwen3_5_moe (routed)");
         for (int i = 0; i < n; i++)
             rp_free(e[i].data);
         rp_free(e);
@@ -836,7 +838,8 @@ Test(families, qwen3_next_fused_projections_equal_qwen3_5)
             e[n++] = entry_of(t);
             continue;
         }
-        if (strcmp(s, "linear_attn.in_proj_qkv.weight") && strcmp(s, "linear_attn.in_proj_b.weight"))
+        if (strcmp(s, "linear_attn.in_proj_qkv.weight") &&
+            strcmp(s, "linear_attn.in_proj_b.weight"))
             continue; /* z and a join their partners below */
         char base[100], name[160];
         snprintf(base, sizeof base, "%.*s", (int)(s - t->name), t->name);
@@ -844,7 +847,8 @@ Test(families, qwen3_next_fused_projections_equal_qwen3_5)
         snprintf(name, sizeof name, "%slinear_attn.in_proj_%s.weight", base, is_qkv ? "z" : "a");
         const float *A = t->t.data, *B = rp_st_find(st, name)->t.data;
         int rows = is_qkv ? 2 * kd + 2 * vd : 2 * nv;
-        snprintf(name, sizeof name, "%slinear_attn.in_proj_%s.weight", base, is_qkv ? "qkvz" : "ba");
+        snprintf(name, sizeof name, "%slinear_attn.in_proj_%s.weight", base,
+                 is_qkv ? "qkvz" : "ba");
         st_entry x = entry_f32(name, 2, (int64_t[]){rows, D}, NULL);
         float *out = x.data;
         size_t row = (size_t)D * sizeof(float);
@@ -854,7 +858,8 @@ Test(families, qwen3_next_fused_projections_equal_qwen3_5)
                 memcpy(G, A + (size_t)(g * dk) * D, dk * row);
                 memcpy(G + (size_t)dk * D, A + (size_t)(kd + g * dk) * D, dk * row);
                 memcpy(G + (size_t)2 * dk * D, A + (size_t)(2 * kd + g * r * dv) * D, r * dv * row);
-                memcpy(G + (size_t)(2 * dk + r * dv) * D, B + (size_t)(g * r * dv) * D, r * dv * row);
+                memcpy(G + (size_t)(2 * dk + r * dv) * D, B + (size_t)(g * r * dv) * D,
+                       r * dv * row);
             } else { /* A = b rows, B = a rows */
                 float *G = out + (size_t)g * 2 * r * D;
                 memcpy(G, A + (size_t)(g * r) * D, r * row);

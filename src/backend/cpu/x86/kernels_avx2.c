@@ -145,7 +145,8 @@ static void matmul_mxfp4(const rp_tensor *w, long r0, long r1, const float *x, i
                 __m256 sc = _mm256_set1_ps(ldexpf(1.0f, (int)blk[0] - 127));
                 __m256 wv[4];
                 for (int h = 0; h < 2; h++) { /* bytes 8h .. 8h + 7: elements 16h .. 16h + 15 */
-                    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 1 + 8 * h)));
+                    __m128i q = _mm_loadl_epi64((const __m128i *)(blk + 1 + 8 * h));
+                    __m256i v = _mm256_cvtepu8_epi32(q);
                     __m256 lo = fp4_lookup(_mm256_and_si256(v, nib), mag);
                     __m256 hi = fp4_lookup(_mm256_srli_epi32(v, 4), mag);
                     __m256 a = _mm256_unpacklo_ps(lo, hi), c = _mm256_unpackhi_ps(lo, hi);
@@ -159,7 +160,8 @@ static void matmul_mxfp4(const rp_tensor *w, long r0, long r1, const float *x, i
                 }
             }
             for (int j = 0; j < nt; j++) {
-                __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1));
+                __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[j]),
+                                      _mm256_extractf128_ps(acc[j], 1));
                 s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                 s = _mm_add_ss(s, _mm_movehdup_ps(s));
                 y[(long)(t0 + j) * rows + r] = _mm_cvtss_f32(s);
