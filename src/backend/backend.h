@@ -22,12 +22,19 @@ typedef enum rp_dtype {
     RP_DT_F32 = 0,
     RP_DT_F16,
     RP_DT_BF16,
+    /* MXFP4 (OCP microscaling, gpt-oss experts): blocks of 32 FP4 (e2m1) values sharing one
+     * E8M0 scale 2^(s - 127). A row of n elements (n % 32 == 0) is n / 32 blocks of 17 bytes:
+     * the scale byte, then 16 bytes of nibbles (element 2i in the low nibble, 2i + 1 high). */
+    RP_DT_MXFP4,
     RP_DT_COUNT
 } rp_dtype;
 
 const char *rp_dtype_name(rp_dtype dt);
 /* Bytes of one row of n elements (n must be a multiple of the block size for block types). */
 size_t rp_dtype_row_bytes(rp_dtype dt, int64_t n);
+
+/* The 16 FP4 (e2m1) values by nibble, sign in bit 3 (MXFP4 elements before scaling). */
+extern const float rp_fp4_values[16];
 
 /* A weight: shape[0] rows of shape[1] elements (1-D tensors have shape[1] == 1 semantics:
  * n_dims == 1, shape[0] elements). */
@@ -71,7 +78,9 @@ void rp_op_rope(rp_backend *b, float *x, int n_tok, int n_heads, int head_dim, i
 /* Causal attention of n_tok queries (at positions pos0 .. pos0+n_tok-1) over the cache
  * k/v [n_ctx][n_kv_heads][head_dim] (the queries' own keys included), GQA by
  * n_heads / n_kv_heads. q: [n_tok][n_heads][head_dim], out: same shape.
- * window > 0 limits each query to the last `window` keys (sliding window). */
+ * window > 0 limits each query to the last `window` keys (sliding window).
+ * sinks (NULL: none) holds one logit per query head that joins the softmax's denominator
+ * without a value (gpt-oss attention sinks): p_j = exp(s_j) / (sum_i exp(s_i) + exp(sink)). */
 typedef struct rp_attn_args {
     const float *q;
     const float *k;
@@ -84,8 +93,24 @@ typedef struct rp_attn_args {
     int head_dim;
     float scale;
     int window;
+    const float *sinks;
 } rp_attn_args;
 void rp_op_attention(rp_backend *b, const rp_attn_args *a);
+
+/* Gated delta rule (Gated DeltaNet, Qwen3.5 / Qwen3-Next linear attention) over n_tok tokens
+ * for n_v_heads heads, each with its state S [dk][dv] (state + h * dk * dv, updated in place).
+ * Token t, value head h, key head kh = h / (n_v_heads / n_k_heads):
+ *   S = exp(g[t][h]) S ; S += k (beta[t][h] (v - S^T k))^T ; out = S^T q
+ * q, k, v, out: token t's row at t * (q|k|v|out)_stride floats, key heads at kh * dk, value
+ * heads at h * dv; q and k already L2-normalised (q scaled). g, beta: [n_tok][n_v_heads].
+ * Heads fan out over the pool; tokens run in order within a head (the state stays in cache). */
+typedef struct rp_delta_args {
+    const float *q, *k, *v, *g, *beta;
+    float *state, *out;
+    int n_tok, n_k_heads, n_v_heads, dk, dv;
+    long q_stride, k_stride, v_stride, out_stride;
+} rp_delta_args;
+void rp_op_gated_delta(rp_backend *b, const rp_delta_args *a);
 
 /* out[i] = silu(gate[i]) * up[i] for n elements. */
 void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);

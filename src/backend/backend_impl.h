@@ -34,5 +34,6 @@ void rp_ref_rmsnorm(float *out, const float *x, const float *w, int n_tok, int d
 void rp_ref_rope(float *x, int n_tok, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
                  const float *inv_freq, float attn_factor, int neox);
 void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores);
+void rp_ref_gated_delta_head(const rp_delta_args *a, int h);
 
 #endif

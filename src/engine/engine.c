@@ -184,6 +184,8 @@ static void admit(rp_engine *e)
         best->t_first = 0;
         best->phase = SLOT_PREFILL;
         int keep = best_k < r->n_prompt ? best_k : r->n_prompt - 1; /* re-run the last token */
+        if (keep < rp_kv_len(best->kv) && rp_model_recurrent(e->model))
+            keep = 0; /* a hybrid's recurrent state cannot rewind without a snapshot */
         rp_kv_truncate(best->kv, keep);
         e->stats.n_running++;
         e->stats.n_prompt_tokens += r->n_prompt;

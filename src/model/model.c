@@ -17,6 +17,17 @@ static const arch_entry g_archs[] = {
     {"MistralForCausalLM", &rp_arch_llama},
     {"Qwen2ForCausalLM", &rp_arch_llama},
     {"Qwen3ForCausalLM", &rp_arch_llama},
+    {"Phi3ForCausalLM", &rp_arch_phi3},
+    {"Gemma3ForCausalLM", &rp_arch_gemma3},
+    {"Gemma3ForConditionalGeneration", &rp_arch_gemma3},
+    {"Qwen3MoeForCausalLM", &rp_arch_qwen3_moe},
+    {"Lfm2ForCausalLM", &rp_arch_lfm2},
+    {"Qwen3_5ForCausalLM", &rp_arch_qwen3_5},
+    {"Qwen3_5ForConditionalGeneration", &rp_arch_qwen3_5},
+    {"Qwen3_5MoeForCausalLM", &rp_arch_qwen3_5},
+    {"Qwen3_5MoeForConditionalGeneration", &rp_arch_qwen3_5},
+    {"Qwen3NextForCausalLM", &rp_arch_qwen3_5},
+    {"GptOssForCausalLM", &rp_arch_gpt_oss},
 };
 
 static const rp_arch *find_arch(const char *name)
@@ -115,7 +126,9 @@ rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **o
     if (!m->arch) {
         rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
                         "architecture '%s' is not supported (rapid runs: LlamaForCausalLM, "
-                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                        "Phi3ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM, "
+                        "Lfm2ForCausalLM, Qwen3_5ForCausalLM, GptOssForCausalLM)",
                         m->cfg.arch[0] ? m->cfg.arch : "(none in config.json)");
         goto fail;
     }
@@ -183,6 +196,10 @@ void rp_kv_truncate(rp_kv *kv, int n)
 {
     if (n >= 0 && n < kv->len)
         kv->len = n;
+    if (n == 0 && kv->rec_n) { /* the state at the start of a sequence is all zeros */
+        memset(kv->rec, 0, kv->rec_n * sizeof(float));
+        kv->rec_pos = 0;
+    }
 }
 
 rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
@@ -198,6 +215,11 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
         if (ids[i] < 0 || ids[i] >= m->info.vocab_size)
             return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
                               ids[i], m->info.vocab_size);
+    if (kv->rec_n && kv->rec_pos != kv->len)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "the recurrent state describes position %d but the cache was "
+                          "truncated to %d: restore a snapshot taken there",
+                          kv->rec_pos, kv->len);
     size_t vocab = (size_t)m->info.vocab_size;
     for (int done = 0; done < n;) {
         int chunk = n - done < RP_MAX_CHUNK ? n - done : RP_MAX_CHUNK;
@@ -214,6 +236,7 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
         rp_status rc = m->arch->forward(m, kv, ids + done, chunk, dst, n_logits, err);
         if (rc)
             return rc;
+        kv->rec_pos = kv->len;
         done += chunk;
     }
     return RP_OK;
@@ -265,3 +288,47 @@ rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_
     }
     return RP_OK;
 }
+
+int rp_model_recurrent(const rp_model *m) { return m->arch->recurrent; }
+
+struct rp_kv_snap {
+    const rp_model *model;
+    int pos;
+    size_t n;
+    float data[];
+};
+
+rp_status rp_kv_snapshot(const rp_kv *kv, rp_kv_snap **out, rp_err *err)
+{
+    if (kv->rec_n && kv->rec_pos != kv->len)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "no recurrent state at position %d (the cache was truncated)", kv->len);
+    rp_kv_snap *s = rp_alloc(sizeof *s + kv->rec_n * sizeof(float));
+    if (!s)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for a state snapshot");
+    s->model = kv->model;
+    s->pos = kv->len;
+    s->n = kv->rec_n;
+    if (s->n)
+        memcpy(s->data, kv->rec, s->n * sizeof(float));
+    *out = s;
+    return RP_OK;
+}
+
+rp_status rp_kv_restore(rp_kv *kv, const rp_kv_snap *s, rp_err *err)
+{
+    if (s->model != kv->model || s->n != kv->rec_n)
+        return rp_err_set(err, RP_ERR_INVALID, "the snapshot belongs to another model");
+    if (s->pos > kv->len)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "the snapshot is at position %d but the cache holds only %d", s->pos,
+                          kv->len);
+    if (s->n)
+        memcpy(kv->rec, s->data, s->n * sizeof(float));
+    kv->len = kv->rec_pos = s->pos;
+    return RP_OK;
+}
+
+int rp_kv_snap_pos(const rp_kv_snap *s) { return s->pos; }
+size_t rp_kv_snap_bytes(const rp_kv_snap *s) { return sizeof *s + s->n * sizeof(float); }
+void rp_kv_snapshot_free(rp_kv_snap *s) { rp_free(s); }

@@ -16,6 +16,7 @@
 #ifndef RP_MODEL_MODEL_H
 #define RP_MODEL_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -59,7 +60,33 @@ rp_status rp_kv_new(rp_model *model, int max_tokens, rp_kv **out, rp_err *err);
 void rp_kv_free(rp_kv *kv);
 int rp_kv_len(const rp_kv *kv);      /* positions filled */
 int rp_kv_capacity(const rp_kv *kv);
-void rp_kv_truncate(rp_kv *kv, int n); /* forget positions >= n (n <= len) */
+/* Forgets positions >= n (n <= len). A hybrid model's recurrent state (rp_model_recurrent)
+ * cannot be rewound this way except to 0 (which resets it): after truncating such a cache to
+ * 0 < n < len, rp_model_eval fails with RP_ERR_INVALID until a snapshot taken at n is
+ * restored (rp_kv_restore). */
+void rp_kv_truncate(rp_kv *kv, int n);
+
+/* 1 when the model keeps recurrent per-sequence state besides its KV cache (the hybrids:
+ * Qwen3.5 Gated DeltaNet layers, LFM2 short convolutions). */
+int rp_model_recurrent(const rp_model *model);
+
+/* A sequence's recurrent state at one token position, for rewinding a hybrid model's cache
+ * (prefix reuse, speculative decoding).
+ *
+ * Contract: rp_kv_snapshot copies the recurrent state of kv as it stands at position
+ * rp_kv_len(kv) (the attention KV rows are not copied: they stay in kv). rp_kv_restore(kv, s)
+ * puts that state back and sets the length to s's position; evaluating from there gives
+ * exactly the logits an uninterrupted run would. It is valid while positions [0, pos) of kv
+ * still hold what they held at the snapshot, i.e. kv was not truncated below pos since, and
+ * needs rp_kv_len(kv) >= pos (RP_ERR_INVALID otherwise, or for a snapshot of another model).
+ * For models without recurrent state a snapshot is just the position (restore = truncate).
+ * Ownership: rp_kv_snapshot -> rp_kv_snapshot_free; a snapshot does not reference kv. */
+typedef struct rp_kv_snap rp_kv_snap;
+rp_status rp_kv_snapshot(const rp_kv *kv, rp_kv_snap **out, rp_err *err);
+rp_status rp_kv_restore(rp_kv *kv, const rp_kv_snap *snap, rp_err *err);
+int rp_kv_snap_pos(const rp_kv_snap *snap);
+size_t rp_kv_snap_bytes(const rp_kv_snap *snap); /* memory the snapshot holds */
+void rp_kv_snapshot_free(rp_kv_snap *snap);
 
 /* Evaluates ids[0..n) at positions rp_kv_len(kv).. and appends them to the cache.
  * logits: vocab_size floats for the last token, or n * vocab_size (row-major, one row per

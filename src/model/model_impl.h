@@ -28,6 +28,7 @@ typedef struct rp_arch {
     /* KV bytes per position per layer is arch-specific (hybrids keep states instead). */
     rp_status (*kv_init)(rp_model *m, rp_kv *kv, rp_err *err);
     void (*kv_deinit)(rp_kv *kv);
+    int recurrent; /* 1: kv_init sets kv->rec (hybrids) */
 } rp_arch;
 
 struct rp_model {
@@ -43,6 +44,12 @@ struct rp_kv {
     rp_model *model;
     int len, cap;
     void *state; /* the recipe's cache */
+    /* Hybrids: the recurrent state as one flat block the recipe owns (set in kv_init;
+     * rec_n == 0 otherwise), describing the sequence at position rec_pos (model.c keeps
+     * rec_pos in step with len after every forward; snapshots copy the block). */
+    float *rec;
+    size_t rec_n;
+    int rec_pos;
 };
 
 /* Looks up `name`, checks dims (0 = any) and dtype is a matmul/norm type; names what is wrong. */
@@ -53,5 +60,11 @@ rp_status rp_model_tensor_opt(rp_model *m, const char *name, int64_t d0, int64_t
                               const rp_tensor **out, rp_err *err);
 
 extern const rp_arch rp_arch_llama;
+extern const rp_arch rp_arch_phi3;
+extern const rp_arch rp_arch_gemma3;
+extern const rp_arch rp_arch_qwen3_moe;
+extern const rp_arch rp_arch_lfm2;
+extern const rp_arch rp_arch_qwen3_5;
+extern const rp_arch rp_arch_gpt_oss;
 
 #endif

@@ -159,6 +159,13 @@ static void to_f32(rp_dtype dt, const void *src, float *out, int64_t n)
         for (int64_t i = 0; i < n; i++)
             out[i] = rp_bf16_to_f32(rp_load_u16(src, (size_t)i));
         return;
+    case RP_DT_MXFP4:
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t *blk = (const uint8_t *)src + (i / 32) * 17;
+            uint8_t q = blk[1 + (i % 32) / 2];
+            out[i] = ldexpf(rp_fp4_values[i % 2 ? q >> 4 : q & 15], (int)blk[0] - 127);
+        }
+        return;
     default: RP_ASSERT(!"dtype has no f32 conversion");
     }
 }
@@ -258,6 +265,73 @@ void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n)
         y[i] += x[i];
 }
 
+/* ---- gated delta rule ------------------------------------------------------------------ */
+
+/* One value head, all tokens: the same math as the reference with the state walked row by
+ * row in contiguous (vectorisable) loops, decay folded into the first pass. */
+static void gated_delta_head(const rp_delta_args *a, int h)
+{
+    int dk = a->dk, dv = a->dv, kh = h / (a->n_v_heads / a->n_k_heads);
+    float *S = a->state + (size_t)h * dk * dv;
+    float mem[1024];
+    RP_ASSERT(dv <= 1024);
+    for (int t = 0; t < a->n_tok; t++) {
+        const float *q = a->q + t * a->q_stride + kh * dk, *k = a->k + t * a->k_stride + kh * dk;
+        const float *v = a->v + t * a->v_stride + h * dv;
+        float *o = a->out + t * a->out_stride + h * dv;
+        float decay = expf(a->g[(long)t * a->n_v_heads + h]);
+        float beta = a->beta[(long)t * a->n_v_heads + h];
+        for (int j = 0; j < dv; j++)
+            mem[j] = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            float *row = S + (size_t)i * dv, ki = k[i];
+            for (int j = 0; j < dv; j++) {
+                row[j] *= decay;
+                mem[j] += row[j] * ki;
+            }
+        }
+        for (int j = 0; j < dv; j++) {
+            mem[j] = beta * (v[j] - mem[j]);
+            o[j] = 0.0f;
+        }
+        for (int i = 0; i < dk; i++) {
+            float *row = S + (size_t)i * dv, ki = k[i], qi = q[i];
+            for (int j = 0; j < dv; j++) {
+                row[j] += ki * mem[j];
+                o[j] += row[j] * qi;
+            }
+        }
+    }
+}
+
+typedef struct delta_job {
+    const rp_delta_args *a;
+    int ref;
+} delta_job;
+
+static void delta_part(void *p, int i, int n)
+{
+    delta_job *j = p;
+    long b, e;
+    rp_pool_split(j->a->n_v_heads, i, n, 1, &b, &e);
+    for (long h = b; h < e; h++) {
+        if (j->ref)
+            rp_ref_gated_delta_head(j->a, (int)h);
+        else
+            gated_delta_head(j->a, (int)h);
+    }
+}
+
+void rp_op_gated_delta(rp_backend *b, const rp_delta_args *a)
+{
+    RP_ASSERT(a->n_k_heads > 0 && a->n_v_heads % a->n_k_heads == 0);
+    delta_job j = {.a = a, .ref = b->ref};
+    if ((long)a->n_tok * a->n_v_heads * a->dk * a->dv < 65536)
+        delta_part(&j, 0, 1);
+    else
+        rp_pool_run(b->pool, delta_part, &j);
+}
+
 /* ---- attention ------------------------------------------------------------------------- */
 
 typedef struct attn_job {
@@ -285,7 +359,10 @@ static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
         scores[j] = s;
         mx = s > mx ? s : mx;
     }
-    float sum = 0.0f;
+    float sink = a->sinks ? a->sinks[h] : -INFINITY;
+    if (sink > mx)
+        mx = sink;
+    float sum = a->sinks ? expf(sink - mx) : 0.0f;
     for (int j = j0; j <= pos; j++) {
         scores[j] = expf(scores[j] - mx);
         sum += scores[j];

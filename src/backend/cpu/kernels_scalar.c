@@ -1,5 +1,7 @@
 /* backend/cpu/kernels_scalar.c - the portable kernel table: straightforward C the compiler
  * can vectorise for any target. Used when the CPU has neither AVX2 nor AVX-512. */
+#include <math.h>
+
 #include "backend/backend_impl.h"
 #include "base/half.h"
 
@@ -42,6 +44,35 @@ static void matmul_f16(const rp_tensor *w, long r0, long r1, const float *x, int
     matmul_half(w, r0, r1, x, n_tok, y, 0);
 }
 
+/* MXFP4: each 32-element block's dot product in FP4 units, then one multiply by its scale. */
+static void matmul_mxfp4(const rp_tensor *w, long r0, long r1, const float *x, int n_tok,
+                         float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1], nb = cols / 32;
+    size_t rb = rp_dtype_row_bytes(RP_DT_MXFP4, cols);
+    float wf[32];
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+        for (int t = 0; t < n_tok; t++)
+            y[(long)t * rows + r] = 0.0f;
+        for (long b = 0; b < nb; b++) {
+            const uint8_t *blk = row + b * 17;
+            float scale = ldexpf(1.0f, (int)blk[0] - 127);
+            for (int i = 0; i < 16; i++) {
+                wf[2 * i] = rp_fp4_values[blk[1 + i] & 15];
+                wf[2 * i + 1] = rp_fp4_values[blk[1 + i] >> 4];
+            }
+            for (int t = 0; t < n_tok; t++) {
+                const float *xt = x + (long)t * cols + b * 32;
+                float acc = 0.0f;
+                for (int i = 0; i < 32; i++)
+                    acc += wf[i] * xt[i];
+                y[(long)t * rows + r] += acc * scale;
+            }
+        }
+    }
+}
+
 static uint64_t read_bytes(const void *p, size_t n)
 {
     const uint64_t *q = p;
@@ -62,4 +93,5 @@ void rp_cpu_kernels_scalar(rp_cpu_kernels *k)
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;
     k->matmul[RP_DT_BF16] = matmul_bf16;
+    k->matmul[RP_DT_MXFP4] = matmul_mxfp4;
 }

@@ -15,6 +15,12 @@ static float weight_at(const rp_tensor *w, long r, long c)
     case RP_DT_F32: return rp_load_f32(w->data, (size_t)i);
     case RP_DT_F16: return rp_f16_to_f32(rp_load_u16(w->data, (size_t)i));
     case RP_DT_BF16: return rp_bf16_to_f32(rp_load_u16(w->data, (size_t)i));
+    case RP_DT_MXFP4: {
+        long rb = (long)rp_dtype_row_bytes(w->dtype, w->shape[1]);
+        const uint8_t *blk = (const uint8_t *)w->data + r * rb + (c / 32) * 17;
+        uint8_t q = blk[1 + (c % 32) / 2];
+        return ldexpf(rp_fp4_values[c % 2 ? q >> 4 : q & 15], (int)blk[0] - 127);
+    }
     default: break;
     }
     return NAN;
@@ -85,7 +91,10 @@ void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores)
         if (s > mx)
             mx = s;
     }
-    float sum = 0.0f;
+    float sink = a->sinks ? a->sinks[h] : -INFINITY;
+    if (sink > mx)
+        mx = sink;
+    float sum = a->sinks ? expf(sink - mx) : 0.0f;
     for (int j = j0; j <= pos; j++) {
         scores[j] = expf(scores[j] - mx);
         sum += scores[j];
@@ -98,5 +107,35 @@ void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores)
         float p = scores[j] / sum;
         for (int i = 0; i < d; i++)
             o[i] += p * v[i];
+    }
+}
+
+/* One value head of the gated delta rule, every token in order (see rp_op_gated_delta). */
+void rp_ref_gated_delta_head(const rp_delta_args *a, int h)
+{
+    int dk = a->dk, dv = a->dv, kh = h / (a->n_v_heads / a->n_k_heads);
+    float *S = a->state + (size_t)h * dk * dv;
+    for (int t = 0; t < a->n_tok; t++) {
+        const float *q = a->q + t * a->q_stride + kh * dk, *k = a->k + t * a->k_stride + kh * dk;
+        const float *v = a->v + t * a->v_stride + h * dv;
+        float *o = a->out + t * a->out_stride + h * dv;
+        float decay = expf(a->g[(long)t * a->n_v_heads + h]);
+        float beta = a->beta[(long)t * a->n_v_heads + h];
+        for (int i = 0; i < dk * dv; i++)
+            S[i] *= decay;
+        for (int j = 0; j < dv; j++) {
+            float mem = 0.0f; /* (S^T k)[j] */
+            for (int i = 0; i < dk; i++)
+                mem += S[i * dv + j] * k[i];
+            float delta = beta * (v[j] - mem);
+            for (int i = 0; i < dk; i++)
+                S[i * dv + j] += k[i] * delta;
+        }
+        for (int j = 0; j < dv; j++) {
+            float acc = 0.0f;
+            for (int i = 0; i < dk; i++)
+                acc += S[i * dv + j] * q[i];
+            o[j] = acc;
+        }
     }
 }

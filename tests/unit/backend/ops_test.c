@@ -26,7 +26,11 @@ static rp_tensor make_weight(rp_dtype dt, int rows, int cols, void **buf)
 {
     size_t n = (size_t)rows * cols;
     *buf = rp_alloc(rp_dtype_row_bytes(dt, (int64_t)n));
-    for (size_t i = 0; i < n; i++) {
+    if (dt == RP_DT_MXFP4) /* random nibbles, block scales 2^-3 .. 2^0 */
+        for (size_t i = 0; i < rp_dtype_row_bytes(dt, (int64_t)n); i++)
+            ((uint8_t *)*buf)[i] = i % 17 ? (uint8_t)(frand() * 128 + 128)
+                                          : (uint8_t)(124 + (i / 17) % 4);
+    for (size_t i = 0; i < n && dt != RP_DT_MXFP4; i++) {
         float v = frand();
         if (dt == RP_DT_F32)
             ((float *)*buf)[i] = v;
@@ -49,6 +53,8 @@ static void check_table(const rp_cpu_kernels *k)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int n_tok = 1; n_tok <= 9; n_tok += 2) {
                 int rows = shapes[s][0], cols = shapes[s][1];
+                if (dt == RP_DT_MXFP4) /* rows of whole 32-element blocks */
+                    cols = (cols + 31) / 32 * 32;
                 void *buf;
                 rp_tensor w = make_weight((rp_dtype)dt, rows, cols, &buf);
                 float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);

@@ -1,9 +1,11 @@
-/* backend/cpu/x86/kernels_avx2.c - AVX2+FMA+F16C matmul kernels for f32, f16 and bf16 weights.
+/* backend/cpu/x86/kernels_avx2.c - AVX2+FMA+F16C matmul kernels for f32, f16, bf16 and MXFP4
+ * weights.
  *
  * The same 4-row x 4-token tiling as the AVX-512 file, 8 lanes wide; the column tail (cols % 8)
  * is finished in scalar code.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "backend/backend_impl.h"
 #include "base/half.h"
@@ -114,10 +116,65 @@ static void matmul_bf16(const rp_tensor *w, long r0, long r1, const float *x, in
     matmul(w, r0, r1, x, n, y, RP_DT_BF16);
 }
 
+/* MXFP4 (see backend.h): the 8 FP4 magnitudes are looked up by vpermps on (nibble & 7), the
+ * sign bit (nibble & 8) moved to bit 31 and xor-ed in; lo/hi nibbles are re-interleaved to
+ * element order with unpack + lane permutes. 32 elements = 4 vectors per block. */
+static inline __attribute__((always_inline)) __m256 fp4_lookup(__m256i idx, __m256 mag)
+{
+    __m256 v = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(idx, _mm256_set1_epi32(7)));
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(8)), 28);
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
+}
+
+static void matmul_mxfp4(const rp_tensor *w, long r0, long r1, const float *x, int n_tok,
+                         float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1], nb = cols / 32;
+    size_t rb = rp_dtype_row_bytes(RP_DT_MXFP4, cols);
+    const __m256 mag = _mm256_loadu_ps(rp_fp4_values);
+    const __m256i nib = _mm256_set1_epi32(15);
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+        for (int t0 = 0; t0 < n_tok; t0 += TB) {
+            int nt = n_tok - t0 < TB ? n_tok - t0 : TB;
+            __m256 acc[TB];
+            for (int j = 0; j < TB; j++)
+                acc[j] = _mm256_setzero_ps();
+            for (long b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * 17;
+                __m256 sc = _mm256_set1_ps(ldexpf(1.0f, (int)blk[0] - 127));
+                __m256 wv[4];
+                for (int h = 0; h < 2; h++) { /* bytes 8h .. 8h + 7: elements 16h .. 16h + 15 */
+                    __m128i q = _mm_loadl_epi64((const __m128i *)(blk + 1 + 8 * h));
+                    __m256i v = _mm256_cvtepu8_epi32(q);
+                    __m256 lo = fp4_lookup(_mm256_and_si256(v, nib), mag);
+                    __m256 hi = fp4_lookup(_mm256_srli_epi32(v, 4), mag);
+                    __m256 a = _mm256_unpacklo_ps(lo, hi), c = _mm256_unpackhi_ps(lo, hi);
+                    wv[2 * h] = _mm256_mul_ps(_mm256_permute2f128_ps(a, c, 0x20), sc);
+                    wv[2 * h + 1] = _mm256_mul_ps(_mm256_permute2f128_ps(a, c, 0x31), sc);
+                }
+                for (int j = 0; j < nt; j++) {
+                    const float *xt = x + (long)(t0 + j) * cols + b * 32;
+                    for (int q = 0; q < 4; q++)
+                        acc[j] = _mm256_fmadd_ps(wv[q], _mm256_loadu_ps(xt + 8 * q), acc[j]);
+                }
+            }
+            for (int j = 0; j < nt; j++) {
+                __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[j]),
+                                      _mm256_extractf128_ps(acc[j], 1));
+                s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                y[(long)(t0 + j) * rows + r] = _mm_cvtss_f32(s);
+            }
+        }
+    }
+}
+
 void rp_cpu_kernels_avx2(rp_cpu_kernels *k)
 {
     k->isa = "avx2";
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;
     k->matmul[RP_DT_BF16] = matmul_bf16;
+    k->matmul[RP_DT_MXFP4] = matmul_mxfp4;
 }

@@ -1,4 +1,5 @@
-/* backend/cpu/x86/kernels_avx512.c - AVX-512 matmul kernels for f32, f16 and bf16 weights.
+/* backend/cpu/x86/kernels_avx512.c - AVX-512 matmul kernels for f32, f16, bf16 and MXFP4
+ * weights.
  *
  * Compiled with -mavx512*; only called when rp_cpu() reports AVX-512. A tile is up to 4 rows
  * x 4 tokens: every weight vector loaded is used for all tokens of the tile and every x
@@ -6,6 +7,7 @@
  * each weight load 4 times. Accumulation is f32 (bf16 is widened exactly by a 16-bit shift).
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "backend/backend_impl.h"
 
@@ -100,6 +102,46 @@ static void matmul_bf16(const rp_tensor *w, long r0, long r1, const float *x, in
     matmul(w, r0, r1, x, n, y, RP_DT_BF16);
 }
 
+/* MXFP4 (see backend.h): per 32-element block, the 16 nibble bytes widen to two vectors of
+ * FP4 indices looked up in a 16-entry table by vpermps, re-interleaved to element order, scaled
+ * by the block's 2^(s - 127) and multiplied with up to TB tokens' x. */
+static void matmul_mxfp4(const rp_tensor *w, long r0, long r1, const float *x, int n_tok,
+                         float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1], nb = cols / 32;
+    size_t rb = rp_dtype_row_bytes(RP_DT_MXFP4, cols);
+    const __m512 lut = _mm512_loadu_ps(rp_fp4_values);
+    const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi_idx = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                            24, 8);
+    const __m512i nib = _mm512_set1_epi32(15);
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+        for (int t0 = 0; t0 < n_tok; t0 += TB) {
+            int nt = n_tok - t0 < TB ? n_tok - t0 : TB;
+            __m512 acc[TB];
+            for (int j = 0; j < TB; j++)
+                acc[j] = _mm512_setzero_ps();
+            for (long b = 0; b < nb; b++) {
+                const uint8_t *blk = row + b * 17;
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 1)));
+                __m512 wl = _mm512_permutexvar_ps(_mm512_and_si512(v, nib), lut);
+                __m512 wh = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+                __m512 sc = _mm512_set1_ps(ldexpf(1.0f, (int)blk[0] - 127));
+                __m512 w0 = _mm512_mul_ps(_mm512_permutex2var_ps(wl, lo_idx, wh), sc);
+                __m512 w1 = _mm512_mul_ps(_mm512_permutex2var_ps(wl, hi_idx, wh), sc);
+                for (int j = 0; j < nt; j++) {
+                    const float *xt = x + (long)(t0 + j) * cols + b * 32;
+                    acc[j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt), acc[j]);
+                    acc[j] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt + 16), acc[j]);
+                }
+            }
+            for (int j = 0; j < nt; j++)
+                y[(long)(t0 + j) * rows + r] = _mm512_reduce_add_ps(acc[j]);
+        }
+    }
+}
+
 static uint64_t read_bytes(const void *p, size_t n)
 {
     const __m512i *q = p;
@@ -121,4 +163,5 @@ void rp_cpu_kernels_avx512(rp_cpu_kernels *k)
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;
     k->matmul[RP_DT_BF16] = matmul_bf16;
+    k->matmul[RP_DT_MXFP4] = matmul_mxfp4;
 }

@@ -1,0 +1,299 @@
+/* model/blocks.c - shared pieces of the family recipes (see blocks.h). */
+#include "model/blocks.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+rp_status rp_blk_tensor(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int64_t d0,
+                        int64_t d1, const char *fmt, ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return opt ? rp_model_tensor_opt(m, name, d0, d1, out, err)
+               : rp_model_tensor(m, name, d0, d1, out, err);
+}
+
+rp_status rp_blk_tensor_nd(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int n_dims,
+                           const int64_t *shape, const char *fmt, ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    *out = NULL;
+    const rp_st_tensor *t = rp_st_find(m->st, name);
+    if (!t)
+        return opt ? RP_OK
+                   : rp_err_set(err, RP_ERR_NOT_FOUND, "the checkpoint has no tensor '%s'", name);
+    if (!t->known)
+        return rp_err_set(err, RP_ERR_UNSUPPORTED, "tensor '%s' has dtype %s, not supported here",
+                          name, t->dtype);
+    if (t->t.n_dims != n_dims)
+        return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' has %d dimensions, expected %d", name,
+                          t->t.n_dims, n_dims);
+    for (int d = 0; d < n_dims; d++)
+        if (shape[d] && t->t.shape[d] != shape[d])
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "tensor '%s' has %lld in dimension %d, the config says %lld", name,
+                              (long long)t->t.shape[d], d, (long long)shape[d]);
+    *out = &t->t;
+    return RP_OK;
+}
+
+const char *rp_blk_prefix(rp_model *m)
+{
+    static const char *const prefixes[] = {"model.", "model.language_model.",
+                                           "language_model.model."};
+    char name[96];
+    for (size_t i = 0; i < RP_ARRAY_LEN(prefixes); i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (rp_st_find(m->st, name)) return prefixes[i];
+    }
+    return prefixes[0]; /* binding then names the missing tensor */
+}
+
+rp_status rp_blk_lm_head(rp_model *m, const rp_tensor *embed, const rp_tensor **out, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    rp_status rc = rp_model_tensor_opt(m, "lm_head.weight", c->vocab_size, c->dim, out, err);
+    if (!rc && !*out)
+        rc = rp_model_tensor_opt(m, "language_model.lm_head.weight", c->vocab_size, c->dim, out,
+                                 err);
+    if (rc || *out) return rc;
+    if (!c->tied_embeddings)
+        return rp_err_set(err, RP_ERR_NOT_FOUND,
+                          "the checkpoint has no tensor 'lm_head.weight' and "
+                          "tie_word_embeddings is false");
+    *out = embed;
+    return RP_OK;
+}
+
+int64_t rp_blk_numel(const rp_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->n_dims; d++)
+        n *= t->shape[d];
+    return n;
+}
+
+float *rp_blk_falloc(size_t n)
+{
+    return rp_alloc_aligned((n ? n : 1) * sizeof(float), RP_TAG_MODEL);
+}
+
+float *rp_blk_f32(const rp_tensor *t)
+{
+    int64_t n = rp_blk_numel(t);
+    float *f = rp_blk_falloc((size_t)n);
+    if (f) rp_tensor_to_f32(t, f, n);
+    return f;
+}
+
+rp_tensor rp_blk_rows(const rp_tensor *t, int64_t r0, int64_t rows)
+{
+    RP_ASSERT(t->n_dims == 2 && r0 >= 0 && r0 + rows <= t->shape[0]);
+    size_t rb = rp_dtype_row_bytes(t->dtype, t->shape[1]);
+    rp_tensor v = *t;
+    v.shape[0] = rows;
+    v.data = (const char *)t->data + (size_t)r0 * rb;
+    v.n_bytes = (size_t)rows * rb;
+    return v;
+}
+
+void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim)
+{
+    if (!b) return;
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < dim; i++)
+            y[(long)t * dim + i] += b[i];
+}
+
+void rp_blk_gelu_tanh_mul(float *out, const float *gate, const float *up, int64_t n)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float x = gate[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
+/* ---- attention caches ------------------------------------------------------------------ */
+
+rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap, int row,
+                          rp_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->n_layers = n_layers;
+    c->k = rp_calloc((size_t)n_layers, sizeof(float *));
+    c->v = rp_calloc((size_t)n_layers, sizeof(float *));
+    if (!c->k || !c->v) goto nomem;
+    /* Not zeroed: only positions < len are read, so untouched pages never get committed. */
+    for (int l = 0; l < n_layers; l++) {
+        if (has_attn && !has_attn[l]) continue;
+        c->k[l] = rp_alloc_aligned((size_t)cap * row * sizeof(float), RP_TAG_KV);
+        c->v[l] = rp_alloc_aligned((size_t)cap * row * sizeof(float), RP_TAG_KV);
+        if (!c->k[l] || !c->v[l]) goto nomem;
+    }
+    return RP_OK;
+nomem:
+    rp_blk_kv_free(c);
+    return rp_err_set(err, RP_ERR_NOMEM, "out of memory for a KV cache of %d tokens", cap);
+}
+
+void rp_blk_kv_free(rp_blk_kv *c)
+{
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->k) rp_free_aligned(c->k[l]);
+        if (c->v) rp_free_aligned(c->v[l]);
+    }
+    rp_free(c->k);
+    rp_free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+void rp_blk_attend(rp_backend *be, rp_blk_kv *c, int l, const float *k, const float *v,
+                   rp_attn_args *a)
+{
+    size_t row = (size_t)a->n_kv_heads * a->head_dim;
+    RP_ASSERT(c->k[l] && c->v[l]);
+    memcpy(c->k[l] + (size_t)a->pos0 * row, k, sizeof(float) * (size_t)a->n_tok * row);
+    memcpy(c->v[l] + (size_t)a->pos0 * row, v, sizeof(float) * (size_t)a->n_tok * row);
+    a->k = c->k[l];
+    a->v = c->v[l];
+    rp_op_attention(be, a);
+}
+
+/* ---- mixture of experts ---------------------------------------------------------------- */
+
+rp_status rp_blk_route_alloc(rp_blk_route *r, int n_exp, int top_k, int max_tok, rp_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (top_k <= 0 || top_k > n_exp)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "config.json: num_experts_per_tok (%d) must be in 1..%d", top_k, n_exp);
+    r->n_exp = n_exp;
+    r->top_k = top_k;
+    r->max_tok = max_tok;
+    size_t slots = (size_t)max_tok * top_k;
+    r->sel = rp_alloc(slots * sizeof(int));
+    r->w = rp_alloc(slots * sizeof(float));
+    r->order = rp_alloc(slots * sizeof(int));
+    r->start = rp_alloc((size_t)(n_exp + 1) * sizeof(int));
+    r->probs = rp_alloc((size_t)n_exp * sizeof(float));
+    if (!r->sel || !r->w || !r->order || !r->start || !r->probs) {
+        rp_blk_route_free(r);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    return RP_OK;
+}
+
+void rp_blk_route_free(rp_blk_route *r)
+{
+    rp_free(r->sel);
+    rp_free(r->w);
+    rp_free(r->order);
+    rp_free(r->start);
+    rp_free(r->probs);
+    memset(r, 0, sizeof *r);
+}
+
+static void softmax(float *x, int n)
+{
+    float mx = x[0], sum = 0.0f;
+    for (int i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++)
+        x[i] /= sum;
+}
+
+void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok, rp_blk_route_mode mode)
+{
+    RP_ASSERT(n_tok <= r->max_tok);
+    int E = r->n_exp, K = r->top_k;
+    for (int t = 0; t < n_tok; t++) {
+        float *p = r->probs;
+        memcpy(p, logits + (size_t)t * E, sizeof(float) * (size_t)E);
+        if (mode != RP_ROUTE_TOPK_SOFTMAX) softmax(p, E);
+        int *sel = r->sel + (size_t)t * K;
+        float *w = r->w + (size_t)t * K;
+        for (int j = 0; j < K; j++) { /* k is small: selection by repeated scans */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++)
+                    taken |= sel[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[j] = best;
+            w[j] = p[best];
+        }
+        if (mode == RP_ROUTE_TOPK_SOFTMAX) {
+            softmax(w, K);
+        } else if (mode == RP_ROUTE_SOFTMAX_TOPK_NORM) {
+            float s = 0.0f;
+            for (int j = 0; j < K; j++)
+                s += w[j];
+            for (int j = 0; j < K; j++)
+                w[j] /= s;
+        }
+    }
+    /* counting sort of the slots by expert */
+    memset(r->start, 0, sizeof(int) * (size_t)(E + 1));
+    for (int s = 0; s < n_tok * K; s++)
+        r->start[r->sel[s] + 1]++;
+    for (int e = 0; e < E; e++)
+        r->start[e + 1] += r->start[e];
+    int fill[1024];
+    RP_ASSERT(E <= 1024);
+    memcpy(fill, r->start, sizeof(int) * (size_t)E);
+    for (int s = 0; s < n_tok * K; s++)
+        r->order[fill[r->sel[s]]++] = s;
+}
+
+/* ---- recurrent blocks ------------------------------------------------------------------ */
+
+void rp_blk_conv1d(float *out, const float *x, float *state, const float *w, const float *bias,
+                   int n, int C, int K)
+{
+    int S = K - 1; /* state rows */
+    for (int t = 0; t < n; t++) {
+        float *o = out + (size_t)t * C;
+        for (int c = 0; c < C; c++)
+            o[c] = bias ? bias[c] : 0.0f;
+        for (int k = 0; k < K; k++) {
+            int src = t - S + k; /* < 0: from the state */
+            const float *in = src < 0 ? state + (size_t)(S + src) * C : x + (size_t)src * C;
+            for (int c = 0; c < C; c++)
+                o[c] += w[(size_t)c * K + k] * in[c];
+        }
+    }
+    /* new state: the last S inputs (from the old state when n < S) */
+    if (S == 0) return;
+    if (n >= S) {
+        memcpy(state, x + (size_t)(n - S) * C, sizeof(float) * (size_t)S * C);
+    } else {
+        memmove(state, state + (size_t)n * C, sizeof(float) * (size_t)(S - n) * C);
+        memcpy(state + (size_t)(S - n) * C, x, sizeof(float) * (size_t)n * C);
+    }
+}
+
+void rp_blk_l2norm(float *x, int n, float eps)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss + eps);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}

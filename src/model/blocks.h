@@ -1,0 +1,114 @@
+/* model/blocks.h - pieces the family recipes share (phi3, gemma3, qwen3_moe, lfm2, qwen3_5,
+ * gpt_oss): tensor binding by formatted name, attention caches for the layers that have one,
+ * mixture-of-experts routing with tokens grouped by expert, and the recurrent blocks of the
+ * hybrids (causal depthwise conv1d with its window state; the gated delta rule itself is the
+ * backend op rp_op_gated_delta).
+ *
+ * The conv is plain C on the caller thread: it is small next to the matmuls.
+ *
+ * Ownership: rp_blk_kv_alloc -> rp_blk_kv_free; rp_blk_route_alloc -> rp_blk_route_free;
+ *            rp_blk_f32 / rp_blk_falloc results are freed with rp_free_aligned.
+ *            Tensor views returned by binding live as long as the model's rp_st.
+ * Threading: as the model (one thread at a time).
+ * Errors:    binding names the missing / misshapen tensor (RP_ERR_NOT_FOUND / RP_ERR_INVALID);
+ *            allocation failures are RP_ERR_NOMEM; the compute helpers cannot fail.
+ */
+#ifndef RP_MODEL_BLOCKS_H
+#define RP_MODEL_BLOCKS_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "model/model_impl.h"
+
+/* Binds a tensor named by fmt (printf style); d0/d1 as rp_model_tensor (0 = any).
+ * opt: absent is fine (*out = NULL). */
+rp_status rp_blk_tensor(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int64_t d0,
+                        int64_t d1, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* Any rank (expert stacks, conv weights): checks n_dims and every dim of shape (0 = any). */
+rp_status rp_blk_tensor_nd(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int n_dims,
+                           const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+
+/* Where the text model's tensors live: "model." (causal LM checkpoints), or the language
+ * model inside a multimodal checkpoint ("model.language_model.", "language_model.model."). */
+const char *rp_blk_prefix(rp_model *m);
+/* lm_head.weight (or the multimodal spelling); the embedding when absent and tied. */
+rp_status rp_blk_lm_head(rp_model *m, const rp_tensor *embed, const rp_tensor **out, rp_err *err);
+
+/* Elements of a tensor (product of its shape). */
+int64_t rp_blk_numel(const rp_tensor *t);
+/* 64-byte aligned f32 buffer of n floats (uninitialised); NULL when out of memory. */
+float *rp_blk_falloc(size_t n);
+/* A new f32 copy of a whole tensor (small vectors: biases, conv kernels, A_log). */
+float *rp_blk_f32(const rp_tensor *t);
+/* Row r0..r0+rows of a 2-D tensor as a view (fused qkv / gate_up weights). */
+rp_tensor rp_blk_rows(const rp_tensor *t, int64_t r0, int64_t rows);
+
+/* y[t][i] += b[i]; b may be NULL. */
+void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim);
+/* out[i] = gelu_tanh(gate[i]) * up[i] */
+void rp_blk_gelu_tanh_mul(float *out, const float *gate, const float *up, int64_t n);
+static inline float rp_blk_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+static inline float rp_blk_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+/* ---- attention caches ------------------------------------------------------------------ */
+
+/* Per-layer K and V of [cap][row] floats, only for layers with has_attn[l] set. */
+typedef struct rp_blk_kv {
+    float **k, **v;
+    int n_layers;
+} rp_blk_kv;
+
+rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap, int row,
+                          rp_err *err);
+void rp_blk_kv_free(rp_blk_kv *c);
+
+/* Appends n tokens' k, v ([n][n_kv_heads * head_dim]) at position a->pos0 of layer l, then
+ * runs a (its k/v are set to the layer's cache here). */
+void rp_blk_attend(rp_backend *be, rp_blk_kv *c, int l, const float *k, const float *v,
+                   rp_attn_args *a);
+
+/* ---- mixture of experts ---------------------------------------------------------------- */
+
+typedef enum rp_blk_route_mode {
+    RP_ROUTE_SOFTMAX_TOPK,      /* softmax over all experts, keep top-k (Qwen-MoE) */
+    RP_ROUTE_SOFTMAX_TOPK_NORM, /* same, then renormalise the k weights (norm_topk_prob) */
+    RP_ROUTE_TOPK_SOFTMAX,      /* top-k logits, softmax over those k (gpt-oss) */
+} rp_blk_route_mode;
+
+/* Routing of up to max_tok tokens; after rp_blk_route_compute, expert e's slots are
+ * order[start[e] .. start[e+1]), each slot s = token * top_k + j with weight w[s]. */
+typedef struct rp_blk_route {
+    int n_exp, top_k, max_tok;
+    int *sel;     /* [max_tok * top_k] */
+    float *w;     /* [max_tok * top_k] */
+    int *start;   /* [n_exp + 1] */
+    int *order;   /* [max_tok * top_k] */
+    float *probs; /* [n_exp] scratch */
+} rp_blk_route;
+
+rp_status rp_blk_route_alloc(rp_blk_route *r, int n_exp, int top_k, int max_tok, rp_err *err);
+void rp_blk_route_free(rp_blk_route *r);
+/* logits: [n_tok][n_exp]. Ties go to the lower expert id (as torch.topk on CPU does). */
+void rp_blk_route_compute(rp_blk_route *r, const float *logits, int n_tok, rp_blk_route_mode mode);
+
+/* ---- recurrent blocks ------------------------------------------------------------------ */
+
+/* Causal depthwise conv over n tokens of C channels, kernel K (w: [C][K] f32, bias NULL or
+ * [C]): out[t][c] = bias[c] + sum_k w[c][k] * in[t - (K-1) + k][c], where inputs before the
+ * first token come from state ([K-1][C], oldest first; zeros at sequence start). The state
+ * is then advanced to the last K-1 inputs. out must not alias x. */
+void rp_blk_conv1d(float *out, const float *x, float *state, const float *w, const float *bias,
+                   int n, int C, int K);
+
+/* x[i] /= sqrt(sum x^2 + eps) over n elements (the delta rule's q/k normalisation). */
+void rp_blk_l2norm(float *x, int n, float eps);
+
+#endif

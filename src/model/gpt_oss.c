@@ -1,0 +1,454 @@
+/* model/gpt_oss.c - gpt-oss (GptOssForCausalLM), with bf16 / f16 / f32 expert weights.
+ *
+ * Per layer: x += o(attn(norm(x))) ; x += moe(norm(x)); plain RMS norms; untied lm_head.
+ * Attention: q/k/v/o with biases, YaRN RoPE (rotate-half), GQA, a learned sink logit per head
+ * in the softmax denominator, sliding window on "sliding_attention" layers.
+ * MoE: router logits = W h + b; the top num_experts_per_tok logits, softmax over those;
+ * expert(h): [gate, up] = interleaved columns of h W_gu + b_gu ; gate = min(gate, limit),
+ * up = clamp(up, -limit, limit) ; down((up + 1) * gate * sigmoid(alpha gate)) + b_down, with
+ * limit = swiglu_limit (7) and alpha = 1.702.
+ *
+ * transformers stores the experts as [E][hidden][2 * I] (gate_up, columns interleaved) and
+ * [E][I][hidden] (down), i.e. input-major; they are transposed once at load into row-major
+ * [out][in] copies in the same dtype (gate rows and up rows de-interleaved), so the usual
+ * matmul kernels run them.
+ * The published checkpoints keep the experts in MXFP4 instead: *_blocks (U8 [E][out][in/32]
+ * [16], two FP4 values a byte, low nibble first) and *_scales (U8 [E][out][in/32], E8M0),
+ * out-major with gate_up's rows interleaved. Those are repacked at load into RP_DT_MXFP4 rows
+ * (scale byte + 16 block bytes, 4.25 bits a weight), gate and up rows separated.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "model/blocks.h"
+#include "model/rope.h"
+
+typedef struct layer {
+    const rp_tensor *attn_norm, *ffn_norm, *wq, *wk, *wv, *wo, *router;
+    float *bq, *bk, *bv, *bo, *sinks, *router_b;
+    rp_tensor *gate, *up, *down; /* n_exp views into the transposed copies */
+    void *gate_data, *up_data, *down_data;
+    float *gate_b, *up_b, *down_b; /* [E][I], [E][I], [E][D] */
+    int window;
+} layer;
+
+typedef struct gptoss {
+    layer *layers;
+    const rp_tensor *embed, *final_norm, *lm_head;
+    rp_rope rope;
+    int n_exp, top_k, I;
+    float limit, alpha;
+    rp_blk_route route;
+    float *x, *h, *q, *k, *v, *att, *logits, *xe, *ga, *up, *ye, *acc;
+    int32_t pos[RP_MAX_CHUNK];
+} gptoss;
+
+typedef struct gptoss_kv {
+    rp_blk_kv attn;
+} gptoss_kv;
+
+static size_t elem_size(rp_dtype dt)
+{
+    return dt == RP_DT_F32 ? 4 : 2;
+}
+
+/* dst[e][r][c] = src[e][c][col0 + r * step] for r < rows, c < cols: expert e's matrix
+ * transposed, taking every step-th source column from col0 (de-interleaving gate/up). */
+static void transpose_experts(void *dst, const rp_tensor *src, int E, int rows, int cols,
+                              int src_cols, int col0, int step)
+{
+    size_t es = elem_size(src->dtype);
+    const char *s = src->data;
+    char *d = dst;
+    for (int e = 0; e < E; e++)
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                size_t si = ((size_t)e * cols + c) * src_cols + (size_t)(col0 + r * step);
+                size_t di = ((size_t)e * rows + r) * cols + c;
+                memcpy(d + di * es, s + si * es, es);
+            }
+}
+
+static rp_tensor *expert_views(void *data, rp_dtype dt, int E, int rows, int cols)
+{
+    rp_tensor *v = rp_calloc((size_t)E, sizeof *v);
+    if (!v) return NULL;
+    size_t nb = (size_t)rows * rp_dtype_row_bytes(dt, cols);
+    for (int e = 0; e < E; e++)
+        v[e] = (rp_tensor){.dtype = dt,
+                           .n_dims = 2,
+                           .shape = {rows, cols},
+                           .data = (const char *)data + e * nb,
+                           .n_bytes = nb};
+    return v;
+}
+
+static rp_status f32_of(rp_model *m, rp_err *err, float **out, int64_t d0, int64_t d1,
+                        const char *fmt, const char *p, int i)
+{
+    const rp_tensor *t;
+    rp_status rc = rp_blk_tensor(m, err, &t, 0, d0, d1, fmt, p, i);
+    if (rc) return rc;
+    if (!(*out = rp_blk_f32(t))) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    return RP_OK;
+}
+
+/* A raw U8 tensor of the given shape (MXFP4 blocks / scales). */
+static rp_status raw_u8(rp_model *m, const char *name, int n_dims, const int64_t *shape,
+                        const rp_st_tensor **out, rp_err *err)
+{
+    const rp_st_tensor *t = rp_st_find(m->st, name);
+    if (!t) return rp_err_set(err, RP_ERR_NOT_FOUND, "the checkpoint has no tensor '%s'", name);
+    if (strcmp(t->dtype, "U8") != 0 || t->t.n_dims != n_dims)
+        return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' should be U8 with %d dimensions", name,
+                          n_dims);
+    for (int d = 0; d < n_dims; d++)
+        if (t->t.shape[d] != shape[d])
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "tensor '%s' has %lld in dimension %d, expected %lld", name,
+                              (long long)t->t.shape[d], d, (long long)shape[d]);
+    *out = t;
+    return RP_OK;
+}
+
+/* dst: E * rows MXFP4 rows of `cols` elements, row r of expert e taken from packed row
+ * src_row0 + r * step of [E][src_rows][cols / 32] blocks and scales. */
+static void repack_mxfp4(uint8_t *dst, const rp_st_tensor *blocks, const rp_st_tensor *scales,
+                         int E, int rows, int cols, int src_rows, int src_row0, int step)
+{
+    int nb = cols / 32;
+    const uint8_t *bl = blocks->t.data, *sc = scales->t.data;
+    for (int e = 0; e < E; e++)
+        for (int r = 0; r < rows; r++) {
+            size_t src = (size_t)e * src_rows + (size_t)(src_row0 + r * step);
+            uint8_t *d = dst + ((size_t)e * rows + r) * (size_t)nb * 17;
+            for (int b = 0; b < nb; b++) {
+                d[b * 17] = sc[src * nb + b];
+                memcpy(d + b * 17 + 1, bl + (src * nb + b) * 16, 16);
+            }
+        }
+}
+
+static rp_status bind_mxfp4_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *err)
+{
+    const char *p = rp_blk_prefix(m);
+    int E = s->n_exp, I = s->I, D = m->cfg.dim;
+    if (D % 32 || I % 32)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "MXFP4 experts need hidden and intermediate "
+                          "sizes that are multiples of 32");
+    char name[200];
+    const rp_st_tensor *gb, *gs, *db, *ds;
+    rp_status rc;
+#define RAW(var, suffix, nd, ...)                                                                  \
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%s", p, i, suffix);                       \
+    if ((rc = raw_u8(m, name, nd, (int64_t[]){__VA_ARGS__}, &var, err))) return rc;
+    RAW(gb, "gate_up_proj_blocks", 4, E, 2 * I, D / 32, 16);
+    RAW(gs, "gate_up_proj_scales", 3, E, 2 * I, D / 32);
+    RAW(db, "down_proj_blocks", 4, E, D, I / 32, 16);
+    RAW(ds, "down_proj_scales", 3, E, D, I / 32);
+#undef RAW
+    size_t gate_bytes = (size_t)E * I * rp_dtype_row_bytes(RP_DT_MXFP4, D),
+           down_bytes = (size_t)E * D * rp_dtype_row_bytes(RP_DT_MXFP4, I);
+    L->gate_data = rp_alloc_aligned(gate_bytes, RP_TAG_MODEL);
+    L->up_data = rp_alloc_aligned(gate_bytes, RP_TAG_MODEL);
+    L->down_data = rp_alloc_aligned(down_bytes, RP_TAG_MODEL);
+    if (!L->gate_data || !L->up_data || !L->down_data)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the experts of layer %d", i);
+    repack_mxfp4(L->gate_data, gb, gs, E, I, D, 2 * I, 0, 2);
+    repack_mxfp4(L->up_data, gb, gs, E, I, D, 2 * I, 1, 2);
+    repack_mxfp4(L->down_data, db, ds, E, D, I, D, 0, 1);
+    snprintf(m->info.dtype, sizeof m->info.dtype, "mxfp4"); /* the bulk of the weights */
+    L->gate = expert_views(L->gate_data, RP_DT_MXFP4, E, I, D);
+    L->up = expert_views(L->up_data, RP_DT_MXFP4, E, I, D);
+    L->down = expert_views(L->down_data, RP_DT_MXFP4, E, D, I);
+    if (!L->gate || !L->up || !L->down) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    return RP_OK;
+}
+
+static rp_status bind_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *err)
+{
+    const char *p = rp_blk_prefix(m);
+    int E = s->n_exp, I = s->I, D = m->cfg.dim;
+    const rp_tensor *gu, *dn, *gub;
+    rp_status rc;
+    if ((rc = rp_blk_tensor(m, err, &gub, 0, E, 2 * I, "%slayers.%d.mlp.experts.gate_up_proj_bias",
+                            p, i)) ||
+        (rc = f32_of(m, err, &L->down_b, E, D, "%slayers.%d.mlp.experts.down_proj_bias", p, i)))
+        return rc;
+    char name[200];
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.gate_up_proj_blocks", p, i);
+    if (rp_st_find(m->st, name)) {
+        if ((rc = bind_mxfp4_experts(m, s, i, L, err))) return rc;
+    } else {
+        if ((rc = rp_blk_tensor_nd(m, err, &gu, 0, 3, (int64_t[]){E, D, 2 * I},
+                                   "%slayers.%d.mlp.experts.gate_up_proj", p, i)) ||
+            (rc = rp_blk_tensor_nd(m, err, &dn, 0, 3, (int64_t[]){E, I, D},
+                                   "%slayers.%d.mlp.experts.down_proj", p, i)))
+            return rc;
+        if (gu->dtype != dn->dtype)
+            return rp_err_set(err, RP_ERR_UNSUPPORTED, "layer %d: expert tensors of two dtypes", i);
+        size_t half = (size_t)E * I * D * elem_size(gu->dtype);
+        L->gate_data = rp_alloc_aligned(half, RP_TAG_MODEL);
+        L->up_data = rp_alloc_aligned(half, RP_TAG_MODEL);
+        L->down_data = rp_alloc_aligned(half, RP_TAG_MODEL);
+        if (!L->gate_data || !L->up_data || !L->down_data)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the experts of layer %d", i);
+        transpose_experts(L->gate_data, gu, E, I, D, 2 * I, 0, 2);
+        transpose_experts(L->up_data, gu, E, I, D, 2 * I, 1, 2);
+        transpose_experts(L->down_data, dn, E, D, I, D, 0, 1);
+        L->gate = expert_views(L->gate_data, gu->dtype, E, I, D);
+        L->up = expert_views(L->up_data, gu->dtype, E, I, D);
+        L->down = expert_views(L->down_data, gu->dtype, E, D, I);
+        if (!L->gate || !L->up || !L->down) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    float *gub32 = rp_blk_f32(gub);
+    L->gate_b = rp_blk_falloc((size_t)E * I);
+    L->up_b = rp_blk_falloc((size_t)E * I);
+    if (!gub32 || !L->gate_b || !L->up_b) {
+        rp_free_aligned(gub32);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < I; j++) {
+            L->gate_b[(size_t)e * I + j] = gub32[(size_t)e * 2 * I + 2 * j];
+            L->up_b[(size_t)e * I + j] = gub32[(size_t)e * 2 * I + 2 * j + 1];
+        }
+    rp_free_aligned(gub32);
+    return RP_OK;
+}
+
+static rp_status bind_layer(rp_model *m, gptoss *s, int i, layer *L, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    const char *p = rp_blk_prefix(m);
+    int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
+            kvd = (int64_t)c->n_kv_heads * hd;
+    rp_status rc;
+#define T(field, d0, d1, name)                                                                     \
+    if ((rc = rp_blk_tensor(m, err, &L->field, 0, d0, d1, "%slayers.%d." name, p, i))) return rc;
+#define B(field, d0, name)                                                                         \
+    if ((rc = f32_of(m, err, &L->field, d0, 0, "%slayers.%d." name, p, i))) return rc;
+    T(attn_norm, dim, 0, "input_layernorm.weight");
+    T(ffn_norm, dim, 0, "post_attention_layernorm.weight");
+    T(wq, qd, dim, "self_attn.q_proj.weight");
+    T(wk, kvd, dim, "self_attn.k_proj.weight");
+    T(wv, kvd, dim, "self_attn.v_proj.weight");
+    T(wo, dim, qd, "self_attn.o_proj.weight");
+    T(router, s->n_exp, dim, "mlp.router.weight");
+    B(bq, qd, "self_attn.q_proj.bias");
+    B(bk, kvd, "self_attn.k_proj.bias");
+    B(bv, kvd, "self_attn.v_proj.bias");
+    B(bo, dim, "self_attn.o_proj.bias");
+    B(sinks, c->n_heads, "self_attn.sinks");
+    B(router_b, s->n_exp, "mlp.router.bias");
+#undef T
+#undef B
+    json_t *lt = json_object_get(c->json, "layer_types");
+    const char *t = json_string_value(json_array_get(lt, (size_t)i));
+    int sliding = t ? strcmp(t, "sliding_attention") == 0 : i % 2 == 0;
+    L->window = sliding ? c->sliding_window : 0;
+    return bind_experts(m, s, i, L, err);
+}
+
+static void gptoss_deinit(rp_model *m)
+{
+    gptoss *s = m->arch_state;
+    if (!s) return;
+    if (s->layers)
+        for (int i = 0; i < m->cfg.n_layers; i++) {
+            layer *L = &s->layers[i];
+            float *f[] = {L->bq,       L->bk,     L->bv,   L->bo,    L->sinks,
+                          L->router_b, L->gate_b, L->up_b, L->down_b};
+            for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
+                rp_free_aligned(f[j]);
+            rp_free_aligned(L->gate_data);
+            rp_free_aligned(L->up_data);
+            rp_free_aligned(L->down_data);
+            rp_free(L->gate);
+            rp_free(L->up);
+            rp_free(L->down);
+        }
+    rp_free(s->layers);
+    rp_rope_deinit(&s->rope);
+    rp_blk_route_free(&s->route);
+    float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
+                     s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
+    for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
+        rp_free_aligned(bufs[i]);
+    rp_free(s);
+    m->arch_state = NULL;
+}
+
+static rp_status gptoss_init(rp_model *m, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    gptoss *s = rp_calloc(1, sizeof *s);
+    if (!s) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    m->arch_state = s;
+    s->n_exp = rp_config_int(c, "num_local_experts", rp_config_int(c, "num_experts", 0));
+    s->top_k = rp_config_int(c, "num_experts_per_tok", rp_config_int(c, "experts_per_token", 0));
+    s->I = c->ffn_dim;
+    s->limit = (float)rp_config_num(c, "swiglu_limit", 7.0);
+    s->alpha = 1.702f;
+    if (s->n_exp <= 0 || s->I <= 0)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "config.json: num_local_experts and intermediate_size are required");
+    rp_status rc;
+    if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err))) return rc;
+    s->layers = rp_calloc((size_t)c->n_layers, sizeof(layer));
+    if (!s->layers) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < c->n_layers; i++)
+        if ((rc = bind_layer(m, s, i, &s->layers[i], err))) return rc;
+    const char *p = rp_blk_prefix(m);
+    if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, c->dim, "%sembed_tokens.weight",
+                            p)) ||
+        (rc = rp_blk_tensor(m, err, &s->final_norm, 0, c->dim, 0, "%snorm.weight", p)) ||
+        (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
+        (rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
+        return rc;
+    size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
+           kvd = (size_t)c->n_kv_heads * c->head_dim, D = (size_t)c->dim;
+    s->x = rp_blk_falloc(n * D);
+    s->h = rp_blk_falloc(n * (D > qd ? D : qd));
+    s->q = rp_blk_falloc(n * qd);
+    s->k = rp_blk_falloc(n * kvd);
+    s->v = rp_blk_falloc(n * kvd);
+    s->att = rp_blk_falloc(n * qd);
+    s->logits = rp_blk_falloc(n * s->n_exp);
+    s->xe = rp_blk_falloc(n * D);
+    s->ga = rp_blk_falloc(n * s->I);
+    s->up = rp_blk_falloc(n * s->I);
+    s->ye = rp_blk_falloc(n * D);
+    s->acc = rp_blk_falloc(n * D);
+    float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
+                     s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
+    for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
+        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+    return RP_OK;
+}
+
+static rp_status gptoss_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    gptoss_kv *k = rp_calloc(1, sizeof *k);
+    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc =
+        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
+    if (rc) {
+        rp_free(k);
+        return rc;
+    }
+    kv->state = k;
+    return RP_OK;
+}
+
+static void gptoss_kv_deinit(rp_kv *kv)
+{
+    gptoss_kv *k = kv->state;
+    if (!k) return;
+    rp_blk_kv_free(&k->attn);
+    rp_free(k);
+    kv->state = NULL;
+}
+
+static void moe_block(rp_model *m, gptoss *s, layer *L, int n)
+{
+    rp_backend *be = m->be;
+    int D = m->cfg.dim, I = s->I, K = s->top_k;
+    rp_op_matmul(be, L->router, s->h, n, s->logits);
+    rp_blk_add_bias(s->logits, L->router_b, n, s->n_exp);
+    rp_blk_route_compute(&s->route, s->logits, n, RP_ROUTE_TOPK_SOFTMAX);
+    memset(s->acc, 0, sizeof(float) * (size_t)n * D);
+    for (int e = 0; e < s->n_exp; e++) {
+        int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
+        if (cnt == 0) continue;
+        for (int i = 0; i < cnt; i++) {
+            int t = s->route.order[b + i] / K;
+            memcpy(s->xe + (size_t)i * D, s->h + (size_t)t * D, sizeof(float) * D);
+        }
+        rp_op_matmul(be, &L->gate[e], s->xe, cnt, s->ga);
+        rp_op_matmul(be, &L->up[e], s->xe, cnt, s->up);
+        rp_blk_add_bias(s->ga, L->gate_b + (size_t)e * I, cnt, I);
+        rp_blk_add_bias(s->up, L->up_b + (size_t)e * I, cnt, I);
+        for (long i = 0; i < (long)cnt * I; i++) {
+            float g = s->ga[i] < s->limit ? s->ga[i] : s->limit;
+            float u = s->up[i] < -s->limit ? -s->limit : s->up[i] > s->limit ? s->limit : s->up[i];
+            s->ga[i] = (u + 1.0f) * g * rp_blk_sigmoid(s->alpha * g);
+        }
+        rp_op_matmul(be, &L->down[e], s->ga, cnt, s->ye);
+        rp_blk_add_bias(s->ye, L->down_b + (size_t)e * D, cnt, D);
+        for (int i = 0; i < cnt; i++) {
+            int slot = s->route.order[b + i], t = slot / K;
+            float w = s->route.w[slot];
+            float *dst = s->acc + (size_t)t * D, *src = s->ye + (size_t)i * D;
+            for (int d = 0; d < D; d++)
+                dst[d] += w * src[d];
+        }
+    }
+    rp_op_add(be, s->x, s->acc, (int64_t)n * D);
+}
+
+static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
+                                int n_logits, rp_err *err)
+{
+    gptoss *s = m->arch_state;
+    gptoss_kv *kvs = kv->state;
+    rp_model_config *c = &m->cfg;
+    rp_backend *be = m->be;
+    int pos0 = kv->len, D = c->dim, hd = c->head_dim, qd = c->n_heads * hd,
+        kvd = c->n_kv_heads * hd;
+    rp_rope_update(&s->rope, pos0 + n);
+    for (int t = 0; t < n; t++) {
+        s->pos[t] = pos0 + t;
+        rp_tensor_row_f32(s->embed, ids[t], s->x + (size_t)t * D);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        layer *L = &s->layers[l];
+        rp_op_rmsnorm(be, s->h, s->x, L->attn_norm, n, D, c->norm_eps, 0);
+        rp_op_matmul(be, L->wq, s->h, n, s->q);
+        rp_op_matmul(be, L->wk, s->h, n, s->k);
+        rp_op_matmul(be, L->wv, s->h, n, s->v);
+        rp_blk_add_bias(s->q, L->bq, n, qd);
+        rp_blk_add_bias(s->k, L->bk, n, kvd);
+        rp_blk_add_bias(s->v, L->bv, n, kvd);
+        rp_op_rope(be, s->q, n, c->n_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
+                   s->rope.attn_factor, 1);
+        rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
+                   s->rope.attn_factor, 1);
+        rp_attn_args a = {.q = s->q,
+                          .out = s->att,
+                          .n_tok = n,
+                          .pos0 = pos0,
+                          .n_heads = c->n_heads,
+                          .n_kv_heads = c->n_kv_heads,
+                          .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .window = L->window,
+                          .sinks = L->sinks};
+        rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
+        rp_op_matmul(be, L->wo, s->att, n, s->h);
+        rp_blk_add_bias(s->h, L->bo, n, D);
+        rp_op_add(be, s->x, s->h, (int64_t)n * D);
+        rp_op_rmsnorm(be, s->h, s->x, L->ffn_norm, n, D, c->norm_eps, 0);
+        moe_block(m, s, L, n);
+    }
+    kv->len = pos0 + n;
+    if (logits && n_logits > 0) {
+        const float *last = s->x + (size_t)(n - n_logits) * D;
+        rp_op_rmsnorm(be, s->h, last, s->final_norm, n_logits, D, c->norm_eps, 0);
+        rp_op_matmul(be, s->lm_head, s->h, n_logits, logits);
+    }
+    (void)err;
+    return RP_OK;
+}
+
+const rp_arch rp_arch_gpt_oss = {
+    .name = "gpt_oss",
+    .init = gptoss_init,
+    .deinit = gptoss_deinit,
+    .forward = gptoss_forward,
+    .kv_init = gptoss_kv_init,
+    .kv_deinit = gptoss_kv_deinit,
+};
