@@ -421,7 +421,7 @@ static void default_id(rp_output_parser *p, char *out, size_t cap)
 static rp_status emit_calls(rp_output_parser *p, const rp_calls *calls)
 {
     rp_buf_reset(&p->ch[0].ws); /* whitespace before a call separates, it is not content */
-    p->ch[0].drop = false;
+    p->ch[0].drop = !p->content_started; /* and so does whitespace opening the content */
     rp_status st = RP_OK;
     for (size_t i = 0; i < calls->n && st == RP_OK; i++) {
         char id[RP_TOOL_ID_MAX];
@@ -447,9 +447,9 @@ static rp_status emit_calls(rp_output_parser *p, const rp_calls *calls)
 
 /* Parses a body; emits its calls, or the raw text as content when it does not parse. */
 static rp_status finish_region(rp_output_parser *p, rp_body_fn body, const char *b, size_t bn,
-                               const char *raw, size_t raw_n)
+                               const char *raw, size_t raw_n, bool truncated)
 {
-    rp_body_ctx ctx = {p->tools};
+    rp_body_ctx ctx = {p->tools, truncated};
     rp_calls calls = {0};
     rp_status st = body ? body(&ctx, b, bn, &calls) : RP_ERR_INVALID;
     if (st == RP_OK)
@@ -468,8 +468,8 @@ typedef enum mkind { K_NONE, K_THINK_START, K_THINK_END, K_STRIP, K_OPEN } mkind
 
 /* Longest marker active in the current mode at s[0..n). Returns RP_MARK_FULL (with *kind,
  * *len, *rule), RP_MARK_PARTIAL (wait for more input) or RP_MARK_NONE. */
-static int match_here(const rp_output_parser *p, const char *s, size_t n, mkind *kind,
-                      size_t *len, const region_rule **rule)
+static int match_here(const rp_output_parser *p, const char *s, size_t n, bool started,
+                      mkind *kind, size_t *len, const region_rule **rule)
 {
     int best = RP_MARK_NONE;
     size_t best_len = 0;
@@ -499,7 +499,7 @@ static int match_here(const rp_output_parser *p, const char *s, size_t n, mkind 
         if (p->tf) {
             for (int i = 0; i < 4 && p->tf->rules[i].open; i++) {
                 const region_rule *r = &p->tf->rules[i];
-                if (!(r->flags & R_AT_START) || !p->content_started)
+                if (!(r->flags & R_AT_START) || !started)
                     TRY(r->open, K_OPEN, r);
             }
             for (int i = 0; i < 2 && p->tf->strip[i]; i++)
@@ -532,16 +532,18 @@ static rp_status scan_text(rp_output_parser *p, bool final)
     const char *s = p->in.data;
     size_t n = p->in.len, run = p->pos, i = p->pos;
     int reasoning = p->mode == M_REASONING;
+    bool started = p->content_started; /* content so far, including the run not yet emitted */
     while (i < n) {
         mkind kind = K_NONE;
         size_t len = 0;
         const region_rule *rule = NULL;
         int m = RP_MARK_NONE;
         if (reasoning || p->first_byte[(unsigned char)s[i]])
-            m = match_here(p, s + i, n - i, &kind, &len, &rule);
+            m = match_here(p, s + i, n - i, started, &kind, &len, &rule);
         if (m == RP_MARK_PARTIAL && final) /* the end came: take a full match if any */
             m = kind != K_NONE ? RP_MARK_FULL : RP_MARK_NONE;
         if (m == RP_MARK_NONE) {
+            started = started || !is_ws(s[i]);
             i++;
             continue;
         }
@@ -563,6 +565,10 @@ static rp_status scan_text(rp_output_parser *p, bool final)
         case K_OPEN:
             enter_call(p, rule, i, len);
             return RP_OK;
+        case K_STRIP: /* markup around the answer: whitespace next to it is layout */
+            rp_buf_reset(&p->ch[0].ws);
+            p->ch[0].drop = true;
+            break;
         default:
             break;
         }
@@ -581,8 +587,9 @@ static rp_status close_region(rp_output_parser *p, size_t body_end, size_t end_r
     const char *s = p->in.data;
     p->mode = M_CONTENT;
     p->pos = end_raw;
+    bool truncated = p->rule->close && end_raw == body_end; /* the close marker never came */
     return finish_region(p, p->tf->body, s + p->body_start, body_end - p->body_start,
-                         s + p->call_start, end_raw - p->call_start);
+                         s + p->call_start, end_raw - p->call_start, truncated);
 }
 
 /* Checks a literal at s[i..n): returns its length when it fully matches, 0 when it does not,
@@ -699,6 +706,22 @@ static rp_status scan_call(rp_output_parser *p, bool final)
     /* the output ended inside the region: parse what is there */
     if (p->cs == C_AFTER || p->cs == C_CHAIN)
         return close_region(p, p->value_end, p->value_end);
+    if (p->cs == C_ZONE && r->close) {
+        /* a value zone never closed: maybe the model dropped its closing tag, and the close
+         * marker we skipped inside the "value" really ends the region */
+        const char *e = rp_find(s + p->body_start, s + n, r->close);
+        rp_calls calls = {0};
+        rp_body_ctx ctx = {p->tools, false};
+        if (e && tf->body(&ctx, s + p->body_start, (size_t)(e - s) - p->body_start, &calls) ==
+                     RP_OK) {
+            rp_status st = emit_calls(p, &calls);
+            rp_calls_deinit(&calls);
+            p->mode = M_CONTENT;
+            p->pos = (size_t)(e - s) + strlen(r->close);
+            return st;
+        }
+        rp_calls_deinit(&calls);
+    }
     return close_region(p, n, n);
 again:
     p->pos = i;

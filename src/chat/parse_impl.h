@@ -34,6 +34,8 @@ typedef struct rp_calls {
 
 typedef struct rp_body_ctx {
     const json_t *tools; /* request tools (may be NULL) */
+    bool truncated;      /* the output ended before the region's close marker: closing tags
+                            that a lenient parser would infer must really be there */
 } rp_body_ctx;
 
 typedef rp_status (*rp_body_fn)(const rp_body_ctx *ctx, const char *s, size_t n, rp_calls *out);

@@ -181,8 +181,10 @@ static rp_status qwen_function(const rp_body_ctx *ctx, const char **pp, const ch
     p = gt + 1;
     while (st == RP_OK) {
         p = rp_skip_ws(p, end);
-        if (p == end)
-            break; /* tolerated: </function> missing at the end of the body */
+        if (p == end) { /* tolerated: </function> missing at the end of a closed body */
+            st = ctx->truncated ? RP_ERR_INVALID : RP_OK;
+            break;
+        }
         if (rp_has_prefix(p, end, "</function>")) {
             p += strlen("</function>");
             break;
@@ -203,6 +205,10 @@ static rp_status qwen_function(const rp_body_ctx *ctx, const char **pp, const ch
             const char *fe = rp_find(vs, end, "</function>");
             if (!ve || (fe && fe < ve))
                 ve = fe ? fe : end;
+            if (ve == end && ctx->truncated) {
+                st = RP_ERR_INVALID;
+                break;
+            }
             resume = ve;
         }
         st = add_param(ctx, args, name, ks, ke, vs, ve, true);
@@ -327,8 +333,10 @@ static rp_status minimax_invoke(const rp_body_ctx *ctx, const char **pp, const c
     rp_status st = name && args ? RP_OK : RP_ERR_NOMEM;
     while (st == RP_OK) {
         p = rp_skip_ws(p, end);
-        if (p == end)
-            break; /* tolerated: </invoke> missing at the end */
+        if (p == end) { /* tolerated: </invoke> missing at the end of a closed body */
+            st = ctx->truncated ? RP_ERR_INVALID : RP_OK;
+            break;
+        }
         if (rp_has_prefix(p, end, "</invoke>")) {
             p += strlen("</invoke>");
             break;
