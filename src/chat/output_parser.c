@@ -932,9 +932,10 @@ static const struct {
     {"<|tool_calls_section_begin|>", "kimi_k2", "<think>", "kimi_k2"},
     {"<arg_key>", "glm45", "<think>", "glm45"},
     {"<|tool_call>", "gemma4", "<|channel>", "gemma4"},
-    {"<function=", "qwen3_coder", "<think>", "qwen3"},
+    {"<parameter=", "qwen3_coder", "<think>", "qwen3"},
     {"[TOOL_CALLS]", "mistral", "[THINK]", "mistral"},
     {"<|tool_call_start|>", "lfm2", "<think>", "qwen3"},
+    {"<|tool_list_start|>", "lfm2", "<think>", "qwen3"},
     {"<|START_ACTION|>", "cohere_command3", "<|START_THINKING|>", "cohere_command3"},
     {"<|action_start|>", "internlm", NULL, NULL},
     {"<tool_calls>", "jamba", "<think>", "hunyuan_a13b"},
@@ -942,6 +943,7 @@ static const struct {
     {"<|tool_call|>", "granite", "thought process", "granite"},
     {"<|python_start|>", "llama4_pythonic", NULL, NULL},
     {"<|python_tag|>", "llama3_json", NULL, NULL},
+    {"Environment: ipython", "llama3_json", NULL, NULL},
     {"<tool_call>", "hermes", "<think>", "qwen3"},
 };
 
