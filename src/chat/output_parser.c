@@ -241,9 +241,24 @@ int rp_marker_match(const char *s, size_t n, const char *lit)
     return memcmp(s, lit, n) == 0 ? RP_MARK_PARTIAL : RP_MARK_NONE;
 }
 
+/* A function name: valid UTF-8 without control characters, spaces or quotes. */
+static bool valid_call_name(const char *name, size_t n)
+{
+    if (n == 0 || n > 256)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch <= ' ' || ch == '"' || ch == '\\' || ch == 0x7F)
+            return false;
+    }
+    json_t *t = json_stringn(name, n); /* jansson checks the UTF-8 */
+    json_decref(t);
+    return t != NULL;
+}
+
 rp_status rp_calls_push(rp_calls *c, const char *name, size_t name_len, json_t *args)
 {
-    if (!json_is_object(args) || name_len == 0) {
+    if (!json_is_object(args) || !valid_call_name(name, name_len)) {
         json_decref(args);
         return RP_ERR_INVALID;
     }
@@ -733,6 +748,8 @@ again:
 static rp_status run(rp_output_parser *p, bool final)
 {
     rp_status st = RP_OK;
+    if (!p->in.data)
+        return p->sticky; /* nothing was fed yet */
     while (p->sticky == RP_OK) {
         if (p->mode == M_CALL)
             st = scan_call(p, final);

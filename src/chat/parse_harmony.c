@@ -177,6 +177,8 @@ rp_status rp_harmony_feed(rp_harmony *h, const char *s, size_t n, bool final,
 {
     if (n && rp_buf_append(&h->in, s, n) != RP_OK)
         return RP_ERR_NOMEM;
+    if (!h->in.data)
+        return RP_OK; /* nothing was fed yet */
     rp_status st;
     for (;;) {
         size_t before_pos = h->pos;
