@@ -481,51 +481,58 @@ static rp_status finish_region(rp_output_parser *p, rp_body_fn body, const char 
 
 typedef enum mkind { K_NONE, K_THINK_START, K_THINK_END, K_STRIP, K_OPEN } mkind;
 
-/* Longest marker active in the current mode at s[0..n). Returns RP_MARK_FULL (with *kind,
- * *len, *rule), RP_MARK_PARTIAL (wait for more input) or RP_MARK_NONE. */
-static int match_here(const rp_output_parser *p, const char *s, size_t n, bool started,
-                      mkind *kind, size_t *len, const region_rule **rule)
+/* The best marker match found so far at one position. */
+typedef struct match {
+    size_t len; /* of the longest full match; 0: none */
+    mkind kind;
+    const region_rule *rule;
+    bool partial; /* some marker may still match with more input */
+} match;
+
+static void try_marker(match *m, const char *s, size_t n, const char *lit, mkind kind,
+                       const region_rule *rule)
 {
-    int best = RP_MARK_NONE;
-    size_t best_len = 0;
-    bool partial = false;
-#define TRY(lit, k, r)                                                                         \
-    do {                                                                                       \
-        int m_ = rp_marker_match(s, n, (lit));                                                 \
-        if (m_ == RP_MARK_PARTIAL)                                                             \
-            partial = true;                                                                    \
-        else if (m_ == RP_MARK_FULL && strlen(lit) > best_len) {                               \
-            best = RP_MARK_FULL;                                                               \
-            best_len = strlen(lit);                                                            \
-            *kind = (k);                                                                       \
-            *rule = (r);                                                                       \
-        }                                                                                      \
-    } while (0)
+    int r = rp_marker_match(s, n, lit);
+    if (r == RP_MARK_PARTIAL) {
+        m->partial = true;
+    } else if (r == RP_MARK_FULL && strlen(lit) > m->len) {
+        m->len = strlen(lit);
+        m->kind = kind;
+        m->rule = rule;
+    }
+}
+
+/* Longest marker active in the current mode at s[0..n). started: content came before, so
+ * R_AT_START openers are off. Returns RP_MARK_FULL (m->kind, m->len, m->rule filled),
+ * RP_MARK_PARTIAL (a marker may still match: wait for more input; m may hold a shorter full
+ * match to take if the input ends) or RP_MARK_NONE. */
+static int match_here(const rp_output_parser *p, const char *s, size_t n, bool started,
+                      match *m)
+{
+    *m = (match){0};
     if (p->mode == M_REASONING) {
         for (int i = 0; i < 3 && p->rf->end[i]; i++)
-            TRY(p->rf->end[i], K_THINK_END, NULL);
+            try_marker(m, s, n, p->rf->end[i], K_THINK_END, NULL);
     } else {
         if (p->rf) {
             for (int i = 0; i < 3 && p->rf->start[i]; i++)
-                TRY(p->rf->start[i], K_THINK_START, NULL);
+                try_marker(m, s, n, p->rf->start[i], K_THINK_START, NULL);
             for (int i = 0; i < 2 && p->rf->strip[i]; i++)
-                TRY(p->rf->strip[i], K_STRIP, NULL);
+                try_marker(m, s, n, p->rf->strip[i], K_STRIP, NULL);
         }
         if (p->tf) {
             for (int i = 0; i < 4 && p->tf->rules[i].open; i++) {
                 const region_rule *r = &p->tf->rules[i];
                 if (!(r->flags & R_AT_START) || !started)
-                    TRY(r->open, K_OPEN, r);
+                    try_marker(m, s, n, r->open, K_OPEN, r);
             }
             for (int i = 0; i < 2 && p->tf->strip[i]; i++)
-                TRY(p->tf->strip[i], K_STRIP, NULL);
+                try_marker(m, s, n, p->tf->strip[i], K_STRIP, NULL);
         }
     }
-#undef TRY
-    *len = best_len;
-    if (partial) /* a longer marker may still match: decide when more input comes */
+    if (m->partial)
         return RP_MARK_PARTIAL;
-    return best;
+    return m->len ? RP_MARK_FULL : RP_MARK_NONE;
 }
 
 static void enter_call(rp_output_parser *p, const region_rule *r, size_t at, size_t len)
@@ -549,14 +556,12 @@ static rp_status scan_text(rp_output_parser *p, bool final)
     int reasoning = p->mode == M_REASONING;
     bool started = p->content_started; /* content so far, including the run not yet emitted */
     while (i < n) {
-        mkind kind = K_NONE;
-        size_t len = 0;
-        const region_rule *rule = NULL;
+        match mt = {0};
         int m = RP_MARK_NONE;
         if (reasoning || p->first_byte[(unsigned char)s[i]])
-            m = match_here(p, s + i, n - i, started, &kind, &len, &rule);
+            m = match_here(p, s + i, n - i, started, &mt);
         if (m == RP_MARK_PARTIAL && final) /* the end came: take a full match if any */
-            m = kind != K_NONE ? RP_MARK_FULL : RP_MARK_NONE;
+            m = mt.len ? RP_MARK_FULL : RP_MARK_NONE;
         if (m == RP_MARK_NONE) {
             started = started || !is_ws(s[i]);
             i++;
@@ -566,7 +571,7 @@ static rp_status scan_text(rp_output_parser *p, bool final)
         p->pos = i;
         if (st != RP_OK || m == RP_MARK_PARTIAL)
             return st != RP_OK ? st : RP_AGAIN;
-        switch (kind) {
+        switch (mt.kind) {
         case K_THINK_START:
             rp_buf_reset(&p->ch[0].ws);
             p->mode = M_REASONING;
@@ -578,7 +583,7 @@ static rp_status scan_text(rp_output_parser *p, bool final)
             p->ch[0].drop = true;
             break;
         case K_OPEN:
-            enter_call(p, rule, i, len);
+            enter_call(p, mt.rule, i, mt.len);
             return RP_OK;
         case K_STRIP: /* markup around the answer: whitespace next to it is layout */
             rp_buf_reset(&p->ch[0].ws);
@@ -587,7 +592,7 @@ static rp_status scan_text(rp_output_parser *p, bool final)
         default:
             break;
         }
-        p->pos = i + len;
+        p->pos = i + mt.len;
         return RP_OK; /* the mode may have changed: the caller loops */
     }
     p->pos = n;
@@ -615,7 +620,10 @@ static size_t literal_at(const char *lit, const char *s, size_t i, size_t n)
     return m == RP_MARK_FULL ? strlen(lit) : m == RP_MARK_PARTIAL ? SIZE_MAX : 0;
 }
 
-/* Advances the CALL machine over the buffered bytes. Returns RP_AGAIN when it needs more. */
+/* Advances the CALL machine over the buffered bytes. Returns RP_AGAIN when it needs more.
+ * One switch over the scanner state (STYLE rule 19's state-machine exception to the size
+ * budget): C_BODY looks for the close marker, zone openers, literals, string quotes and
+ * brackets; the other states consume strings, zones and the R_CHAIN separator. */
 static rp_status scan_call(rp_output_parser *p, bool final)
 {
     const tool_fmt *tf = p->tf;
