@@ -17,21 +17,44 @@
  *   - content and reasoning deltas never split a UTF-8 sequence when the chunks fed do not.
  * Arguments therefore arrive in one delta per call, when the call closes (not token by token).
  *
- * State diagram (the content/reasoning/tool layers of one parser):
+ * State diagram (the generic machine; new() starts in REASONING when think_opened):
  *
- *            rp_output_parser_new(think_opened=1)
- *                        |                          reasoning start marker
- *   new() --> CONTENT <--+------------------------------------------+
- *              |   ^  \--- reasoning start ---> REASONING --end-----+-> CONTENT
- *   tool open  |   |                                               (finish: flush as reasoning)
- *   marker     v   | close marker / balanced value end: parse body
- *             CALL-+     ok: TOOL_START, ARGS, TOOL_END per call; failed: the raw text as content
- *              (finish inside CALL: parse what is there; failed -> raw text as content)
+ *   CONTENT --reasoning start marker--> REASONING --reasoning end marker--> CONTENT
+ *     |   ^
+ *     |   +-- CALL ends (its close marker outside strings/values, or the end of its balanced
+ *     |       value): body parsed -> TOOL_START, ARGS, TOOL_END per call; else raw -> CONTENT
+ *     +--> CALL   on a region opener ("<tool_call>", "[TOOL_CALLS]", "{" at the start, ...)
+ *   finish(): REASONING flushes as reasoning; CALL parses what it holds (malformed -> CONTENT).
  *   Harmony ("openai" / "openai_gptoss") runs its own machine (parse_harmony.h): analysis
  *   channel -> reasoning, final/commentary text -> content, to=functions.X -> tool call.
  *
- * Ownership: rp_output_parser_new copies the names and takes a reference on cfg->tools (released
- *            by rp_output_parser_free). Event text pointers are borrowed for the callback only.
+ * How the server uses it (one parser per choice of one request):
+ *   names      --tool-call-parser / --reasoning-parser flags, else rp_output_parser_detect()
+ *              on the chat template and config.json model_type (log the choice).
+ *   tools      tool_choice "none" or no tools: tool_parser NULL (reasoning still separated);
+ *              "auto": the chosen parser; "required" / named: also append
+ *              rp_output_parser_call_prefix(tool, NULL | name) to the rendered prompt and feed
+ *              that same prefix to the parser before the first generated text (so the reply
+ *              starts inside a call); if the prompt ended inside a think block, close it first
+ *              (append the reasoning end marker, e.g. "</think>\n\n", before the prefix).
+ *              After finish, n_calls == 0 under required/named means the model broke the
+ *              format: answer with an error (or retry), never with a call-less success.
+ *   thinking   think_opened = rp_output_parser_think_opened(reasoning, prompt, prompt_len).
+ *   feed       every detokenized piece (stop strings already removed), then finish() once.
+ *   OpenAI     CONTENT -> delta.content; REASONING -> delta.reasoning_content;
+ *              TOOL_START -> delta.tool_calls[{index, id, type:"function",
+ *              function:{name, arguments:""}}]; TOOL_ARGS -> delta.tool_calls[{index,
+ *              function:{arguments:text}}]; TOOL_END -> nothing; finish_reason "tool_calls"
+ *              when n_calls > 0. Non-streaming: rp_parse_collector_message() is the message.
+ *   Anthropic  REASONING -> a thinking block (thinking_delta); CONTENT -> a text block
+ *              (text_delta); TOOL_START -> close the open block, content_block_start
+ *              {type:"tool_use", id, name, input:{}}; TOOL_ARGS -> input_json_delta
+ *              partial_json; TOOL_END -> content_block_stop; stop_reason "tool_use" when
+ *              n_calls > 0. Use gen_id for "toolu_..." ids there.
+ *
+ * Ownership: rp_output_parser_new resolves the names (keeps no pointer to them) and takes a
+ *            reference on cfg->tools (released by rp_output_parser_free). Event text pointers
+ *            are borrowed for the callback only.
  * Threading: one parser per generation, used by one thread at a time.
  * Errors:    RP_ERR_NOT_FOUND (unknown parser name), RP_ERR_NOMEM, or whatever status the event
  *            callback returns (feeding stops there; the parser must then only be freed).

@@ -20,7 +20,7 @@
 #define H_RETURN "<|return|>"
 #define MAX_HEADER 1024
 
-typedef enum hstate { H_TEXT, H_HEADER, H_BODY, H_CALL_BODY } hstate;
+typedef enum hstate { H_BEGIN, H_TEXT, H_HEADER, H_BODY, H_CALL_BODY } hstate;
 
 struct rp_harmony {
     bool parse_calls;
@@ -105,6 +105,25 @@ static rp_status step(rp_harmony *h, bool final, const rp_harmony_sink *sink)
     size_t n = h->in.len, at = 0, which = 0;
     rp_status st = RP_OK;
     switch (h->st) {
+    case H_BEGIN: {
+        /* the prompt ends "<|start|>assistant": the output may go on with that header's
+         * recipient (" to=functions.f<|channel|>...") before any marker */
+        static const char *const opens[] = {" to=", "to="};
+        h->st = H_TEXT;
+        for (size_t k = 0; k < 2; k++) {
+            int m = rp_marker_match(s + h->pos, n - h->pos, opens[k]);
+            if (m == RP_MARK_PARTIAL && !final) {
+                h->st = H_BEGIN;
+                return RP_AGAIN;
+            }
+            if (m == RP_MARK_FULL) {
+                h->st = H_HEADER;
+                h->msg_start = h->pos;
+                break;
+            }
+        }
+        return RP_OK;
+    }
     case H_TEXT:
     case H_BODY: {
         const char *const *marks = h->st == H_TEXT ? text_marks : body_marks;

@@ -8,6 +8,7 @@
  *   recipient functions.NAME         -> one call: the body is buffered to its end marker
  *   any other channel / plain text   -> content (streamed)
  *
+ *   START --" to=..."--> HEADER (the prompt's "<|start|>assistant" header goes on), else TEXT
  *   TEXT --<|start|> or <|channel|>--> HEADER --<|message|>--> BODY --end marker--> TEXT
  *                                        (finish or an oversized header: the raw header is text)
  *

@@ -412,8 +412,15 @@ static json_t *gemma_value(cur *c)
         while (e > s && (unsigned char)e[-1] <= ' ')
             e--;
         json_error_t err;
-        if (e > s && !(v = json_loadb(s, (size_t)(e - s), JSON_DECODE_ANY, &err)))
-            v = json_stringn(s, (size_t)(e - s));
+        size_t n = (size_t)(e - s);
+        if (n == 4 && memcmp(s, "None", 4) == 0) /* the template prints Python's None/True */
+            v = json_null();
+        else if (n == 4 && memcmp(s, "True", 4) == 0)
+            v = json_true();
+        else if (n == 5 && memcmp(s, "False", 5) == 0)
+            v = json_false();
+        else if (e > s && !(v = json_loadb(s, n, JSON_DECODE_ANY, &err)))
+            v = json_stringn(s, n);
     }
     c->depth--;
     return v;

@@ -99,8 +99,11 @@ int rp_cmd_parse(int argc, char **argv)
         .think_opened = think_opened, .on_event = rp_parse_collector_event, .user = col,
         .gen_id = stable ? stable_id : NULL,
     };
-    if (rp_output_parser_new(&cfg, &p, &err) != RP_OK)
+    if (rp_output_parser_new(&cfg, &p, &err) != RP_OK) {
+        if (err.code == RP_ERR_NOT_FOUND)
+            rc = 2; /* an unknown parser name is a usage error */
         goto out;
+    }
     if (feed_text(p, text, text_len, chunk, &err) != 0)
         goto out;
     if (!(msg = rp_parse_collector_message(col))) {

@@ -249,6 +249,7 @@ G = '<|"|>'
 case("gemma4", "gemma4 one call", "gemma4", "Let me check.<|tool_call>call:get_weather{city:" + G + "Paris" + G + "}<tool_call|>", "Let me check.", [W])
 case("gemma4", "gemma4 typed values", "gemma4", "<|tool_call>call:f{a:1,b:-2.5,c:true,d:null,e:[1," + G + "x" + G + "],o:{k:" + G + "v" + G + "}}<tool_call|>", None,
      [("f", {"a": 1, "b": -2.5, "c": True, "d": None, "e": [1, "x"], "o": {"k": "v"}})])
+case("gemma4", "gemma4 python None/True from the template", "gemma4", "<|tool_call>call:f{a:None,b:True,c:False}<tool_call|>", None, [("f", {"a": None, "b": True, "c": False})])
 case("gemma4", "gemma4 parallel", "gemma4", "<|tool_call>call:get_weather{city:" + G + "Paris" + G + "}<tool_call|><|tool_call>call:get_time{tz:" + G + "UTC" + G + "}<tool_call|>", None, [W, T])
 case("gemma4", "gemma4 unicode and markers in string", "gemma4", "<|tool_call>call:echo{t:" + G + "東京 <tool_call|> {x:1}" + G + "}<tool_call|>", None, [("echo", {"t": "東京 <tool_call|> {x:1}"})])
 case("gemma4", "gemma4 thinking", "gemma4", "<|channel>thought\nweather\n<channel|>It is sunny.", "It is sunny.", [], "weather", "gemma4")
@@ -275,6 +276,9 @@ case("harmony", "harmony malformed call", "openai",
 case("harmony", "harmony truncated analysis", "openai", "<|channel|>analysis<|message|>Thinking about it", None, [], "Thinking about it", "openai_gptoss")
 case("harmony", "harmony reasoning only parser", None,
      "<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Yes.<|return|>", "Yes.", [], "hmm", "openai_gptoss")
+case("harmony", "harmony recipient continuing the prompt's header", "openai",
+     " to=functions.get_weather<|channel|>commentary json<|message|>" + json.dumps({"city": "Paris"}) + "<|call|>", None, [W], None, "openai_gptoss")
+case("harmony", "harmony text starting with t is text", "openai", "today is fine", "today is fine", [], None, "openai_gptoss")
 case("harmony", "harmony plain text", "openai", "Just text, no channels.", "Just text, no channels.", [], None, "openai_gptoss")
 
 # ---------------------------------------------------------------- reasoning only
