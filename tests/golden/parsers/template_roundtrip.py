@@ -81,22 +81,28 @@ CASES = [
     ("LFM2.5-8B-A1B", "lfm2", "qwen3", 2),
 ]
 
-def render(src, messages, gen, args_as_string):
+def render(src, messages, gen, args_as_string, thinking):
     msgs = json.loads(json.dumps(messages))
     if args_as_string:
         for m in msgs:
             for tc in m.get("tool_calls", []):
                 tc["function"]["arguments"] = json.dumps(tc["function"]["arguments"], ensure_ascii=False)
     return env.from_string(src).render(messages=msgs, tools=TOOLS, add_generation_prompt=gen,
-                                       bos_token="<s>", eos_token="</s>", date_string="2 Jan 2026")
+                                       bos_token="<s>", eos_token="</s>", date_string="2 Jan 2026",
+                                       enable_thinking=thinking)
 
-def assistant_text(src, n_calls, args_as_string):
+REASONING = "The user wants two things: weather, then time."
+CONTENT = "Let me check both."
+
+def assistant_text(src, n_calls, args_as_string, with_text):
     user = [{"role": "user", "content": "Weather in Zürich and the time?"}]
     calls = [{"id": "abcDEF12%d" % i, "type": "function", "function": {"name": n, "arguments": a}}
              for i, (n, a) in enumerate(CALLS[:n_calls])]
-    turn = user + [{"role": "assistant", "content": "", "tool_calls": calls}]
-    gen = render(src, user, True, args_as_string)
-    full = render(src, turn, False, args_as_string)
+    turn = user + [{"role": "assistant", "content": CONTENT if with_text else "", "tool_calls": calls}]
+    if with_text:
+        turn[-1]["reasoning_content"] = REASONING
+    gen = render(src, user, True, args_as_string, with_text)
+    full = render(src, turn, False, args_as_string, with_text)
     k = 0
     while k < min(len(gen), len(full)) and gen[k] == full[k]:
         k += 1
@@ -118,24 +124,30 @@ fails = 0
 with tempfile.TemporaryDirectory() as tmp:
     tools_path = os.path.join(tmp, "tools.json")
     json.dump(TOOLS, open(tools_path, "w"))
-    for name, tool, reasoning, n_calls in CASES:
+    for (name, tool, reasoning, n_calls), with_text in [(c, w) for c in CASES for w in (False, True)]:
         src = open(os.path.join(tdir, name + ".jinja"), encoding="utf-8").read()
         try:
-            gen, text = assistant_text(src, n_calls, False)
+            gen, text = assistant_text(src, n_calls, False, with_text)
         except Exception:
-            try:
-                gen, text = assistant_text(src, n_calls, True)  # templates wanting JSON strings
+            try:  # templates wanting the arguments as JSON strings
+                gen, text = assistant_text(src, n_calls, True, with_text)
             except Exception as e:
                 fails += 1
                 print("FAIL %s: the template does not render: %s" % (name, e))
                 continue
+        # what the parse must give back: the text and reasoning the template wrote, if any
+        want_content = CONTENT if with_text and CONTENT in text else ""
+        want_reasoning = REASONING if with_text and reasoning and REASONING in text else ""
+        if "<|channel|>analysis<|message|>" + CONTENT in text:  # gpt-oss: text beside calls is analysis
+            want_content, want_reasoning = "", CONTENT
         tf = os.path.join(tmp, "text")
         open(tf, "w", encoding="utf-8").write(text)
         args = [rapid, "parse", "--tool-call-parser", tool, "--tools", tools_path, "--text-file", tf]
         if reasoning:
             args += ["--reasoning-parser", reasoning]
-            opened = [m for m in ("<think>", "<seed:think>", "[THINK]") if gen.rstrip().endswith(m)]
-            if opened and ("</" + opened[0][1:] if opened[0][0] == "<" else "[/THINK]") in text:
+            pairs = {"<think>": "</think>", "<seed:think>": "</seed:think>", "[THINK]": "[/THINK]",
+                     "<|START_THINKING|>": "<|END_THINKING|>"}
+            if any(gen.rstrip().endswith(a) and b in text for a, b in pairs.items()):
                 args += ["--think-opened"]
         for chunk in ([], ["--chunk", "1"], ["--chunk", "4"]):
             r = subprocess.run(args + chunk, capture_output=True)
@@ -147,13 +159,16 @@ with tempfile.TemporaryDirectory() as tmp:
                 got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m.get("tool_calls", [])]
                 if got != CALLS[:n_calls]:
                     why = "calls %r" % (got,)
-                elif (m["content"] or "").strip():
+                elif (m["content"] or "").strip() != want_content:
                     why = "content %r" % m["content"]
+                elif (m["reasoning_content"] or "").strip() != want_reasoning:
+                    why = "reasoning %r" % m["reasoning_content"]
             if why:
                 fails += 1
                 print("FAIL %s (%s) chunk=%s: %s\n  text: %r" % (name, tool, chunk, why, text))
                 break
         else:
-            print("ok   %-48s %-16s %d call(s)" % (name, tool, n_calls))
-print("template round trip: %d templates, %d failures" % (len(CASES), fails))
+            print("ok   %-48s %-16s %d call(s)%s" % (name, tool, n_calls,
+                  (" + content" if want_content else "") + (" + reasoning" if want_reasoning else "")))
+print("template round trip: %d templates x 2 turns, %d failures" % (len(CASES), fails))
 sys.exit(1 if fails else 0)
