@@ -847,7 +847,7 @@ rp_status rp_output_parser_new(const rp_output_parser_config *cfg, rp_output_par
     p->rng = seed | 1;
     bool harmony = (tf && !tf->body) || (rf && !rf->start[0]);
     if (harmony) {
-        if (rp_harmony_new(tf && !tf->body, &p->harmony) != RP_OK) {
+        if (rp_harmony_new(tf != NULL, &p->harmony) != RP_OK) { /* any tool parser: calls wanted */
             rp_output_parser_free(p);
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
         }

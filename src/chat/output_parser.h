@@ -40,7 +40,9 @@
  *              After finish, n_calls == 0 under required/named means the model broke the
  *              format: answer with an error (or retry), never with a call-less success.
  *   thinking   think_opened = rp_output_parser_think_opened(reasoning, prompt, prompt_len).
- *   feed       every detokenized piece (stop strings already removed), then finish() once.
+ *   feed       every detokenized piece, then finish() once. Detokenize with special tokens
+ *              kept as text (the markers "<|python_tag|>", "[TOOL_CALLS]", "<|channel|>", ...
+ *              are special tokens) but without the EOS / stop token and stop strings.
  *   OpenAI     CONTENT -> delta.content; REASONING -> delta.reasoning_content;
  *              TOOL_START -> delta.tool_calls[{index, id, type:"function",
  *              function:{name, arguments:""}}]; TOOL_ARGS -> delta.tool_calls[{index,
