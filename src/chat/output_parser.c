@@ -50,6 +50,8 @@ typedef struct tool_fmt {
     const char *prefix_named; /* with one %s for the name */
 } tool_fmt;
 
+/* One format per table row reads better than clang-format's layout. */
+/* clang-format off */
 #define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
 #define DS_CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
 #define DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
@@ -164,6 +166,8 @@ static const char *const k_reasoning_names[] = {
     "mistral", "seed_oss", "granite", "gemma4", "cohere_command3", "openai_gptoss", NULL,
 };
 
+/* clang-format on */
+
 _Static_assert(RP_ARRAY_LEN(k_tool_names) == RP_ARRAY_LEN(k_tools) + 1, "tool name list");
 _Static_assert(RP_ARRAY_LEN(k_reasoning_names) == RP_ARRAY_LEN(k_reasoning) + 1,
                "reasoning name list");
@@ -176,16 +180,14 @@ static bool no_name(const char *s)
 static const tool_fmt *find_tool(const char *name)
 {
     for (size_t i = 0; i < RP_ARRAY_LEN(k_tools); i++)
-        if (strcmp(k_tools[i].name, name) == 0)
-            return &k_tools[i];
+        if (strcmp(k_tools[i].name, name) == 0) return &k_tools[i];
     return NULL;
 }
 
 static const reasoning_fmt *find_reasoning(const char *name)
 {
     for (size_t i = 0; i < RP_ARRAY_LEN(k_reasoning); i++)
-        if (strcmp(k_reasoning[i].name, name) == 0)
-            return &k_reasoning[i];
+        if (strcmp(k_reasoning[i].name, name) == 0) return &k_reasoning[i];
     return NULL;
 }
 
@@ -228,28 +230,24 @@ bool rp_has_prefix(const char *s, const char *end, const char *lit)
 const char *rp_find(const char *s, const char *end, const char *lit)
 {
     size_t n = strlen(lit);
-    if (n == 0 || (size_t)(end - s) < n)
-        return NULL;
+    if (n == 0 || (size_t)(end - s) < n) return NULL;
     return memmem(s, (size_t)(end - s), lit, n);
 }
 
 int rp_marker_match(const char *s, size_t n, const char *lit)
 {
     size_t k = strlen(lit);
-    if (n >= k)
-        return memcmp(s, lit, k) == 0 ? RP_MARK_FULL : RP_MARK_NONE;
+    if (n >= k) return memcmp(s, lit, k) == 0 ? RP_MARK_FULL : RP_MARK_NONE;
     return memcmp(s, lit, n) == 0 ? RP_MARK_PARTIAL : RP_MARK_NONE;
 }
 
 /* A function name: valid UTF-8 without control characters, spaces or quotes. */
 static bool valid_call_name(const char *name, size_t n)
 {
-    if (n == 0 || n > 256)
-        return false;
+    if (n == 0 || n > 256) return false;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)name[i];
-        if (ch <= ' ' || ch == '"' || ch == '\\' || ch == 0x7F)
-            return false;
+        if (ch <= ' ' || ch == '"' || ch == '\\' || ch == 0x7F) return false;
     }
     json_t *t = json_stringn(name, n); /* jansson checks the UTF-8 */
     json_decref(t);
@@ -280,8 +278,7 @@ rp_status rp_calls_push(rp_calls *c, const char *name, size_t name_len, json_t *
     json_free_t jfree;
     json_malloc_t jmalloc;
     json_get_alloc_funcs(&jmalloc, &jfree);
-    if (dumped)
-        jfree(dumped);
+    if (dumped) jfree(dumped);
     if (!txt || !nm) {
         rp_free(txt);
         rp_free(nm);
@@ -332,9 +329,9 @@ typedef struct chan {
 #define MAX_DEPTH 10000
 
 struct rp_output_parser {
-    const tool_fmt *tf;       /* NULL: no tool parsing */
-    const reasoning_fmt *rf;  /* NULL: no reasoning */
-    rp_harmony *harmony;      /* Harmony formats replace the generic machine */
+    const tool_fmt *tf;      /* NULL: no tool parsing */
+    const reasoning_fmt *rf; /* NULL: no reasoning */
+    rp_harmony *harmony;     /* Harmony formats replace the generic machine */
     json_t *tools;
     rp_parse_event_fn on_event;
     void *user;
@@ -345,8 +342,8 @@ struct rp_output_parser {
     bool finished;
 
     mode mode;
-    rp_buf in;  /* undecided input */
-    size_t pos; /* next byte of `in` to examine */
+    rp_buf in;            /* undecided input */
+    size_t pos;           /* next byte of `in` to examine */
     bool content_started; /* non-whitespace content was emitted: R_AT_START rules are off */
     chan ch[2];           /* [0] content, [1] reasoning */
     int n_calls;
@@ -366,20 +363,17 @@ struct rp_output_parser {
 
 static rp_status emit(rp_output_parser *p, const rp_parse_event *ev)
 {
-    if (p->sticky != RP_OK)
-        return p->sticky;
+    if (p->sticky != RP_OK) return p->sticky;
     rp_status st = p->on_event(p->user, ev);
-    if (st != RP_OK)
-        p->sticky = st;
+    if (st != RP_OK) p->sticky = st;
     return st;
 }
 
 static rp_status emit_raw(rp_output_parser *p, int reasoning, const char *s, size_t n)
 {
-    if (n == 0)
-        return RP_OK;
-    rp_parse_event ev = {.kind = reasoning ? RP_PARSE_REASONING : RP_PARSE_CONTENT, .text = s,
-                         .len = n};
+    if (n == 0) return RP_OK;
+    rp_parse_event ev = {
+        .kind = reasoning ? RP_PARSE_REASONING : RP_PARSE_CONTENT, .text = s, .len = n};
     return emit(p, &ev);
 }
 
@@ -397,8 +391,7 @@ static rp_status put_text(rp_output_parser *p, int reasoning, const char *s, siz
     while (last > 0 && is_ws(s[last - 1]))
         last--;
     if (last == 0) { /* whitespace only */
-        if (!c->drop && rp_buf_append(&c->ws, s, n) != RP_OK)
-            return p->sticky = RP_ERR_NOMEM;
+        if (!c->drop && rp_buf_append(&c->ws, s, n) != RP_OK) return p->sticky = RP_ERR_NOMEM;
         return RP_OK;
     }
     size_t first = 0;
@@ -410,10 +403,8 @@ static rp_status put_text(rp_output_parser *p, int reasoning, const char *s, siz
     }
     rp_status st = emit_raw(p, reasoning, c->ws.data, c->ws.len);
     rp_buf_reset(&c->ws);
-    if (st == RP_OK)
-        st = emit_raw(p, reasoning, s + first, last - first);
-    if (st == RP_OK && !reasoning)
-        p->content_started = true;
+    if (st == RP_OK) st = emit_raw(p, reasoning, s + first, last - first);
+    if (st == RP_OK && !reasoning) p->content_started = true;
     if (st == RP_OK && last < n && rp_buf_append(&c->ws, s + last, n - last) != RP_OK)
         st = p->sticky = RP_ERR_NOMEM;
     return st;
@@ -435,7 +426,7 @@ static void default_id(rp_output_parser *p, char *out, size_t cap)
 /* TOOL_START, one ARGS delta, TOOL_END for each call. */
 static rp_status emit_calls(rp_output_parser *p, const rp_calls *calls)
 {
-    rp_buf_reset(&p->ch[0].ws); /* whitespace before a call separates, it is not content */
+    rp_buf_reset(&p->ch[0].ws);          /* whitespace before a call separates, it is not content */
     p->ch[0].drop = !p->content_started; /* and so does whitespace opening the content */
     rp_status st = RP_OK;
     for (size_t i = 0; i < calls->n && st == RP_OK; i++) {
@@ -446,14 +437,14 @@ static rp_status emit_calls(rp_output_parser *p, const rp_calls *calls)
         else
             default_id(p, id, sizeof id);
         id[sizeof id - 1] = '\0';
-        rp_parse_event ev = {.kind = RP_PARSE_TOOL_START, .index = index, .id = id,
-                             .name = calls->v[i].name};
-        if ((st = emit(p, &ev)) != RP_OK)
-            break;
-        ev = (rp_parse_event){.kind = RP_PARSE_TOOL_ARGS, .index = index,
-                              .text = calls->v[i].args, .len = strlen(calls->v[i].args)};
-        if ((st = emit(p, &ev)) != RP_OK)
-            break;
+        rp_parse_event ev = {
+            .kind = RP_PARSE_TOOL_START, .index = index, .id = id, .name = calls->v[i].name};
+        if ((st = emit(p, &ev)) != RP_OK) break;
+        ev = (rp_parse_event){.kind = RP_PARSE_TOOL_ARGS,
+                              .index = index,
+                              .text = calls->v[i].args,
+                              .len = strlen(calls->v[i].args)};
+        if ((st = emit(p, &ev)) != RP_OK) break;
         ev = (rp_parse_event){.kind = RP_PARSE_TOOL_END, .index = index};
         st = emit(p, &ev);
     }
@@ -506,8 +497,7 @@ static void try_marker(match *m, const char *s, size_t n, const char *lit, mkind
  * R_AT_START openers are off. Returns RP_MARK_FULL (m->kind, m->len, m->rule filled),
  * RP_MARK_PARTIAL (a marker may still match: wait for more input; m may hold a shorter full
  * match to take if the input ends) or RP_MARK_NONE. */
-static int match_here(const rp_output_parser *p, const char *s, size_t n, bool started,
-                      match *m)
+static int match_here(const rp_output_parser *p, const char *s, size_t n, bool started, match *m)
 {
     *m = (match){0};
     if (p->mode == M_REASONING) {
@@ -523,15 +513,13 @@ static int match_here(const rp_output_parser *p, const char *s, size_t n, bool s
         if (p->tf) {
             for (int i = 0; i < 4 && p->tf->rules[i].open; i++) {
                 const region_rule *r = &p->tf->rules[i];
-                if (!(r->flags & R_AT_START) || !started)
-                    try_marker(m, s, n, r->open, K_OPEN, r);
+                if (!(r->flags & R_AT_START) || !started) try_marker(m, s, n, r->open, K_OPEN, r);
             }
             for (int i = 0; i < 2 && p->tf->strip[i]; i++)
                 try_marker(m, s, n, p->tf->strip[i], K_STRIP, NULL);
         }
     }
-    if (m->partial)
-        return RP_MARK_PARTIAL;
+    if (m->partial) return RP_MARK_PARTIAL;
     return m->len ? RP_MARK_FULL : RP_MARK_NONE;
 }
 
@@ -569,8 +557,7 @@ static rp_status scan_text(rp_output_parser *p, bool final)
         }
         rp_status st = put_text(p, reasoning, s + run, i - run);
         p->pos = i;
-        if (st != RP_OK || m == RP_MARK_PARTIAL)
-            return st != RP_OK ? st : RP_AGAIN;
+        if (st != RP_OK || m == RP_MARK_PARTIAL) return st != RP_OK ? st : RP_AGAIN;
         switch (mt.kind) {
         case K_THINK_START:
             rp_buf_reset(&p->ch[0].ws);
@@ -635,13 +622,10 @@ static rp_status scan_call(rp_output_parser *p, bool final)
         switch (p->cs) {
         case C_BODY: {
             size_t l = literal_at(r->close, s, i, n);
-            if (l == SIZE_MAX && !final)
-                goto again;
-            if (l && l != SIZE_MAX)
-                return close_region(p, i, i + l);
+            if (l == SIZE_MAX && !final) goto again;
+            if (l && l != SIZE_MAX) return close_region(p, i, i + l);
             l = literal_at(tf->zone[0], s, i, n);
-            if (l == SIZE_MAX && !final)
-                goto again;
+            if (l == SIZE_MAX && !final) goto again;
             if (l && l != SIZE_MAX) {
                 p->cs = C_ZONE;
                 i += l;
@@ -650,10 +634,8 @@ static rp_status scan_call(rp_output_parser *p, bool final)
             if (!r->close) {
                 for (int k = 0; k < 2 && tf->literals[k]; k++) {
                     l = literal_at(tf->literals[k], s, i, n);
-                    if (l == SIZE_MAX && !final)
-                        goto again;
-                    if (l && l != SIZE_MAX)
-                        break;
+                    if (l == SIZE_MAX && !final) goto again;
+                    if (l && l != SIZE_MAX) break;
                     l = 0;
                 }
                 if (l && l != SIZE_MAX) {
@@ -661,7 +643,8 @@ static rp_status scan_call(rp_output_parser *p, bool final)
                     continue;
                 }
             }
-            if ((tf->quote == Q_JSON && c == '"') || (tf->quote == Q_PY && (c == '"' || c == '\''))) {
+            if ((tf->quote == Q_JSON && c == '"') ||
+                (tf->quote == Q_PY && (c == '"' || c == '\''))) {
                 p->cs = C_STR;
                 p->quote = c;
             } else if (!r->close && (c == '[' || c == '{' || c == '(')) {
@@ -671,8 +654,7 @@ static rp_status scan_call(rp_output_parser *p, bool final)
             } else if (!r->close && (c == ']' || c == '}' || c == ')')) {
                 if (--p->depth <= 0) {
                     p->value_end = i + 1;
-                    if (!(r->flags & R_CHAIN) || p->depth < 0)
-                        return close_region(p, i + 1, i + 1);
+                    if (!(r->flags & R_CHAIN) || p->depth < 0) return close_region(p, i + 1, i + 1);
                     p->depth = 0;
                     p->cs = C_AFTER;
                 }
@@ -695,8 +677,7 @@ static rp_status scan_call(rp_output_parser *p, bool final)
             continue;
         case C_ZONE: {
             size_t l = literal_at(tf->zone[1], s, i, n);
-            if (l == SIZE_MAX && !final)
-                goto again;
+            if (l == SIZE_MAX && !final) goto again;
             if (l && l != SIZE_MAX) {
                 p->cs = C_BODY;
                 i += l;
@@ -724,19 +705,17 @@ static rp_status scan_call(rp_output_parser *p, bool final)
         }
     }
     p->pos = n;
-    if (!final)
-        return RP_AGAIN;
+    if (!final) return RP_AGAIN;
     /* the output ended inside the region: parse what is there */
-    if (p->cs == C_AFTER || p->cs == C_CHAIN)
-        return close_region(p, p->value_end, p->value_end);
+    if (p->cs == C_AFTER || p->cs == C_CHAIN) return close_region(p, p->value_end, p->value_end);
     if (p->cs == C_ZONE && r->close) {
         /* a value zone never closed: maybe the model dropped its closing tag, and the close
          * marker we skipped inside the "value" really ends the region */
         const char *e = rp_find(s + p->body_start, s + n, r->close);
         rp_calls calls = {0};
         rp_body_ctx ctx = {p->tools, false};
-        if (e && tf->body(&ctx, s + p->body_start, (size_t)(e - s) - p->body_start, &calls) ==
-                     RP_OK) {
+        if (e &&
+            tf->body(&ctx, s + p->body_start, (size_t)(e - s) - p->body_start, &calls) == RP_OK) {
             rp_status st = emit_calls(p, &calls);
             rp_calls_deinit(&calls);
             p->mode = M_CONTENT;
@@ -756,22 +735,17 @@ again:
 static rp_status run(rp_output_parser *p, bool final)
 {
     rp_status st = RP_OK;
-    if (!p->in.data)
-        return p->sticky; /* nothing was fed yet */
+    if (!p->in.data) return p->sticky; /* nothing was fed yet */
     while (p->sticky == RP_OK) {
         if (p->mode == M_CALL)
             st = scan_call(p, final);
         else
             st = scan_text(p, final);
-        if (st != RP_OK)
-            break;
-        if (p->mode != M_CALL && p->pos >= p->in.len)
-            break;
+        if (st != RP_OK) break;
+        if (p->mode != M_CALL && p->pos >= p->in.len) break;
     }
-    if (st == RP_AGAIN)
-        st = RP_OK;
-    if (p->sticky != RP_OK)
-        return p->sticky;
+    if (st == RP_AGAIN) st = RP_OK;
+    if (p->sticky != RP_OK) return p->sticky;
     size_t keep = p->mode == M_CALL ? p->call_start : p->pos;
     if (keep > 0) {
         memmove(p->in.data, p->in.data + keep, p->in.len - keep);
@@ -801,8 +775,7 @@ static rp_status harmony_call(void *user, const char *name, const char *body, si
     json_t *args = NULL;
     rp_calls calls = {0};
     rp_status st = rp_json_args_parse(body, n, &args);
-    if (st == RP_OK)
-        st = rp_calls_push(&calls, name, strlen(name), args);
+    if (st == RP_OK) st = rp_calls_push(&calls, name, strlen(name), args);
     if (st == RP_OK)
         st = emit_calls(p, &calls);
     else if (st == RP_ERR_INVALID)
@@ -819,8 +792,7 @@ rp_status rp_output_parser_new(const rp_output_parser_config *cfg, rp_output_par
     *out = NULL;
     const tool_fmt *tf = NULL;
     const reasoning_fmt *rf = NULL;
-    if (!cfg->on_event)
-        return rp_err_set(err, RP_ERR_INVALID, "output parser: no event callback");
+    if (!cfg->on_event) return rp_err_set(err, RP_ERR_INVALID, "output parser: no event callback");
     if (!no_name(cfg->tool_parser) && !(tf = find_tool(cfg->tool_parser)))
         return rp_err_set(err, RP_ERR_NOT_FOUND,
                           "unknown tool-call parser '%s' (known: hermes, qwen3_coder, "
@@ -832,8 +804,7 @@ rp_status rp_output_parser_new(const rp_output_parser_config *cfg, rp_output_par
                           "openai_gptoss, mistral, ...; see 'rapid help parse')",
                           cfg->reasoning_parser);
     rp_output_parser *p = rp_calloc(1, sizeof *p);
-    if (!p)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (!p) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     p->tf = tf;
     p->rf = rf;
     p->on_event = cfg->on_event;
@@ -847,7 +818,8 @@ rp_status rp_output_parser_new(const rp_output_parser_config *cfg, rp_output_par
     p->rng = seed | 1;
     bool harmony = (tf && !tf->body) || (rf && !rf->start[0]);
     if (harmony) {
-        if (rp_harmony_new(tf != NULL, &p->harmony) != RP_OK) { /* any tool parser: calls wanted */
+        /* any tool parser: calls wanted, whatever the format name */
+        if (rp_harmony_new(tf != NULL, &p->harmony) != RP_OK) {
             rp_output_parser_free(p);
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
         }
@@ -855,8 +827,7 @@ rp_status rp_output_parser_new(const rp_output_parser_config *cfg, rp_output_par
         p->rf = NULL;
     }
     p->ch[1].drop = true;
-    if (p->rf && cfg->think_opened)
-        p->mode = M_REASONING;
+    if (p->rf && cfg->think_opened) p->mode = M_REASONING;
     /* bytes that can start a CONTENT-mode marker */
     const char *marks[16];
     size_t nm = 0;
@@ -882,8 +853,7 @@ rp_status rp_output_parser_feed(rp_output_parser *p, const char *text, size_t le
 {
     if (p->sticky != RP_OK)
         return rp_err_set(err, p->sticky, "output parser stopped: %s", rp_status_str(p->sticky));
-    if (p->finished)
-        return rp_err_set(err, RP_ERR_INVALID, "output parser: feed after finish");
+    if (p->finished) return rp_err_set(err, RP_ERR_INVALID, "output parser: feed after finish");
     rp_status st;
     if (p->harmony) {
         rp_harmony_sink sink = {p, harmony_text, harmony_call};
@@ -893,15 +863,13 @@ rp_status rp_output_parser_feed(rp_output_parser *p, const char *text, size_t le
             return rp_err_set(err, p->sticky = RP_ERR_NOMEM, "out of memory");
         st = run(p, false);
     }
-    if (st != RP_OK)
-        return rp_err_set(err, st, "output parser: %s", rp_status_str(st));
+    if (st != RP_OK) return rp_err_set(err, st, "output parser: %s", rp_status_str(st));
     return RP_OK;
 }
 
 rp_status rp_output_parser_finish(rp_output_parser *p, rp_err *err)
 {
-    if (p->finished)
-        return RP_OK;
+    if (p->finished) return RP_OK;
     rp_status st = p->sticky;
     if (st == RP_OK) {
         if (p->harmony) {
@@ -917,15 +885,13 @@ rp_status rp_output_parser_finish(rp_output_parser *p, rp_err *err)
         st = emit_raw(p, 0, p->ch[0].ws.data, p->ch[0].ws.len);
     rp_buf_reset(&p->ch[0].ws);
     rp_buf_reset(&p->ch[1].ws);
-    if (st != RP_OK)
-        return rp_err_set(err, st, "output parser: %s", rp_status_str(st));
+    if (st != RP_OK) return rp_err_set(err, st, "output parser: %s", rp_status_str(st));
     return RP_OK;
 }
 
 void rp_output_parser_free(rp_output_parser *p)
 {
-    if (!p)
-        return;
+    if (!p) return;
     rp_harmony_free(p->harmony);
     json_decref(p->tools);
     rp_buf_deinit(&p->in);
@@ -947,6 +913,7 @@ static bool has(const char *s, const char *lit)
     return s && strstr(s, lit) != NULL;
 }
 
+/* clang-format off */
 /* Template markers, most specific first: {marker, tool parser, reasoning marker, reasoning}. */
 static const struct {
     const char *marker, *tool, *think_marker, *reasoning;
@@ -992,25 +959,29 @@ static const struct {
     {"hunyuan_v1_moe", "hunyuan_a13b", "hunyuan_a13b"}, {"phi3", "phi4_mini_json", NULL},
 };
 
+/* clang-format on */
+
 void rp_output_parser_detect(const char *tpl, const char *model_type, const char **tool,
                              const char **reasoning)
 {
     *tool = NULL;
     *reasoning = NULL;
     for (size_t i = 0; tpl && i < RP_ARRAY_LEN(k_detect) && !*tool; i++) {
-        if (!has(tpl, k_detect[i].marker))
-            continue;
+        if (!has(tpl, k_detect[i].marker)) continue;
         *tool = k_detect[i].tool;
         if (k_detect[i].think_marker && has(tpl, k_detect[i].think_marker))
             *reasoning = k_detect[i].reasoning;
     }
     if (*tool && strcmp(*tool, "glm45") == 0 && has(tpl, "clear_thinking"))
         *tool = "glm47"; /* GLM-4.7 writes NAME<arg_key> with no newline */
-    if (*tool && strcmp(*tool, "jamba") == 0 && model_type && strncmp(model_type, "hunyuan", 7) == 0)
+    if (*tool && strcmp(*tool, "jamba") == 0 && model_type &&
+        strncmp(model_type, "hunyuan", 7) == 0)
         *tool = "hunyuan_a13b";
-    if (*tool && strcmp(*tool, "jamba") == 0 && !(model_type && strncmp(model_type, "hunyuan", 7) == 0))
+    if (*tool && strcmp(*tool, "jamba") == 0 &&
+        !(model_type && strncmp(model_type, "hunyuan", 7) == 0))
         *reasoning = NULL;
-    if (*tool && strcmp(*tool, "hermes") == 0 && model_type && strncmp(model_type, "granite", 7) == 0)
+    if (*tool && strcmp(*tool, "hermes") == 0 && model_type &&
+        strncmp(model_type, "granite", 7) == 0)
         *tool = "granite4";
     if (has(tpl, DS_CALLS_BEGIN)) { /* V3 writes TYPE<sep>NAME\n```json, V3.1 NAME<sep>{..} */
         *tool = has(tpl, "```json") ? "deepseek_v3" : "deepseek_v31";
@@ -1018,19 +989,20 @@ void rp_output_parser_detect(const char *tpl, const char *model_type, const char
     }
     if (tpl && !*reasoning) {
         if (has(tpl, "<think>"))
-            *reasoning = has(tpl, "\xef\xbd\x9c" "Assistant\xef\xbd\x9c") ? "deepseek_r1" : "qwen3";
+            *reasoning = has(tpl, "\xef\xbd\x9c"
+                                  "Assistant\xef\xbd\x9c")
+                             ? "deepseek_r1"
+                             : "qwen3";
         else if (has(tpl, "[THINK]"))
             *reasoning = "mistral";
         else if (has(tpl, "<seed:think>"))
             *reasoning = "seed_oss";
     }
-    if (*tool || !model_type)
-        return;
+    if (*tool || !model_type) return;
     for (size_t i = 0; i < RP_ARRAY_LEN(k_model_types); i++)
         if (strcmp(k_model_types[i].model_type, model_type) == 0) {
             *tool = k_model_types[i].tool;
-            if (!*reasoning)
-                *reasoning = k_model_types[i].reasoning;
+            if (!*reasoning) *reasoning = k_model_types[i].reasoning;
             return;
         }
 }
@@ -1038,14 +1010,12 @@ void rp_output_parser_detect(const char *tpl, const char *model_type, const char
 bool rp_output_parser_think_opened(const char *reasoning_parser, const char *prompt, size_t len)
 {
     const reasoning_fmt *rf = no_name(reasoning_parser) ? NULL : find_reasoning(reasoning_parser);
-    if (!rf || !prompt)
-        return false;
+    if (!rf || !prompt) return false;
     while (len > 0 && is_ws(prompt[len - 1]))
         len--;
     for (int i = 0; i < 3 && rf->start[i]; i++) {
         size_t k = strlen(rf->start[i]);
-        if (len >= k && memcmp(prompt + len - k, rf->start[i], k) == 0)
-            return true;
+        if (len >= k && memcmp(prompt + len - k, rf->start[i], k) == 0) return true;
     }
     return false;
 }
@@ -1065,8 +1035,10 @@ rp_status rp_output_parser_call_prefix(const char *tool_parser, const char *name
     for (const char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
               *c == '_' || *c == '-' || *c == '.'))
-            return rp_err_set(err, RP_ERR_INVALID, "tool name '%s' has characters a forced "
-                              "call cannot carry (use [A-Za-z0-9_.-])", name);
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "tool name '%s' has characters a forced "
+                              "call cannot carry (use [A-Za-z0-9_.-])",
+                              name);
     rp_buf b = {0};
     const char *fmt = tf->prefix_named, *pct = strstr(fmt, "%s");
     if (rp_buf_append(&b, fmt, (size_t)(pct - fmt)) != RP_OK || rp_buf_puts(&b, name) != RP_OK ||
@@ -1101,8 +1073,7 @@ rp_status rp_parse_collector_new(rp_parse_collector **out)
 
 void rp_parse_collector_free(rp_parse_collector *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     rp_buf_deinit(&c->content);
     rp_buf_deinit(&c->reasoning);
     rp_buf_deinit(&c->args);
@@ -1117,8 +1088,7 @@ rp_status rp_parse_collector_event(void *collector, const rp_parse_event *ev)
     switch (ev->kind) {
     case RP_PARSE_CONTENT:
     case RP_PARSE_REASONING: {
-        if (c->in_call)
-            return RP_ERR_INVALID;
+        if (c->in_call) return RP_ERR_INVALID;
         bool r = ev->kind == RP_PARSE_REASONING;
         *(r ? &c->has_reasoning : &c->has_content) = true;
         return rp_buf_append(r ? &c->reasoning : &c->content, ev->text, ev->len);
@@ -1128,21 +1098,18 @@ rp_status rp_parse_collector_event(void *collector, const rp_parse_event *ev)
             return RP_ERR_INVALID;
         c->cur = json_pack("{s:s,s:s,s:{s:s}}", "id", ev->id, "type", "function", "function",
                            "name", ev->name);
-        if (!c->cur)
-            return RP_ERR_NOMEM;
+        if (!c->cur) return RP_ERR_NOMEM;
         rp_buf_reset(&c->args);
         c->in_call = true;
         return RP_OK;
     case RP_PARSE_TOOL_ARGS:
-        if (!c->in_call || ev->index != (int)json_array_size(c->calls))
-            return RP_ERR_INVALID;
+        if (!c->in_call || ev->index != (int)json_array_size(c->calls)) return RP_ERR_INVALID;
         return rp_buf_append(&c->args, ev->text, ev->len);
     case RP_PARSE_TOOL_END: {
-        if (!c->in_call || ev->index != (int)json_array_size(c->calls))
-            return RP_ERR_INVALID;
+        if (!c->in_call || ev->index != (int)json_array_size(c->calls)) return RP_ERR_INVALID;
         json_t *fn = json_object_get(c->cur, "function");
-        if (json_object_set_new(fn, "arguments", json_stringn(c->args.data ? c->args.data : "",
-                                                              c->args.len)) != 0 ||
+        if (json_object_set_new(fn, "arguments",
+                                json_stringn(c->args.data ? c->args.data : "", c->args.len)) != 0 ||
             json_array_append_new(c->calls, c->cur) != 0) {
             c->cur = NULL;
             return RP_ERR_NOMEM;
@@ -1158,16 +1125,14 @@ rp_status rp_parse_collector_event(void *collector, const rp_parse_event *ev)
 json_t *rp_parse_collector_message(const rp_parse_collector *c)
 {
     json_t *m = json_object();
-    if (!m)
-        return NULL;
+    if (!m) return NULL;
     json_t *content = c->has_content ? json_stringn(c->content.data, c->content.len) : json_null();
     json_t *reasoning =
         c->has_reasoning ? json_stringn(c->reasoning.data, c->reasoning.len) : json_null();
     int rc = json_object_set_new(m, "role", json_string("assistant"));
     rc |= json_object_set_new(m, "content", content);
     rc |= json_object_set_new(m, "reasoning_content", reasoning);
-    if (json_array_size(c->calls))
-        rc |= json_object_set(m, "tool_calls", c->calls);
+    if (json_array_size(c->calls)) rc |= json_object_set(m, "tool_calls", c->calls);
     if (rc != 0) {
         json_decref(m);
         return NULL;

@@ -102,8 +102,8 @@ typedef void (*rp_tool_id_fn)(void *user, int index, char *out, size_t cap);
 typedef struct rp_output_parser_config {
     const char *tool_parser;      /* NULL, "" or "none": no tool-call parsing (tool_choice none) */
     const char *reasoning_parser; /* NULL, "" or "none": no reasoning separation */
-    const json_t *tools;          /* the request's "tools" array (OpenAI or Anthropic shape), for
-                                     typing XML-style parameter values by JSON schema; may be NULL */
+    const json_t *tools;          /* the request's "tools" array (OpenAI or Anthropic shape), to
+                                     type XML-style parameter values by schema; may be NULL */
     bool think_opened;            /* the rendered prompt ends inside an open think block (see
                                      rp_output_parser_think_opened): output starts as reasoning */
     rp_parse_event_fn on_event;   /* required */

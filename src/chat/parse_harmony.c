@@ -36,8 +36,7 @@ struct rp_harmony {
 rp_status rp_harmony_new(bool parse_calls, rp_harmony **out)
 {
     rp_harmony *h = rp_calloc(1, sizeof *h);
-    if (!h)
-        return RP_ERR_NOMEM;
+    if (!h) return RP_ERR_NOMEM;
     h->parse_calls = parse_calls;
     *out = h;
     return RP_OK;
@@ -45,20 +44,18 @@ rp_status rp_harmony_new(bool parse_calls, rp_harmony **out)
 
 void rp_harmony_free(rp_harmony *h)
 {
-    if (!h)
-        return;
+    if (!h) return;
     rp_buf_deinit(&h->in);
     rp_free(h);
 }
 
 /* Index of the first marker of list in [from, n) into *at (*which); returns RP_MARK_FULL,
  * RP_MARK_PARTIAL (a marker may start at *at: wait) or RP_MARK_NONE. */
-static int find_marker(const char *s, size_t from, size_t n, const char *const *list,
-                       size_t n_list, size_t *at, size_t *which)
+static int find_marker(const char *s, size_t from, size_t n, const char *const *list, size_t n_list,
+                       size_t *at, size_t *which)
 {
     for (size_t i = from; i < n; i++) {
-        if (s[i] != '<')
-            continue;
+        if (s[i] != '<') continue;
         for (size_t k = 0; k < n_list; k++) {
             int m = rp_marker_match(s + i, n - i, list[k]);
             if (m != RP_MARK_NONE) {
@@ -84,8 +81,7 @@ static void parse_header(rp_harmony *h, const char *s, const char *e)
     h->reasoning = (size_t)(ce - cs) == 8 && memcmp(cs, "analysis", 8) == 0;
     h->name[0] = '\0';
     const char *to = rp_find(s, e, "to=");
-    if (!to)
-        return;
+    if (!to) return;
     const char *rs = to + 3, *re = rs;
     while (re < e && *re != ' ' && *re != '<' && *re != '\n')
         re++;
@@ -130,13 +126,10 @@ static rp_status step(rp_harmony *h, bool final, const rp_harmony_sink *sink)
         int m = find_marker(s, h->pos, n, marks, 5, &at, &which);
         size_t upto = m == RP_MARK_NONE || (m == RP_MARK_PARTIAL && final) ? n : at;
         if (upto > h->pos)
-            st = sink->text(sink->user, h->st == H_BODY && h->reasoning, s + h->pos,
-                            upto - h->pos);
+            st = sink->text(sink->user, h->st == H_BODY && h->reasoning, s + h->pos, upto - h->pos);
         h->pos = upto;
-        if (st != RP_OK)
-            return st;
-        if (m != RP_MARK_FULL)
-            return m == RP_MARK_PARTIAL && !final ? RP_AGAIN : RP_OK;
+        if (st != RP_OK) return st;
+        if (m != RP_MARK_FULL) return m == RP_MARK_PARTIAL && !final ? RP_AGAIN : RP_OK;
         const char *mk = marks[which];
         bool opens = h->st == H_TEXT ? which <= 1 : which >= 3;
         if (opens) {
@@ -194,24 +187,18 @@ static rp_status step(rp_harmony *h, bool final, const rp_harmony_sink *sink)
 rp_status rp_harmony_feed(rp_harmony *h, const char *s, size_t n, bool final,
                           const rp_harmony_sink *sink)
 {
-    if (n && rp_buf_append(&h->in, s, n) != RP_OK)
-        return RP_ERR_NOMEM;
-    if (!h->in.data)
-        return RP_OK; /* nothing was fed yet */
+    if (n && rp_buf_append(&h->in, s, n) != RP_OK) return RP_ERR_NOMEM;
+    if (!h->in.data) return RP_OK; /* nothing was fed yet */
     rp_status st;
     for (;;) {
         size_t before_pos = h->pos;
         hstate before_st = h->st;
         st = step(h, final, sink);
-        if (st != RP_OK)
-            break;
-        if (h->pos >= h->in.len && h->st == before_st && h->pos == before_pos)
-            break;
-        if (h->pos >= h->in.len && (h->st == H_TEXT || h->st == H_BODY))
-            break;
+        if (st != RP_OK) break;
+        if (h->pos >= h->in.len && h->st == before_st && h->pos == before_pos) break;
+        if (h->pos >= h->in.len && (h->st == H_TEXT || h->st == H_BODY)) break;
     }
-    if (st == RP_AGAIN)
-        st = RP_OK;
+    if (st == RP_AGAIN) st = RP_OK;
     if (final && st == RP_OK && (h->st == H_HEADER || h->st == H_CALL_BODY))
         st = step(h, true, sink); /* flush an open header or call */
     /* drop what is consumed: keep an open header/call from its first byte */

@@ -5,9 +5,10 @@
  *                       granite4, llama3_json, phi4_mini_json, xlam, jamba, hunyuan_a13b,
  *                       internlm, cohere_command3 with "tool_name")
  *   rp_body_mistral     [{..}] (pre-v11) or NAME[ARGS]{..} / NAME[CALL_ID]ID[ARGS]{..}
- *   rp_body_deepseek    <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{..}\n```<｜tool▁call▁end｜>
- *                       (deepseek_v3) and <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}<｜tool▁call▁end｜>
- *                       (deepseek_v31), any number of them
+ *   rp_body_deepseek
+ * <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{..}\n```<｜tool▁call▁end｜>
+ *                       (deepseek_v3) and
+ * <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}<｜tool▁call▁end｜> (deepseek_v31), any number of them
  *   rp_body_kimi        <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{..}
  *                       <|tool_call_end|>, any number of them
  * Arguments given as a JSON string holding an object are decoded; missing arguments are {}.
@@ -17,8 +18,14 @@
 #include "base/alloc.h"
 #include "chat/parse_impl.h"
 
-#define DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_CALL_BEGIN                                                                              \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "call\xe2\x96\x81"                                                                             \
+    "begin\xef\xbd\x9c>"
+#define DS_CALL_END                                                                                \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "call\xe2\x96\x81"                                                                             \
+    "end\xef\xbd\x9c>"
 #define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
 
 /* One JSON value from the front of [s, end); *next is set past it. NULL when none parses. */
@@ -26,8 +33,7 @@ static json_t *load_prefix(const char *s, const char *end, const char **next)
 {
     json_error_t e;
     json_t *v = json_loadb(s, (size_t)(end - s), JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &e);
-    if (v)
-        *next = s + e.position;
+    if (v) *next = s + e.position;
     return v;
 }
 
@@ -63,33 +69,26 @@ static json_t *call_args(json_t *obj)
     json_t *a = NULL;
     for (size_t i = 0; i < RP_ARRAY_LEN(keys) && !a; i++)
         a = json_object_get(obj, keys[i]);
-    if (!a || json_is_null(a))
-        return json_object();
-    if (json_is_object(a))
-        return json_incref(a);
+    if (!a || json_is_null(a)) return json_object();
+    if (json_is_object(a)) return json_incref(a);
     if (json_is_string(a)) {
         json_t *v = NULL;
-        if (rp_json_args_parse(json_string_value(a), json_string_length(a), &v) == RP_OK)
-            return v;
+        if (rp_json_args_parse(json_string_value(a), json_string_length(a), &v) == RP_OK) return v;
     }
     return NULL;
 }
 
 static rp_status push_call_object(json_t *obj, rp_calls *out)
 {
-    if (!json_is_object(obj))
-        return RP_ERR_INVALID;
+    if (!json_is_object(obj)) return RP_ERR_INVALID;
     json_t *fn = json_object_get(obj, "function");
     if (json_is_object(fn)) /* {"type":"function","function":{"name":..,"arguments":..}} */
         obj = fn;
     json_t *name = json_object_get(obj, "name");
-    if (!json_is_string(name))
-        name = json_object_get(obj, "tool_name");
-    if (!json_is_string(name))
-        return RP_ERR_INVALID;
+    if (!json_is_string(name)) name = json_object_get(obj, "tool_name");
+    if (!json_is_string(name)) return RP_ERR_INVALID;
     json_t *args = call_args(obj);
-    if (!args)
-        return RP_ERR_INVALID;
+    if (!args) return RP_ERR_INVALID;
     return rp_calls_push(out, json_string_value(name), json_string_length(name), args);
 }
 
@@ -99,11 +98,10 @@ rp_status rp_body_json_calls(const rp_body_ctx *ctx, const char *s, size_t n, rp
     size_t n0 = out->n;
     rp_status st = RP_OK;
     for (;;) {
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ',' ||
-                           *p == ';'))
+        while (p < end &&
+               (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ',' || *p == ';'))
             p++;
-        if (p == end)
-            break;
+        if (p == end) break;
         if (*p != '{' && *p != '[') {
             st = RP_ERR_INVALID;
             break;
@@ -118,38 +116,31 @@ rp_status rp_body_json_calls(const rp_body_ctx *ctx, const char *s, size_t n, rp
             json_t *el;
             json_array_foreach(v, i, el)
             {
-                if ((st = push_call_object(el, out)) != RP_OK)
-                    break;
+                if ((st = push_call_object(el, out)) != RP_OK) break;
             }
-            if (json_array_size(v) == 0)
-                st = RP_ERR_INVALID;
+            if (json_array_size(v) == 0) st = RP_ERR_INVALID;
         } else {
             st = push_call_object(v, out);
         }
         json_decref(v);
-        if (st != RP_OK)
-            break;
+        if (st != RP_OK) break;
     }
-    if (st == RP_OK && out->n == n0)
-        st = RP_ERR_INVALID;
-    if (st != RP_OK)
-        rp_calls_truncate(out, n0);
+    if (st == RP_OK && out->n == n0) st = RP_ERR_INVALID;
+    if (st != RP_OK) rp_calls_truncate(out, n0);
     return st;
 }
 
 static bool is_name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.' || c == ':';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':';
 }
 
 static bool valid_name(const char *s, const char *end)
 {
-    if (s == end)
-        return false;
+    if (s == end) return false;
     for (; s < end; s++)
-        if (!is_name_char(*s))
-            return false;
+        if (!is_name_char(*s)) return false;
     return true;
 }
 
@@ -165,8 +156,7 @@ static void trim(const char **s, const char **e)
 static json_t *load_args_at(const char *p, const char *end, const char **next)
 {
     p = rp_skip_ws(p, end);
-    if (p == end || *p != '{')
-        return NULL;
+    if (p == end || *p != '{') return NULL;
     json_t *v = load_prefix(p, end, next);
     if (v && !json_is_object(v)) {
         json_decref(v);
@@ -179,22 +169,17 @@ rp_status rp_body_mistral(const rp_body_ctx *ctx, const char *s, size_t n, rp_ca
 {
     const char *p = s, *end = s + n;
     p = rp_skip_ws(p, end);
-    if (p < end && (*p == '[' || *p == '{'))
-        return rp_body_json_calls(ctx, s, n, out);
+    if (p < end && (*p == '[' || *p == '{')) return rp_body_json_calls(ctx, s, n, out);
     const char *args_m = rp_find(p, end, "[ARGS]");
-    if (!args_m)
-        return RP_ERR_INVALID;
+    if (!args_m) return RP_ERR_INVALID;
     const char *name_end = rp_find(p, args_m, "[CALL_ID]");
-    if (!name_end)
-        name_end = args_m;
+    if (!name_end) name_end = args_m;
     const char *ns = p, *ne = name_end;
     trim(&ns, &ne);
-    if (!valid_name(ns, ne))
-        return RP_ERR_INVALID;
+    if (!valid_name(ns, ne)) return RP_ERR_INVALID;
     const char *next = NULL;
     json_t *args = load_args_at(args_m + 6, end, &next);
-    if (!args)
-        return RP_ERR_INVALID;
+    if (!args) return RP_ERR_INVALID;
     if (rp_skip_ws(next, end) != end) {
         json_decref(args);
         return RP_ERR_INVALID;
@@ -206,8 +191,7 @@ rp_status rp_body_mistral(const rp_body_ctx *ctx, const char *s, size_t n, rp_ca
 static rp_status deepseek_one(const char *p, const char *end, const char **next, rp_calls *out)
 {
     const char *sep = rp_find(p, end, DS_SEP);
-    if (!sep)
-        return RP_ERR_INVALID;
+    if (!sep) return RP_ERR_INVALID;
     const char *after = sep + strlen(DS_SEP), *q = rp_skip_ws(after, end);
     const char *ns, *ne;
     if (q < end && *q == '{') { /* v3.1: NAME<sep>{args} */
@@ -225,14 +209,11 @@ static rp_status deepseek_one(const char *p, const char *end, const char **next,
             q += 3;
     }
     trim(&ns, &ne);
-    if (!valid_name(ns, ne))
-        return RP_ERR_INVALID;
+    if (!valid_name(ns, ne)) return RP_ERR_INVALID;
     json_t *args = load_args_at(q, end, &q);
-    if (!args)
-        return RP_ERR_INVALID;
+    if (!args) return RP_ERR_INVALID;
     q = rp_skip_ws(q, end);
-    if (rp_has_prefix(q, end, "```"))
-        q = rp_skip_ws(q + 3, end);
+    if (rp_has_prefix(q, end, "```")) q = rp_skip_ws(q + 3, end);
     if (rp_has_prefix(q, end, DS_CALL_END))
         q += strlen(DS_CALL_END);
     else if (q != end) {
@@ -250,19 +231,15 @@ rp_status rp_body_deepseek(const rp_body_ctx *ctx, const char *s, size_t n, rp_c
     rp_status st = RP_OK;
     for (;;) {
         p = rp_skip_ws(p, end);
-        if (p == end)
-            break;
+        if (p == end) break;
         if (!rp_has_prefix(p, end, DS_CALL_BEGIN)) {
             st = RP_ERR_INVALID;
             break;
         }
-        if ((st = deepseek_one(p + strlen(DS_CALL_BEGIN), end, &p, out)) != RP_OK)
-            break;
+        if ((st = deepseek_one(p + strlen(DS_CALL_BEGIN), end, &p, out)) != RP_OK) break;
     }
-    if (st == RP_OK && out->n == n0)
-        st = RP_ERR_INVALID;
-    if (st != RP_OK)
-        rp_calls_truncate(out, n0);
+    if (st == RP_OK && out->n == n0) st = RP_ERR_INVALID;
+    if (st != RP_OK) rp_calls_truncate(out, n0);
     return st;
 }
 
@@ -275,30 +252,23 @@ rp_status rp_body_kimi(const rp_body_ctx *ctx, const char *s, size_t n, rp_calls
     rp_status st = RP_OK;
     for (;;) {
         p = rp_skip_ws(p, end);
-        if (p == end)
-            break;
+        if (p == end) break;
         st = RP_ERR_INVALID;
-        if (!rp_has_prefix(p, end, begin))
-            break;
+        if (!rp_has_prefix(p, end, begin)) break;
         p += strlen(begin);
         const char *a = rp_find(p, end, argb);
-        if (!a)
-            break;
+        if (!a) break;
         /* id "functions.NAME:IDX": the name sits between the prefix and the last ':' */
         const char *ns = p, *ne = a;
         trim(&ns, &ne);
-        if (rp_has_prefix(ns, ne, "functions."))
-            ns += 10;
+        if (rp_has_prefix(ns, ne, "functions.")) ns += 10;
         const char *colon = ne;
         while (colon > ns && colon[-1] != ':')
             colon--;
-        if (colon > ns)
-            ne = colon - 1;
-        if (!valid_name(ns, ne))
-            break;
+        if (colon > ns) ne = colon - 1;
+        if (!valid_name(ns, ne)) break;
         json_t *args = load_args_at(a + strlen(argb), end, &p);
-        if (!args)
-            break;
+        if (!args) break;
         p = rp_skip_ws(p, end);
         if (rp_has_prefix(p, end, cend))
             p += strlen(cend);
@@ -306,12 +276,9 @@ rp_status rp_body_kimi(const rp_body_ctx *ctx, const char *s, size_t n, rp_calls
             json_decref(args);
             break;
         }
-        if ((st = rp_calls_push(out, ns, (size_t)(ne - ns), args)) != RP_OK)
-            break;
+        if ((st = rp_calls_push(out, ns, (size_t)(ne - ns), args)) != RP_OK) break;
     }
-    if (st == RP_OK && out->n == n0)
-        st = RP_ERR_INVALID;
-    if (st != RP_OK)
-        rp_calls_truncate(out, n0);
+    if (st == RP_OK && out->n == n0) st = RP_ERR_INVALID;
+    if (st != RP_OK) rp_calls_truncate(out, n0);
     return st;
 }

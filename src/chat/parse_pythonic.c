@@ -47,12 +47,9 @@ static bool is_ident(char ch, bool first)
 
 static int hexval(char h)
 {
-    if (h >= '0' && h <= '9')
-        return h - '0';
-    if (h >= 'a' && h <= 'f')
-        return h - 'a' + 10;
-    if (h >= 'A' && h <= 'F')
-        return h - 'A' + 10;
+    if (h >= '0' && h <= '9') return h - '0';
+    if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+    if (h >= 'A' && h <= 'F') return h - 'A' + 10;
     return -1;
 }
 
@@ -85,13 +82,11 @@ static rp_status put_utf8(rp_buf *b, unsigned long cp)
 /* \xHH, \uHHHH, \UHHHHHHHH: n hex digits after the letter. */
 static bool escape_hex(cur *c, int n, unsigned long *cp)
 {
-    if (c->end - c->p < n)
-        return false;
+    if (c->end - c->p < n) return false;
     unsigned long v = 0;
     for (int i = 0; i < n; i++) {
         int h = hexval(c->p[i]);
-        if (h < 0)
-            return false;
+        if (h < 0) return false;
         v = v * 16 + (unsigned long)h;
     }
     c->p += n;
@@ -104,13 +99,11 @@ static bool escape_char(cur *c, rp_buf *b)
     char e = *c->p++;
     static const char from[] = "ntr0\\'\"abfv", to[] = "\n\t\r\0\\'\"\a\b\f\v";
     const char *k = memchr(from, e, sizeof from - 1);
-    if (k)
-        return rp_buf_putc(b, to[k - from]) == RP_OK;
+    if (k) return rp_buf_putc(b, to[k - from]) == RP_OK;
     unsigned long cp;
     if (e == 'x' || e == 'u' || e == 'U')
         return escape_hex(c, e == 'x' ? 2 : e == 'u' ? 4 : 8, &cp) && put_utf8(b, cp) == RP_OK;
-    if (e == '\n')
-        return true; /* line continuation */
+    if (e == '\n') return true; /* line continuation */
     return rp_buf_putc(b, '\\') == RP_OK && rp_buf_putc(b, e) == RP_OK;
 }
 
@@ -128,12 +121,10 @@ static json_t *py_string(cur *c)
             out = json_stringn(b.data ? b.data : "", b.len);
             break;
         }
-        if (ch == '\n' && !triple)
-            break;
+        if (ch == '\n' && !triple) break;
         c->p++;
         if (ch == '\\') {
-            if (c->p == c->end || !escape_char(c, &b))
-                break;
+            if (c->p == c->end || !escape_char(c, &b)) break;
         } else if (rp_buf_putc(&b, ch) != RP_OK) {
             break;
         }
@@ -146,38 +137,31 @@ static json_t *py_string(cur *c)
 static json_t *number(cur *c, const char *stop)
 {
     const char *s = c->p;
-    if (s < c->end && (*s == '+' || *s == '-'))
-        s++;
+    if (s < c->end && (*s == '+' || *s == '-')) s++;
     const char *e = s;
     bool is_float = false;
     while (e < c->end && ((*e >= '0' && *e <= '9') || *e == '.' || *e == 'e' || *e == 'E' ||
                           ((*e == '+' || *e == '-') && (e[-1] == 'e' || e[-1] == 'E')))) {
-        if (*e == '.' || *e == 'e' || *e == 'E')
-            is_float = true;
+        if (*e == '.' || *e == 'e' || *e == 'E') is_float = true;
         e++;
     }
-    if (e == s || (e < c->end && !strchr(stop, *e) && (unsigned char)*e > ' '))
-        return NULL;
+    if (e == s || (e < c->end && !strchr(stop, *e) && (unsigned char)*e > ' ')) return NULL;
     char tmp[64];
     size_t n = (size_t)(e - c->p);
-    if (n >= sizeof tmp)
-        return NULL;
+    if (n >= sizeof tmp) return NULL;
     memcpy(tmp, c->p, n);
     tmp[n] = '\0';
     char *te;
     json_t *v = NULL;
     if (!is_float) {
         long long ll = strtoll(tmp, &te, 10);
-        if (*te == '\0')
-            v = json_integer(ll);
+        if (*te == '\0') v = json_integer(ll);
     }
     if (!v) {
         double d = strtod(tmp, &te);
-        if (*te == '\0')
-            v = json_real(d);
+        if (*te == '\0') v = json_real(d);
     }
-    if (v)
-        c->p = e;
+    if (v) c->p = e;
     return v;
 }
 
@@ -189,11 +173,9 @@ static json_t *py_container(cur *c, char close, bool is_dict)
     c->p++;
     json_t *out = is_dict ? json_object() : json_array();
     while (out) {
-        if (eat(c, close))
-            return out;
+        if (eat(c, close)) return out;
         json_t *k = py_value(c);
-        if (!k)
-            break;
+        if (!k) break;
         if (is_dict) {
             json_t *v = eat(c, ':') ? py_value(c) : NULL;
             char num[32] = "";
@@ -202,14 +184,12 @@ static json_t *py_container(cur *c, char close, bool is_dict)
             const char *ks = json_is_string(k) ? json_string_value(k) : num[0] ? num : NULL;
             int rc = v && ks ? json_object_set_new(out, ks, v) : (json_decref(v), -1);
             json_decref(k);
-            if (rc != 0)
-                break;
+            if (rc != 0) break;
         } else if (json_array_append_new(out, k) != 0) {
             break;
         }
         if (!eat(c, ',')) {
-            if (eat(c, close))
-                return out;
+            if (eat(c, close)) return out;
             break;
         }
     }
@@ -220,8 +200,7 @@ static json_t *py_container(cur *c, char close, bool is_dict)
 static json_t *py_value(cur *c)
 {
     skip_ws(c);
-    if (c->p == c->end || ++c->depth > MAX_DEPTH)
-        return NULL;
+    if (c->p == c->end || ++c->depth > MAX_DEPTH) return NULL;
     json_t *v = NULL;
     char ch = *c->p;
     if (ch == '\'' || ch == '"')
@@ -233,7 +212,10 @@ static json_t *py_value(cur *c)
     else if (ch == '{')
         v = py_container(c, '}', true);
     else if (is_ident(ch, true)) {
-        static const struct { const char *word; int kind; } words[] = {
+        static const struct {
+            const char *word;
+            int kind;
+        } words[] = {
             {"True", 1}, {"true", 1}, {"False", 2}, {"false", 2}, {"None", 3}, {"null", 3},
         };
         const char *e = c->p;
@@ -242,8 +224,9 @@ static json_t *py_value(cur *c)
         for (size_t i = 0; i < RP_ARRAY_LEN(words); i++)
             if ((size_t)(e - c->p) == strlen(words[i].word) &&
                 memcmp(c->p, words[i].word, (size_t)(e - c->p)) == 0) {
-                v = words[i].kind == 1 ? json_true() : words[i].kind == 2 ? json_false()
-                                                                          : json_null();
+                v = words[i].kind == 1   ? json_true()
+                    : words[i].kind == 2 ? json_false()
+                                         : json_null();
                 c->p = e;
             }
     } else {
@@ -270,16 +253,13 @@ static rp_status py_call(cur *c, rp_calls *out)
 {
     skip_ws(c);
     const char *ns = c->p;
-    if (c->p == c->end || !is_ident(*c->p, true))
-        return RP_ERR_INVALID;
+    if (c->p == c->end || !is_ident(*c->p, true)) return RP_ERR_INVALID;
     while (c->p < c->end && is_ident(*c->p, false))
         c->p++;
     const char *ne = c->p;
-    if (!eat(c, '('))
-        return RP_ERR_INVALID;
+    if (!eat(c, '(')) return RP_ERR_INVALID;
     json_t *args = json_object();
-    if (!args)
-        return RP_ERR_NOMEM;
+    if (!args) return RP_ERR_NOMEM;
     rp_status st = RP_ERR_INVALID;
     for (;;) {
         if (eat(c, ')')) {
@@ -291,14 +271,12 @@ static rp_status py_call(cur *c, rp_calls *out)
         while (c->p < c->end && is_ident(*c->p, c->p == ks))
             c->p++;
         const char *ke = c->p;
-        if (ks == ke || !eat(c, '='))
-            break;
+        if (ks == ke || !eat(c, '=')) break;
         json_t *v = py_value(c);
         char *key = rp_strndup(ks, (size_t)(ke - ks));
         int rc = v && key ? json_object_set_new(args, key, v) : (json_decref(v), -1);
         rp_free(key);
-        if (rc != 0)
-            break;
+        if (rc != 0) break;
         if (!eat(c, ',')) {
             st = eat(c, ')') ? RP_OK : RP_ERR_INVALID;
             break;
@@ -318,21 +296,15 @@ rp_status rp_body_pythonic(const rp_body_ctx *ctx, const char *s, size_t n, rp_c
     bool bracket = eat(&c, '[');
     rp_status st = RP_OK;
     for (;;) {
-        if (bracket && eat(&c, ']'))
-            break;
-        if ((st = py_call(&c, out)) != RP_OK)
-            break;
-        if (eat(&c, ','))
-            continue;
-        if (bracket && !eat(&c, ']'))
-            st = RP_ERR_INVALID;
+        if (bracket && eat(&c, ']')) break;
+        if ((st = py_call(&c, out)) != RP_OK) break;
+        if (eat(&c, ',')) continue;
+        if (bracket && !eat(&c, ']')) st = RP_ERR_INVALID;
         break;
     }
     skip_ws(&c);
-    if (st == RP_OK && (c.p != c.end || out->n == n0))
-        st = RP_ERR_INVALID;
-    if (st != RP_OK)
-        rp_calls_truncate(out, n0);
+    if (st == RP_OK && (c.p != c.end || out->n == n0)) st = RP_ERR_INVALID;
+    if (st != RP_OK) rp_calls_truncate(out, n0);
     return st;
 }
 
@@ -346,8 +318,7 @@ static char *gemma_key(cur *c)
     skip_ws(c);
     if (rp_has_prefix(c->p, c->end, GEMMA_Q)) {
         const char *s = c->p + strlen(GEMMA_Q), *e = rp_find(s, c->end, GEMMA_Q);
-        if (!e)
-            return NULL;
+        if (!e) return NULL;
         c->p = e + strlen(GEMMA_Q);
         return rp_strndup(s, (size_t)(e - s));
     }
@@ -366,8 +337,7 @@ static json_t *gemma_container(cur *c, bool is_dict)
     c->p++;
     json_t *out = is_dict ? json_object() : json_array();
     while (out) {
-        if (eat(c, close))
-            return out;
+        if (eat(c, close)) return out;
         int rc = -1;
         if (is_dict) {
             char *k = gemma_key(c);
@@ -378,11 +348,9 @@ static json_t *gemma_container(cur *c, bool is_dict)
             json_t *v = gemma_value(c);
             rc = v ? json_array_append_new(out, v) : -1;
         }
-        if (rc != 0)
-            break;
+        if (rc != 0) break;
         if (!eat(c, ',')) {
-            if (eat(c, close))
-                return out;
+            if (eat(c, close)) return out;
             break;
         }
     }
@@ -393,8 +361,7 @@ static json_t *gemma_container(cur *c, bool is_dict)
 static json_t *gemma_value(cur *c)
 {
     skip_ws(c);
-    if (c->p == c->end || ++c->depth > MAX_DEPTH)
-        return NULL;
+    if (c->p == c->end || ++c->depth > MAX_DEPTH) return NULL;
     json_t *v = NULL;
     if (rp_has_prefix(c->p, c->end, GEMMA_Q)) {
         const char *s = c->p + strlen(GEMMA_Q), *e = rp_find(s, c->end, GEMMA_Q);
@@ -433,11 +400,9 @@ rp_status rp_body_gemma4(const rp_body_ctx *ctx, const char *s, size_t n, rp_cal
     rp_status st = RP_OK;
     for (;;) {
         skip_ws(&c);
-        if (c.p == c.end)
-            break;
+        if (c.p == c.end) break;
         st = RP_ERR_INVALID;
-        if (!rp_has_prefix(c.p, c.end, "call:"))
-            break;
+        if (!rp_has_prefix(c.p, c.end, "call:")) break;
         c.p += 5;
         const char *ns = c.p;
         while (c.p < c.end && *c.p != '{')
@@ -445,17 +410,12 @@ rp_status rp_body_gemma4(const rp_body_ctx *ctx, const char *s, size_t n, rp_cal
         const char *ne = c.p;
         while (ne > ns && (unsigned char)ne[-1] <= ' ')
             ne--;
-        if (c.p == c.end || ne == ns)
-            break;
+        if (c.p == c.end || ne == ns) break;
         json_t *args = gemma_container(&c, true);
-        if (!args)
-            break;
-        if ((st = rp_calls_push(out, ns, (size_t)(ne - ns), args)) != RP_OK)
-            break;
+        if (!args) break;
+        if ((st = rp_calls_push(out, ns, (size_t)(ne - ns), args)) != RP_OK) break;
     }
-    if (st == RP_OK && out->n == n0)
-        st = RP_ERR_INVALID;
-    if (st != RP_OK)
-        rp_calls_truncate(out, n0);
+    if (st == RP_OK && out->n == n0) st = RP_ERR_INVALID;
+    if (st != RP_OK) rp_calls_truncate(out, n0);
     return st;
 }

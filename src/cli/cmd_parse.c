@@ -40,8 +40,7 @@ static int feed_text(rp_output_parser *p, const char *text, size_t len, long chu
     size_t off = 0;
     while (off < len) {
         size_t n = chunk > 0 ? utf8_prefix(text + off, len - off, chunk) : len - off;
-        if (rp_output_parser_feed(p, text + off, n, err) != RP_OK)
-            return 1;
+        if (rp_output_parser_feed(p, text + off, n, err) != RP_OK) return 1;
         off += n;
     }
     return rp_output_parser_finish(p, err) == RP_OK ? 0 : 1;
@@ -61,8 +60,7 @@ int rp_cmd_parse(int argc, char **argv)
     int n_pos = 0;
     const char *pos[1];
     int rc = rp_args_parse(argc, argv, opts, (int)RP_ARRAY_LEN(opts), pos, 0, &n_pos);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     long chunk = 0;
     if (!text_path) {
         fprintf(stderr, "rapid parse: --text-file F is required (the raw model output)\n");
@@ -79,8 +77,7 @@ int rp_cmd_parse(int argc, char **argv)
     rp_parse_collector *col = NULL;
     rp_output_parser *p = NULL;
     rc = 1;
-    if (rp_file_read(text_path, &text, &text_len, &err) != RP_OK)
-        goto out;
+    if (rp_file_read(text_path, &text, &text_len, &err) != RP_OK) goto out;
     if (tools_path) {
         json_error_t je;
         tools = json_load_file(tools_path, 0, &je);
@@ -95,17 +92,19 @@ int rp_cmd_parse(int argc, char **argv)
         goto out;
     }
     rp_output_parser_config cfg = {
-        .tool_parser = tool, .reasoning_parser = reasoning, .tools = tools,
-        .think_opened = think_opened, .on_event = rp_parse_collector_event, .user = col,
+        .tool_parser = tool,
+        .reasoning_parser = reasoning,
+        .tools = tools,
+        .think_opened = think_opened,
+        .on_event = rp_parse_collector_event,
+        .user = col,
         .gen_id = stable ? stable_id : NULL,
     };
     if (rp_output_parser_new(&cfg, &p, &err) != RP_OK) {
-        if (err.code == RP_ERR_NOT_FOUND)
-            rc = 2; /* an unknown parser name is a usage error */
+        if (err.code == RP_ERR_NOT_FOUND) rc = 2; /* an unknown parser name is a usage error */
         goto out;
     }
-    if (feed_text(p, text, text_len, chunk, &err) != 0)
-        goto out;
+    if (feed_text(p, text, text_len, chunk, &err) != 0) goto out;
     if (!(msg = rp_parse_collector_message(col))) {
         rp_err_set(&err, RP_ERR_NOMEM, "out of memory");
         goto out;
@@ -115,8 +114,7 @@ int rp_cmd_parse(int argc, char **argv)
         rc = 0;
     }
 out:
-    if (rc != 0 && err.msg[0])
-        fprintf(stderr, "rapid parse: %s\n", err.msg);
+    if (rc != 0 && err.msg[0]) fprintf(stderr, "rapid parse: %s\n", err.msg);
     json_decref(msg);
     rp_output_parser_free(p);
     rp_parse_collector_free(col);

@@ -44,11 +44,9 @@ static bool valid_utf8(const uint8_t *s, size_t n)
     for (size_t i = 0; i < n;) {
         uint8_t c = s[i];
         size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!k || i + k > n || c == 0 || c == 0xC0 || c == 0xC1 || c > 0xF4)
-            return false;
+        if (!k || i + k > n || c == 0 || c == 0xC0 || c == 0xC1 || c > 0xF4) return false;
         for (size_t j = 1; j < k; j++)
-            if ((s[i + j] & 0xC0) != 0x80)
-                return false;
+            if ((s[i + j] & 0xC0) != 0x80) return false;
         uint8_t c1 = k > 1 ? s[i + 1] : 0;
         if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) || (c == 0xF0 && c1 < 0x90) ||
             (c == 0xF4 && c1 >= 0x90))
@@ -58,33 +56,28 @@ static bool valid_utf8(const uint8_t *s, size_t n)
     return true;
 }
 
-static json_t *run(const rp_output_parser_config *base, const char *text, size_t n,
-                   unsigned seed)
+static json_t *run(const rp_output_parser_config *base, const char *text, size_t n, unsigned seed)
 {
     rp_parse_collector *col = NULL;
-    if (rp_parse_collector_new(&col) != RP_OK)
-        abort();
+    if (rp_parse_collector_new(&col) != RP_OK) abort();
     rp_output_parser_config cfg = *base;
     cfg.on_event = rp_parse_collector_event;
     cfg.user = col;
     rp_output_parser *p = NULL;
-    if (rp_output_parser_new(&cfg, &p, NULL) != RP_OK)
-        abort();
+    if (rp_output_parser_new(&cfg, &p, NULL) != RP_OK) abort();
     size_t off = 0;
     while (off < n) {
         size_t step = n - off;
         if (seed) {
             seed = seed * 1103515245u + 12345u;
             step = 1 + (seed >> 16) % 9;
-            if (step > n - off)
-                step = n - off;
+            if (step > n - off) step = n - off;
         }
         if (rp_output_parser_feed(p, text + off, step, NULL) != RP_OK)
             abort(); /* the collector rejects a wrong event order */
         off += step;
     }
-    if (rp_output_parser_finish(p, NULL) != RP_OK)
-        abort();
+    if (rp_output_parser_finish(p, NULL) != RP_OK) abort();
     json_t *m = rp_parse_collector_message(col);
     rp_output_parser_free(p);
     rp_parse_collector_free(col);
@@ -101,8 +94,7 @@ static size_t non_ws(const char *s)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 3)
-        return 0;
+    if (size < 3) return 0;
     const char *const *tools = rp_output_parser_tool_names();
     const char *const *reasons = rp_output_parser_reasoning_names();
     size_t n_tools = count(tools), n_reasons = count(reasons);
@@ -112,7 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         schema = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
                             "{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
                             "\"object\"},\"c\":{\"type\":[\"string\",\"null\"]},\"d\":{\"type\":"
-                            "\"array\"},\"e\":{\"type\":\"boolean\"}}}}}]", 0, &e);
+                            "\"array\"},\"e\":{\"type\":\"boolean\"}}}}}]",
+                            0, &e);
     }
     rp_output_parser_config cfg = {
         .tool_parser = g_pinned_tool ? g_pinned_tool : tools[data[0] % (n_tools + 1)],
@@ -145,8 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 json_string_value(json_object_get(json_object_get(c, "function"), "arguments"));
             json_error_t e;
             json_t *a = args ? json_loads(args, 0, &e) : NULL;
-            if (!json_is_object(a))
-                abort();
+            if (!json_is_object(a)) abort();
             json_decref(a);
         }
         /* without calls or reasoning, every visible byte of the input is in the content
@@ -158,8 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t want = non_ws(in);
             size_t got = non_ws(json_string_value(json_object_get(whole, "content")));
             rp_free(in);
-            if (want != got)
-                abort();
+            if (want != got) abort();
         }
     }
     json_decref(whole);

@@ -21,14 +21,11 @@ typedef struct rec {
 static rp_status record(void *user, const rp_parse_event *ev)
 {
     rec *r = user;
-    if (r->n_events < 64)
-        r->kinds[r->n_events] = ev->kind;
+    if (r->n_events < 64) r->kinds[r->n_events] = ev->kind;
     r->n_events++;
     if (ev->kind == RP_PARSE_TOOL_START) {
-        if (r->fail_with != RP_OK)
-            return r->fail_with;
-        if (r->n_ids < 8)
-            snprintf(r->ids[r->n_ids++], RP_TOOL_ID_MAX, "%s", ev->id);
+        if (r->fail_with != RP_OK) return r->fail_with;
+        if (r->n_ids < 8) snprintf(r->ids[r->n_ids++], RP_TOOL_ID_MAX, "%s", ev->id);
     }
     return RP_OK;
 }
@@ -38,8 +35,10 @@ static json_t *parse(const char *tool, const char *reasoning, const char *text)
 {
     rp_parse_collector *col = NULL;
     cr_assert_eq(rp_parse_collector_new(&col), RP_OK);
-    rp_output_parser_config cfg = {.tool_parser = tool, .reasoning_parser = reasoning,
-                                   .on_event = rp_parse_collector_event, .user = col};
+    rp_output_parser_config cfg = {.tool_parser = tool,
+                                   .reasoning_parser = reasoning,
+                                   .on_event = rp_parse_collector_event,
+                                   .user = col};
     rp_output_parser *p = NULL;
     rp_err err = {0};
     cr_assert_eq(rp_output_parser_new(&cfg, &p, &err), RP_OK, "%s", err.msg);
@@ -89,7 +88,8 @@ Test(output_parser, default_ids_are_call_and_24_alnum_and_distinct)
     rp_output_parser_config cfg = {.tool_parser = "hermes", .on_event = record, .user = &r};
     rp_output_parser *p = NULL;
     cr_assert_eq(rp_output_parser_new(&cfg, &p, NULL), RP_OK);
-    const char *t = "<tool_call>{\"name\":\"a\"}</tool_call><tool_call>{\"name\":\"b\"}</tool_call>";
+    const char *t =
+        "<tool_call>{\"name\":\"a\"}</tool_call><tool_call>{\"name\":\"b\"}</tool_call>";
     cr_assert_eq(rp_output_parser_feed(p, t, strlen(t), NULL), RP_OK);
     cr_assert_eq(rp_output_parser_finish(p, NULL), RP_OK);
     cr_assert_eq(rp_output_parser_n_calls(p), 2);
@@ -120,8 +120,11 @@ Test(output_parser, injected_id_generator)
 {
     rp_parse_collector *col = NULL;
     cr_assert_eq(rp_parse_collector_new(&col), RP_OK);
-    rp_output_parser_config cfg = {.tool_parser = "mistral", .on_event = rp_parse_collector_event,
-                                   .user = col, .gen_id = fixed_id, .gen_id_user = "id-"};
+    rp_output_parser_config cfg = {.tool_parser = "mistral",
+                                   .on_event = rp_parse_collector_event,
+                                   .user = col,
+                                   .gen_id = fixed_id,
+                                   .gen_id_user = "id-"};
     rp_output_parser *p = NULL;
     cr_assert_eq(rp_output_parser_new(&cfg, &p, NULL), RP_OK);
     const char *t = "[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g[ARGS]{\"x\":1}";
@@ -169,7 +172,8 @@ Test(output_parser, think_opened_from_prompt_tail)
     cr_assert(rp_output_parser_think_opened("qwen3", qwen35, strlen(qwen35)));
     cr_assert_not(rp_output_parser_think_opened("qwen3", qwen3_off, strlen(qwen3_off)));
     cr_assert_not(rp_output_parser_think_opened(NULL, qwen35, strlen(qwen35)));
-    const char *r1 = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>\n";
+    const char *r1 = "<\xef\xbd\x9c"
+                     "Assistant\xef\xbd\x9c><think>\n";
     cr_assert(rp_output_parser_think_opened("deepseek_r1", r1, strlen(r1)));
     const char *seed = "assistant\n<seed:think>";
     cr_assert(rp_output_parser_think_opened("seed_oss", seed, strlen(seed)));
@@ -180,7 +184,9 @@ Test(output_parser, think_opened_from_prompt_tail)
 /* tool_choice required/named: the prefix opens a call; the model's continuation completes it. */
 Test(output_parser, forced_call_prefix_round_trips)
 {
-    static const struct { const char *tool, *cont; } cases[] = {
+    static const struct {
+        const char *tool, *cont;
+    } cases[] = {
         {"hermes", "{\"city\": \"Paris\"}}\n</tool_call>"},
         {"granite4", "{\"city\": \"Paris\"}}\n</tool_call>"},
         {"qwen3_coder", "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"},
@@ -190,7 +196,8 @@ Test(output_parser, forced_call_prefix_round_trips)
         {"llama4_pythonic", "city=\"Paris\")]"},
         {"lfm2", "city=\"Paris\")]<|tool_call_end|>"},
         {"mistral", "{\"city\": \"Paris\"}"},
-        {"deepseek_v3", "{\"city\": \"Paris\"}\n```<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81"
+        {"deepseek_v3", "{\"city\": \"Paris\"}\n```<\xef\xbd\x9ctool\xe2\x96\x81"
+                        "call\xe2\x96\x81"
                         "end\xef\xbd\x9c>"},
         {"deepseek_v31", "{\"city\": \"Paris\"}"},
         {"kimi_k2", "{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>"},
@@ -199,7 +206,8 @@ Test(output_parser, forced_call_prefix_round_trips)
         {"openai", "{\"city\": \"Paris\"}<|call|>"},
         {"granite", "{\"city\": \"Paris\"}}]"},
         {"phi4_mini_json", "{\"city\": \"Paris\"}}]"},
-        {"minimax_m2", "<parameter name=\"city\">Paris</parameter>\n</invoke>\n</minimax:tool_call>"},
+        {"minimax_m2",
+         "<parameter name=\"city\">Paris</parameter>\n</invoke>\n</minimax:tool_call>"},
         {"xlam", "{\"city\": \"Paris\"}}]"},
         {"jamba", "{\"city\": \"Paris\"}}]</tool_calls>"},
         {"internlm", "{\"city\": \"Paris\"}}<|action_end|>"},
@@ -240,7 +248,9 @@ Test(output_parser, forced_call_prefix_round_trips)
 
 Test(output_parser, detects_parsers_from_real_templates)
 {
-    static const struct { const char *file, *tool, *reasoning; } cases[] = {
+    static const struct {
+        const char *file, *tool, *reasoning;
+    } cases[] = {
         {"Qwen-Qwen3-0.6B", "hermes", "qwen3"},
         {"Qwen-Qwen2.5-7B-Instruct", "hermes", NULL},
         {"Qwen3-Coder", "qwen3_coder", NULL},
@@ -301,15 +311,19 @@ Test(output_parser, detects_parsers_from_real_templates)
 Test(output_parser, byte_split_utf8_marker_is_recognised)
 {
     /* the DeepSeek markers are multi-byte: cut inside their UTF-8 sequences */
-    const char *t = "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
-                    "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>f"
+    const char *t = "<\xef\xbd\x9ctool\xe2\x96\x81"
+                    "calls\xe2\x96\x81"
+                    "begin\xef\xbd\x9c>"
+                    "<\xef\xbd\x9ctool\xe2\x96\x81"
+                    "call\xe2\x96\x81"
+                    "begin\xef\xbd\x9c>f"
                     "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>{}";
     size_t n = strlen(t);
     for (size_t cut = 1; cut < n; cut++) {
         rp_parse_collector *col = NULL;
         cr_assert_eq(rp_parse_collector_new(&col), RP_OK);
-        rp_output_parser_config cfg = {.tool_parser = "deepseek_v31",
-                                       .on_event = rp_parse_collector_event, .user = col};
+        rp_output_parser_config cfg = {
+            .tool_parser = "deepseek_v31", .on_event = rp_parse_collector_event, .user = col};
         rp_output_parser *p = NULL;
         cr_assert_eq(rp_output_parser_new(&cfg, &p, NULL), RP_OK);
         cr_assert_eq(rp_output_parser_feed(p, t, cut, NULL), RP_OK);

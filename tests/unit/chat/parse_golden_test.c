@@ -20,8 +20,7 @@ static size_t *boundaries(const char *s, size_t len, size_t *n_out)
 {
     size_t *b = rp_alloc((len + 1) * sizeof *b), n = 0;
     for (size_t i = 0; i <= len; i++)
-        if (i == len || ((unsigned char)s[i] & 0xC0) != 0x80)
-            b[n++] = i;
+        if (i == len || ((unsigned char)s[i] & 0xC0) != 0x80) b[n++] = i;
     *n_out = n;
     return b;
 }
@@ -39,7 +38,9 @@ static char *run_cuts(const json_t *c, const char *text, size_t len, const size_
         .reasoning_parser = json_string_value(rp),
         .tools = json_object_get(c, "tools"),
         .think_opened = json_is_true(json_object_get(c, "think_opened")),
-        .on_event = rp_parse_collector_event, .user = col, .gen_id = stable_id,
+        .on_event = rp_parse_collector_event,
+        .user = col,
+        .gen_id = stable_id,
     };
     rp_output_parser *p = NULL;
     rp_err err = {0};
@@ -75,9 +76,9 @@ static const char *check_expected(const char *dump, const json_t *expect, char *
     else if (!eq_nullable(json_object_get(m, "reasoning_content"),
                           json_object_get(expect, "reasoning_content")))
         fail = "reasoning_content";
-    const json_t *want = json_object_get(expect, "tool_calls"), *got = json_object_get(m, "tool_calls");
-    if (!fail && json_array_size(want) != json_array_size(got))
-        fail = "number of tool calls";
+    const json_t *want = json_object_get(expect, "tool_calls"),
+                 *got = json_object_get(m, "tool_calls");
+    if (!fail && json_array_size(want) != json_array_size(got)) fail = "number of tool calls";
     for (size_t i = 0; !fail && i < json_array_size(want); i++) {
         const json_t *w = json_array_get(want, i), *g = json_array_get(got, i);
         const json_t *fn = json_object_get(g, "function");
@@ -135,8 +136,7 @@ static void check_case(const json_t *c)
                 step = 1 + (seed >> 16) % 6;
             }
             k += step;
-            if (k + 1 < n_b)
-                cuts[n_cuts++] = b[k];
+            if (k + 1 < n_b) cuts[n_cuts++] = b[k];
         }
         char *d = run_cuts(c, text, len, cuts, n_cuts);
         cr_expect_str_eq(d, whole, "[%s] chunks of %zu", name, sizes[s]);
@@ -161,8 +161,7 @@ Test(parse_golden, every_vector_every_chunking)
     size_t n_files = 0;
     while ((de = readdir(d))) {
         size_t nl = strlen(de->d_name);
-        if (nl < 6 || strcmp(de->d_name + nl - 5, ".json") != 0)
-            continue;
+        if (nl < 6 || strcmp(de->d_name + nl - 5, ".json") != 0) continue;
         char path[8192];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         json_error_t e;
