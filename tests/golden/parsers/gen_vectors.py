@@ -174,6 +174,7 @@ case("kimi", "kimi marker in string", "kimi_k2", KB + kc("echo", {"t": KE + "<|t
 case("kimi", "kimi thinking", "kimi_k2", "<think>need it</think>" + KB + kc(*W, 0) + KE, None, [W], "need it", "kimi_k2")
 case("kimi", "kimi malformed", "kimi_k2", KB + "<|tool_call_begin|>functions.x:0{}" + KE, KB + "<|tool_call_begin|>functions.x:0{}" + KE)
 case("kimi", "kimi truncated", "kimi_k2", KB + kc(*W, 0)[:30], KB + kc(*W, 0)[:30])
+case("kimi", "kimi text after the section", "kimi_k2", KB + kc(*W, 0) + KE + "\nWaiting for the result.", "Waiting for the result.", [W])
 case("kimi", "kimi singular section marker", "kimi_k2", "<|tool_call_section_begin|>" + kc(*W, 0) + "<|tool_call_section_end|>", None, [W])
 
 # ---------------------------------------------------------------- XML families
@@ -203,6 +204,10 @@ for tool, o, c, fam, rp, tk, te in (("qwen3_coder", "<tool_call>", "</tool_call>
     case(fam, tool + " truncated", tool, "Hm. " + o + "\n<function=get_weather>\n<parameter=city>\nPar", "Hm. " + o + "\n<function=get_weather>\n<parameter=city>\nPar", tools=TOOLS)
     case(fam, tool + " with reasoning opened by the prompt", tool, "weather needed\n" + te + "\n\n" + q3("get_weather", [("city", "Paris")], o, c), None, [W], "weather needed", rp, tools=TOOLS, think_opened=True)
     case(fam, tool + " nullable string null", tool, q3("get_weather", [("city", "Paris"), ("note", "null")], o, c), None, [("get_weather", {"city": "Paris", "note": None})], tools=TOOLS)
+case("qwen3_coder", "qwen3_coder two functions in one block", "qwen3_coder",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n<function=get_time>\n<parameter=tz>\nUTC\n</parameter>\n</function>\n</tool_call>", None, [W, T], tools=TOOLS)
+case("qwen3_coder", "qwen3_coder text after the call", "qwen3_coder",
+     "<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC\n</parameter>\n</function>\n</tool_call>\nI asked for the time.", "I asked for the time.", [T], tools=TOOLS)
 case("qwen3_coder", "qwen3_coder tolerates missing close tags", "qwen3_coder",
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</tool_call>", None, [W], tools=TOOLS)
 
