@@ -338,6 +338,7 @@ struct rp_output_parser {
     rp_tool_id_fn gen_id;
     void *gen_id_user;
     uint64_t rng;
+    bool short_ids;
     rp_status sticky; /* first error: feeding stops */
     bool finished;
 
@@ -410,11 +411,13 @@ static rp_status put_text(rp_output_parser *p, int reasoning, const char *s, siz
     return st;
 }
 
+/* "call_" + 24 random alnum, or 9 alnum for formats whose templates demand that. */
 static void default_id(rp_output_parser *p, char *out, size_t cap)
 {
     static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    size_t n = snprintf(out, cap, "call_");
-    for (int i = 0; i < 24 && n + 1 < cap; i++) {
+    size_t n = p->short_ids ? 0 : (size_t)snprintf(out, cap, "call_");
+    int n_random = p->short_ids ? 9 : 24;
+    for (int i = 0; i < n_random && n + 1 < cap; i++) {
         p->rng ^= p->rng << 13; /* xorshift64 */
         p->rng ^= p->rng >> 7;
         p->rng ^= p->rng << 17;
@@ -812,6 +815,7 @@ rp_status rp_output_parser_new(const rp_output_parser_config *cfg, rp_output_par
     p->gen_id = cfg->gen_id;
     p->gen_id_user = cfg->gen_id_user;
     p->tools = cfg->tools ? json_incref((json_t *)cfg->tools) : NULL;
+    p->short_ids = tf && strcmp(tf->name, "mistral") == 0; /* its templates want 9 alnum ids */
     uint64_t seed = 0;
     if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
         seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)p;

@@ -94,7 +94,8 @@ typedef struct rp_parse_event {
 typedef rp_status (*rp_parse_event_fn)(void *user, const rp_parse_event *ev);
 
 /* Writes a NUL-terminated tool-call id (at most cap-1 bytes) for call number `index`.
- * Inject a deterministic one in tests; NULL selects "call_" + 24 random [A-Za-z0-9]. */
+ * Inject a deterministic one in tests; NULL selects "call_" + 24 random [A-Za-z0-9], except
+ * for "mistral": 9 random [A-Za-z0-9], the only ids Mistral's chat templates accept back. */
 typedef void (*rp_tool_id_fn)(void *user, int index, char *out, size_t cap);
 
 #define RP_TOOL_ID_MAX 64

@@ -111,6 +111,23 @@ Test(output_parser, default_ids_are_call_and_24_alnum_and_distinct)
         cr_assert_eq(r.kinds[i], want[i]);
 }
 
+Test(output_parser, mistral_ids_are_9_alnum)
+{
+    rec r = {0};
+    rp_output_parser_config cfg = {.tool_parser = "mistral", .on_event = record, .user = &r};
+    rp_output_parser *p = NULL;
+    cr_assert_eq(rp_output_parser_new(&cfg, &p, NULL), RP_OK);
+    const char *t = "[TOOL_CALLS]f[ARGS]{}";
+    cr_assert_eq(rp_output_parser_feed(p, t, strlen(t), NULL), RP_OK);
+    cr_assert_eq(rp_output_parser_finish(p, NULL), RP_OK);
+    rp_output_parser_free(p);
+    cr_assert_eq(r.n_ids, 1);
+    cr_assert_eq(strlen(r.ids[0]), 9, "%s", r.ids[0]);
+    for (int k = 0; k < 9; k++)
+        cr_assert(
+            strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", r.ids[0][k]));
+}
+
 static void fixed_id(void *user, int index, char *out, size_t cap)
 {
     snprintf(out, cap, "%s%d", (const char *)user, index);
