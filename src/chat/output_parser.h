@@ -86,7 +86,7 @@ typedef struct rp_parse_event {
     int index;        /* tool call index, 0-based in order of appearance (TOOL_* only) */
     const char *text; /* CONTENT/REASONING/TOOL_ARGS: the delta (not NUL-terminated) */
     size_t len;
-    const char *id;   /* TOOL_START: "call_<24 alnum>" (NUL-terminated) */
+    const char *id;   /* TOOL_START: see rp_tool_id_fn (NUL-terminated) */
     const char *name; /* TOOL_START: function name (NUL-terminated) */
 } rp_parse_event;
 
@@ -141,7 +141,8 @@ bool rp_output_parser_think_opened(const char *reasoning_parser, const char *pro
 
 /* For tool_choice "required" / named: text to append to the rendered prompt (and to feed to the
  * parser before the model's first token) that opens a call in this format, naming `name` when
- * not NULL. Heap string (rp_free) in *out; RP_ERR_UNSUPPORTED for formats without one. */
+ * not NULL (every format has one). Heap string (rp_free) in *out. Errors: RP_ERR_NOT_FOUND
+ * (unknown parser), RP_ERR_INVALID (a name outside [A-Za-z0-9_.-]), RP_ERR_NOMEM. */
 rp_status rp_output_parser_call_prefix(const char *tool_parser, const char *name, char **out,
                                        rp_err *err);
 
@@ -155,7 +156,7 @@ void rp_parse_collector_free(rp_parse_collector *c);
 rp_status rp_parse_collector_event(void *collector, const rp_parse_event *ev);
 /* New reference: {"role":"assistant","content":str|null,"reasoning_content":str|null,
  * "tool_calls":[{"id","type":"function","function":{"name","arguments":str}}]} (tool_calls
- * only when there are calls). NULL on OOM. */
+ * only when there are calls). NULL on OOM, or when the text fed was not valid UTF-8. */
 json_t *rp_parse_collector_message(const rp_parse_collector *c);
 
 #endif
