@@ -360,6 +360,7 @@ struct rp_output_parser {
     size_t value_end;
 
     bool first_byte[256]; /* bytes that start a marker active in CONTENT mode */
+    bool end_byte[256];   /* bytes that start a reasoning end marker */
 };
 
 static rp_status emit(rp_output_parser *p, const rp_parse_event *ev)
@@ -549,7 +550,7 @@ static rp_status scan_text(rp_output_parser *p, bool final)
     while (i < n) {
         match mt = {0};
         int m = RP_MARK_NONE;
-        if (reasoning || p->first_byte[(unsigned char)s[i]])
+        if ((reasoning ? p->end_byte : p->first_byte)[(unsigned char)s[i]])
             m = match_here(p, s + i, n - i, started, &mt);
         if (m == RP_MARK_PARTIAL && final) /* the end came: take a full match if any */
             m = mt.len ? RP_MARK_FULL : RP_MARK_NONE;
@@ -849,6 +850,8 @@ rp_status rp_output_parser_new(const rp_output_parser_config *cfg, rp_output_par
     }
     for (size_t i = 0; i < nm; i++)
         p->first_byte[(unsigned char)marks[i][0]] = true;
+    for (int i = 0; p->rf && i < 3 && p->rf->end[i]; i++)
+        p->end_byte[(unsigned char)p->rf->end[i][0]] = true;
     *out = p;
     return RP_OK;
 }
