@@ -16,6 +16,11 @@ static int cmd_version(int argc, char **argv);
 static const rp_cmd g_commands[] = {
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
+    {"serve", rp_cmd_serve, "serve a model over the OpenAI and Anthropic APIs",
+     "rapid serve [MODEL] [--host H] [--port P] [--api-key KEY] [--max-request-bytes N]\n"
+     "            [--cors-origins LIST] [--log-level L] [--served-model-name NAME]\n"
+     "            [--threads N] [--max-queue N]\n"
+     "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
 };
 
 static const rp_cmd *find_command(const char *name)
