@@ -321,6 +321,11 @@ rp_status rp_anthropic_parse(const char *body, size_t len, rp_req_type type, rp_
                               "'stop_sequences' must be an array of strings");
         goto out;
     }
+    json_t *seed = json_object_get(root, "seed"); /* an extension: Anthropic has no seed */
+    if (json_is_integer(seed)) {
+        s->seed = (uint64_t)json_integer_value(seed);
+        s->has_seed = 1;
+    }
     r->max_tokens = (int)max_tokens;
     if (top_k >= 0)
         s->top_k = (int)top_k;

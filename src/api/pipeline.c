@@ -294,6 +294,7 @@ rp_status rp_gen_start(rp_pipeline *p, const rp_chat_request *req, rp_gen **out,
 }
 
 int rp_gen_n_prompt(const rp_gen *g) { return g->n_prompt; }
+int rp_gen_n_completion(const rp_gen *g) { return g->n_completion; }
 
 void rp_gen_cancel(rp_gen *g)
 {

@@ -88,6 +88,7 @@ rp_status rp_gen_start(rp_pipeline *p, const rp_chat_request *req, rp_gen **out,
 /* Waits up to timeout_ms for something to report. After DONE, keeps returning DONE. */
 rp_gen_step rp_gen_next(rp_gen *g, int timeout_ms, rp_gen_output *out);
 int rp_gen_n_prompt(const rp_gen *g);
+int rp_gen_n_completion(const rp_gen *g); /* tokens so far */
 void rp_gen_cancel(rp_gen *g);
 void rp_gen_free(rp_gen *g);
 

@@ -6,6 +6,8 @@
  * are cancelled, connections closed, everything freed, exit status 0.
  */
 #include <signal.h>
+#include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "api/pipeline.h"
@@ -139,6 +141,12 @@ int rp_cmd_serve(int argc, char **argv)
         return 1;
     }
     RP_INFO("listening on http://%s:%d (loading %s)", cfg.host, rp_server_port(srv), dir);
+    const char *delay = getenv("RAPID_TEST_LOAD_DELAY_MS"); /* test hook: a slow load */
+    if (delay) {
+        long ms = atol(delay);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     serving sv = {0};
     if (load(dir, &cfg, &sv, &err) != RP_OK) {
         fprintf(stderr, "rapid serve: %s\n", err.msg);

@@ -350,6 +350,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         r->disconnected = 1;
+    if (r->gen && !r->n_out)
+        r->n_out = rp_gen_n_completion(r->gen);
     rp_gen_free(r->gen);
     rp_log(r->status >= 500 ? RP_LOG_WARN : RP_LOG_INFO, "%s %s %d in=%d out=%d %.3fs%s",
            r->method, r->url, r->status, r->n_in, r->n_out, rp_now_s() - r->t_start,

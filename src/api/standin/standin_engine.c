@@ -84,7 +84,7 @@ static void run_job(rp_engine *e, job *j)
             return;
         }
         nanosleep(&pause, NULL);
-        if (n >= 12 && next_rand(&j->rng) % 64 == 0) {
+        if (n >= 12 && next_rand(&j->rng) % 400 == 0) {
             finish(j, RP_FINISH_STOP, n, t_first);
             return;
         }
