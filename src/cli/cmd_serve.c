@@ -140,7 +140,9 @@ int rp_cmd_serve(int argc, char **argv)
         rp_free(default_dir);
         return 1;
     }
-    RP_INFO("listening on http://%s:%d (loading %s)", cfg.host, rp_server_port(srv), dir);
+    /* Always printed, whatever the log level: scripts read the port from it. */
+    fprintf(stderr, "rapid serve: listening on http://%s:%d (loading %s)\n", cfg.host,
+            rp_server_port(srv), dir);
     const char *delay = getenv("RAPID_TEST_LOAD_DELAY_MS"); /* test hook: a slow load */
     if (delay) {
         long ms = atol(delay);
