@@ -12,7 +12,7 @@ JOBS       ?= $(shell nproc)
 CUDA       ?= auto
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps test-deps run test test-unit fuzz clean
+.PHONY: all build build-asan deps test-deps run test test-unit fuzz clean
 
 all: build
 

@@ -5,6 +5,7 @@
 #ifndef RP_BASE_HALF_H
 #define RP_BASE_HALF_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -75,6 +76,22 @@ static inline uint16_t rp_f32_to_f16(float f)
     if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
         h++; /* may carry into the exponent, which is the correct rounding */
     return (uint16_t)h;
+}
+
+/* Element loads that tolerate any alignment (safetensors data need not be aligned; memcpy
+ * compiles to a plain load). */
+static inline uint16_t rp_load_u16(const void *base, size_t i)
+{
+    uint16_t v;
+    memcpy(&v, (const char *)base + 2 * i, 2);
+    return v;
+}
+
+static inline float rp_load_f32(const void *base, size_t i)
+{
+    float v;
+    memcpy(&v, (const char *)base + 4 * i, 4);
+    return v;
 }
 
 #endif

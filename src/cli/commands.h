@@ -16,6 +16,20 @@ typedef struct rp_cmd {
 
 int rp_cmd_logits(int argc, char **argv);
 int rp_cmd_generate(int argc, char **argv);
+int rp_cmd_models(int argc, char **argv);
+int rp_cmd_ls(int argc, char **argv);
+int rp_cmd_info(int argc, char **argv);
+int rp_cmd_recipe(int argc, char **argv);
+int rp_cmd_pull(int argc, char **argv);
+int rp_cmd_rm(int argc, char **argv);
+int rp_cmd_alias(int argc, char **argv);
+int rp_cmd_doctor(int argc, char **argv);
+int rp_cmd_launch(int argc, char **argv);
+int rp_cmd_chat(int argc, char **argv);
+int rp_cmd_bench(int argc, char **argv);
+int rp_cmd_tokenize(int argc, char **argv);
+int rp_cmd_detokenize(int argc, char **argv);
+int rp_cmd_perplexity(int argc, char **argv);
 int rp_cmd_serve(int argc, char **argv);
 
 #endif

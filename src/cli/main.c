@@ -14,8 +14,54 @@ static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const rp_cmd g_commands[] = {
+    {"logits", rp_cmd_logits, "write float32 logits for token ids",
+     "rapid logits --model DIR --ids 1,2,3 --out FILE [--threads N] [--ref-kernels]\n"
+     "  FILE gets one row of vocab_size little-endian float32 per input position."},
+    {"generate", rp_cmd_generate, "generate token ids from token ids",
+     "rapid generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
+     "               [--top-p P] [--min-p P] [--seed S] [--threads N] [--ignore-eos]\n"
+     "  Greedy unless --temperature is given; prints the generated ids on one line."},
+    {"bench", rp_cmd_bench, "benchmark a model in-process, or a running server",
+     "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
+     "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
+     "  (tok/s x bytes read per token / read bandwidth measured in the same run).\n"
+     "rapid bench [--url URL] [--model NAME] [--prompt-tokens N] [--max-tokens N]\n"
+     "            [--concurrency N] [--runs N] [--json]\n"
+     "  Against a running server (default http://127.0.0.1:8000): TTFT, prefill and decode\n"
+     "  tok/s per run, and the aggregate of N concurrent streams."},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
+    {"models", rp_cmd_models, "list catalog models and aliases (downloaded, size, memory)",
+     "rapid models [--json]"},
+    {"ls", rp_cmd_ls, "list downloaded models", "rapid ls [--json]"},
+    {"info", rp_cmd_info, "architecture, parameters and memory of a model",
+     "rapid info MODEL [--context N] [--json]\n  MODEL: alias, directory or org/name"},
+    {"recipe", rp_cmd_recipe, "recommend models for this machine's memory",
+     "rapid recipe [--memory GB] [--json]"},
+    {"pull", rp_cmd_pull, "download a model from the Hugging Face hub",
+     "rapid pull MODEL [--revision REV] [--quiet]\n"
+     "  env: HF_ENDPOINT (hub URL), HF_TOKEN (gated/private repos), HF_HOME (cache)"},
+    {"rm", rp_cmd_rm, "delete a downloaded model", "rapid rm MODEL"},
+    {"alias", rp_cmd_alias, "manage your model aliases (~/.config/rapid/aliases.json)",
+     "rapid alias set NAME TARGET | rapid alias rm NAME | rapid alias list"},
+    {"doctor", rp_cmd_doctor, "check this machine and rapid's setup",
+     "rapid doctor [--port N] [--no-smoke]"},
+    {"launch", rp_cmd_launch, "point a coding agent at the local server",
+     "rapid launch AGENT|list [--url URL] [--model NAME] [--dry-run] [--no-check]\n"
+     "  AGENT: claude-code, codex, aider, opencode, continue"},
+    {"chat", rp_cmd_chat, "chat with a running server in the terminal",
+     "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"
+     "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit"},
+    {"perplexity", rp_cmd_perplexity, "perplexity of a model on a text file",
+     "rapid perplexity --model DIR --text-file FILE [--ctx N] [--threads N] [--ref-kernels]\n"
+     "                 [--json]\n"
+     "  Pieces of CTX-1 tokens (default: the model's context), each scored from an empty\n"
+     "  cache as [BOS] + piece; prints exp(mean NLL) over every piece token."},
+    {"tokenize", rp_cmd_tokenize, "print the token ids of a text (JSON array)",
+     "rapid tokenize --tokenizer PATH (--text-file FILE | --text STRING) [--add-special]\n"
+     "  PATH: a tokenizer.json, a model directory or a .gguf file"},
+    {"detokenize", rp_cmd_detokenize, "print the text of token ids",
+     "rapid detokenize --tokenizer PATH --ids 1,2,3 [--skip-special]"},
     {"serve", rp_cmd_serve, "serve a model over the OpenAI and Anthropic APIs",
      "rapid serve [MODEL] [--host H] [--port P] [--api-key KEY] [--max-request-bytes N]\n"
      "            [--cors-origins LIST] [--log-level L] [--served-model-name NAME]\n"

@@ -6,17 +6,26 @@
  * (detokenizing, stop strings, tool-call parsing) live above, in api/: a caller that decides
  * to stop (a stop string matched, the client left) calls rp_engine_cancel.
  *
- * Request lifecycle (engine/request.h will draw it in full with batching):
- *   QUEUED --(engine picks it)--> RUNNING --(eos, max_tokens)--> DONE
- *   QUEUED/RUNNING --rp_engine_cancel--> DONE (finish = CANCELLED)
+ * Continuous batching: up to max_num_seqs requests run at once; every engine step is one
+ * batched forward holding one decode token of every running sequence plus prompt chunks of
+ * sequences still in prefill, so sequences join and leave between steps. Each running
+ * sequence owns a cache slot; a finished slot keeps its tokens, and a new prompt is placed in
+ * the free slot sharing its longest prefix, which is then not recomputed (prefix cache).
+ *
+ * Request lifecycle (the functions performing each transition in parentheses):
+ *   WAITING --(admit: a slot is free)--> PREFILL --(last prompt chunk evaluated)--> DECODE
+ *   DECODE --(eos / stop id / max_tokens / context full)--> DONE
+ *   any --(rp_engine_cancel, rp_engine_free)--> DONE (finish = CANCELLED)
+ *   PREFILL/DECODE --(forward failed)--> DONE (finish = ERROR)
  *
  * Ownership: rp_engine_new borrows the model (free the engine first). The callback's `user`
  *            must stay valid until its DONE event has been delivered.
  * Threading: rp_engine_submit / rp_engine_cancel from any thread; callbacks run on the engine
  *            thread and must not block (push to a queue and return).
- * Errors:    submit returns RP_ERR_LIMIT when the queue is full or the prompt plus max_tokens
- *            does not fit the context (the message gives both numbers), RP_ERR_INVALID for
- *            bad parameters (token id out of range, empty prompt).
+ * Errors:    submit returns RP_ERR_LIMIT when the waiting queue is full (-> 503), and
+ *            RP_ERR_INVALID when the prompt plus max_tokens does not fit the context (the
+ *            message gives the numbers, -> 400) or a parameter is bad (token id out of range,
+ *            empty prompt).
  */
 #ifndef RP_ENGINE_ENGINE_H
 #define RP_ENGINE_ENGINE_H
@@ -86,9 +95,23 @@ typedef struct rp_event {
 typedef void (*rp_event_cb)(const rp_event *ev, void *user);
 
 typedef struct rp_engine_config {
-    int max_queue;   /* waiting requests before submit says RP_ERR_LIMIT (0: 64) */
-    int max_context; /* per-sequence positions (0: the model's max_context, capped at 32768) */
+    int max_queue;     /* waiting requests before submit says RP_ERR_LIMIT (0: 64) */
+    int max_context;   /* per-sequence positions (0: the model's max_context, capped at 8192) */
+    int max_num_seqs;  /* sequences decoded together (0: 8) */
+    int prefill_chunk; /* prompt tokens per sequence per step (0: 64) */
 } rp_engine_config;
+
+typedef struct rp_engine_stats {
+    int n_running;
+    int n_waiting;
+    int64_t n_requests;       /* finished */
+    int64_t n_prompt_tokens;  /* submitted prompt tokens */
+    int64_t n_cached_tokens;  /* prompt tokens served from the prefix cache */
+    int64_t n_generated;
+    int64_t n_steps;          /* batched forward steps */
+} rp_engine_stats;
+
+void rp_engine_get_stats(rp_engine *engine, rp_engine_stats *out);
 
 rp_status rp_engine_new(rp_model *model, const rp_engine_config *cfg, rp_engine **out,
                         rp_err *err);

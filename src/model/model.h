@@ -67,4 +67,21 @@ void rp_kv_truncate(rp_kv *kv, int n); /* forget positions >= n (n <= len) */
 rp_status rp_model_eval(rp_model *model, rp_kv *kv, const int32_t *ids, int n, float *logits,
                         int all_logits, rp_err *err);
 
+/* One forward step over several sequences (continuous batching). Token i belongs to kv[i]
+ * and goes at the next free position of that cache; the tokens of one sequence must be
+ * consecutive. Weights are read once for the whole batch. want_logits[i] asks for a row of
+ * logits for token i (rows in token order); only a sequence's last token may ask.
+ * Results do not depend on what else is in the batch (batch-invariant kernels). */
+typedef struct rp_batch {
+    int n_tok;
+    const int32_t *ids;
+    rp_kv *const *kv;
+    const uint8_t *want_logits;
+} rp_batch;
+
+/* Largest n_tok rp_model_eval_batch takes. */
+int rp_model_max_batch(const rp_model *model);
+rp_status rp_model_eval_batch(rp_model *model, const rp_batch *batch, float *logits,
+                              rp_err *err);
+
 #endif

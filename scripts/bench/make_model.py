@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Writes a random-weight Llama checkpoint of a given shape (bf16 or f32 safetensors) for
+benchmarks. Not a test fixture: weights are random, only the shapes and bytes matter.
+
+usage: make_model.py OUT_DIR [--shape llama-3.2-1b|tiny] [--dtype bf16|f16|f32]
+The llama-3.2-1b shape: dim 2048, 16 layers, 32 heads / 8 KV heads, ffn 8192,
+vocab 128256, untied output (1.5 B parameters, 3.0 GB in bf16).
+"""
+import json, os, struct, sys
+import numpy as np
+
+SHAPES = {
+    "llama-3.2-1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, intermediate_size=8192, vocab_size=128256),
+    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
+                 num_key_value_heads=2, intermediate_size=768, vocab_size=4096),
+}
+
+def main():
+    out = sys.argv[1]
+    shape = "llama-3.2-1b"
+    dtype = "bf16"
+    args = sys.argv[2:]
+    for i, a in enumerate(args):
+        if a == "--shape": shape = args[i + 1]
+        if a == "--dtype": dtype = args[i + 1]
+    c = SHAPES[shape]
+    d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    hd = d // c["num_attention_heads"]
+    qd, kvd = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    tensors = [("model.embed_tokens.weight", (v, d)), ("model.norm.weight", (d,)),
+               ("lm_head.weight", (v, d))]
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        tensors += [(p + "input_layernorm.weight", (d,)), (p + "post_attention_layernorm.weight", (d,)),
+                    (p + "self_attn.q_proj.weight", (qd, d)), (p + "self_attn.k_proj.weight", (kvd, d)),
+                    (p + "self_attn.v_proj.weight", (kvd, d)), (p + "self_attn.o_proj.weight", (d, qd)),
+                    (p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d)),
+                    (p + "mlp.down_proj.weight", (d, f))]
+    esize = 4 if dtype == "f32" else 2
+    st_dtype = {"bf16": "BF16", "f16": "F16", "f32": "F32"}[dtype]
+    header, off = {}, 0
+    for name, shp in tensors:
+        n = int(np.prod(shp)) * (4 if len(shp) == 1 else esize)
+        header[name] = {"dtype": "F32" if len(shp) == 1 else st_dtype, "shape": list(shp),
+                        "data_offsets": [off, off + n]}
+        off += n
+    hs = json.dumps(header).encode()
+    hs += b" " * ((8 - len(hs) % 8) % 8)
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(0)
+    with open(os.path.join(out, "model.safetensors"), "wb") as fp:
+        fp.write(struct.pack("<Q", len(hs)))
+        fp.write(hs)
+        for name, shp in tensors:
+            if len(shp) == 1:
+                fp.write(np.ones(shp, dtype="<f4").tobytes())
+                continue
+            scale = 1.0 / np.sqrt(shp[1])
+            rows_per = max(1, (1 << 24) // shp[1])
+            for r in range(0, shp[0], rows_per):
+                x = (rng.standard_normal((min(rows_per, shp[0] - r), shp[1]), dtype=np.float32) * scale)
+                if dtype == "f32":
+                    fp.write(x.astype("<f4").tobytes())
+                elif dtype == "f16":
+                    fp.write(x.astype("<f2").tobytes())
+                else:
+                    fp.write((x.view(np.uint32) >> 16).astype("<u2").tobytes())
+    cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+               max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0,
+               tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, **c)
+    with open(os.path.join(out, "config.json"), "w") as fp:
+        json.dump(cfg, fp, indent=2)
+    print(out, off / 1e9, "GB")
+
+main()

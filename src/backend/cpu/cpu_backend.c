@@ -1,0 +1,341 @@
+/* backend/cpu/cpu_backend.c - the CPU backend: picks kernels for the CPU, runs ops on the pool.
+ *
+ * Design notes:
+ *  1. Matmul splits output rows across threads in multiples of 4 (the kernels' tile height);
+ *     each thread does every token for its rows, so a weight row is read once per call.
+ *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
+ *     that grows (single-threaded, before the fan-out) to the longest context seen.
+ *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include <stdatomic.h>
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "base/status.h"
+#include "base/half.h"
+#include "base/threadpool.h"
+
+struct rp_backend {
+    rp_pool *pool;
+    int n_threads;
+    int ref;
+    rp_cpu_kernels k;
+    float **scratch; /* per thread, scratch_len floats */
+    long scratch_len;
+    char desc[96];
+};
+
+rp_backend *rp_backend_new(int n_threads, int ref_kernels)
+{
+    rp_backend *b = rp_calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->pool = rp_pool_new(n_threads);
+    if (!b->pool)
+        goto fail;
+    b->n_threads = rp_pool_size(b->pool);
+    b->scratch = rp_calloc((size_t)b->n_threads, sizeof(float *));
+    if (!b->scratch)
+        goto fail;
+    b->ref = ref_kernels;
+    rp_cpu_kernels_scalar(&b->k);
+#if defined(__x86_64__)
+    if (rp_cpu()->isa >= RP_ISA_AVX2)
+        rp_cpu_kernels_avx2(&b->k);
+    if (rp_cpu()->isa >= RP_ISA_AVX512)
+        rp_cpu_kernels_avx512(&b->k);
+#endif
+    snprintf(b->desc, sizeof b->desc, "cpu %s, %d thread%s", ref_kernels ? "reference" : b->k.isa,
+             b->n_threads, b->n_threads == 1 ? "" : "s");
+    return b;
+fail:
+    rp_backend_free(b);
+    return NULL;
+}
+
+void rp_backend_free(rp_backend *b)
+{
+    if (!b)
+        return;
+    if (b->scratch)
+        for (int i = 0; i < b->n_threads; i++)
+            rp_free_aligned(b->scratch[i]);
+    rp_free(b->scratch);
+    rp_pool_free(b->pool);
+    rp_free(b);
+}
+
+int rp_backend_n_threads(const rp_backend *b) { return b->n_threads; }
+const char *rp_backend_describe(const rp_backend *b) { return b->desc; }
+
+/* ---- matmul ---------------------------------------------------------------------------- */
+
+typedef struct matmul_job {
+    const rp_tensor *w;
+    const float *x;
+    int n_tok;
+    float *y;
+    rp_matmul_kernel kernel;
+} matmul_job;
+
+static void matmul_part(void *p, int i, int n)
+{
+    matmul_job *j = p;
+    long r0, r1;
+    rp_pool_split((long)j->w->shape[0], i, n, 4, &r0, &r1);
+    if (r0 < r1)
+        j->kernel(j->w, r0, r1, j->x, j->n_tok, j->y);
+}
+
+void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y)
+{
+    RP_ASSERT(w->n_dims == 2 && w->dtype < RP_DT_COUNT);
+    rp_matmul_kernel k = b->ref ? rp_ref_matmul : b->k.matmul[w->dtype];
+    if (!k)
+        k = rp_ref_matmul;
+    matmul_job j = {.w = w, .x = x, .n_tok = n_tok, .y = y, .kernel = k};
+    /* tiny matrices are not worth waking the pool */
+    if ((long)w->shape[0] * w->shape[1] * n_tok < 32768)
+        k(w, 0, (long)w->shape[0], x, n_tok, y);
+    else
+        rp_pool_run(b->pool, matmul_part, &j);
+}
+
+/* ---- bandwidth probe ------------------------------------------------------------------- */
+
+typedef struct read_job {
+    const char *buf;
+    size_t n;
+    rp_read_kernel read;
+    _Atomic uint64_t sink;
+} read_job;
+
+static void read_part(void *p, int i, int n)
+{
+    read_job *j = p;
+    long b, e;
+    rp_pool_split((long)(j->n / 64), i, n, 64, &b, &e);
+    if (b < e)
+        atomic_fetch_xor(&j->sink, j->read(j->buf + b * 64, (size_t)(e - b) * 64));
+}
+
+double rp_backend_read_bandwidth(rp_backend *b, size_t n_bytes, int reps)
+{
+    n_bytes &= ~(size_t)4095;
+    char *buf = rp_alloc_aligned(n_bytes, RP_TAG_MISC);
+    if (!buf)
+        return 0.0;
+    memset(buf, 1, n_bytes); /* commit the pages before timing */
+    read_job j = {.buf = buf, .n = n_bytes, .read = b->k.read};
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        int64_t t0 = rp_now_ns();
+        rp_pool_run(b->pool, read_part, &j);
+        double s = (double)(rp_now_ns() - t0) * 1e-9;
+        if (s > 0 && (double)n_bytes / s / 1e9 > best)
+            best = (double)n_bytes / s / 1e9;
+    }
+    rp_free_aligned(buf);
+    return best;
+}
+
+/* ---- tensors to f32 -------------------------------------------------------------------- */
+
+static void to_f32(rp_dtype dt, const void *src, float *out, int64_t n)
+{
+    switch (dt) {
+    case RP_DT_F32: memcpy(out, src, (size_t)n * 4); return;
+    case RP_DT_F16:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = rp_f16_to_f32(rp_load_u16(src, (size_t)i));
+        return;
+    case RP_DT_BF16:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = rp_bf16_to_f32(rp_load_u16(src, (size_t)i));
+        return;
+    default: RP_ASSERT(!"dtype has no f32 conversion");
+    }
+}
+
+void rp_tensor_to_f32(const rp_tensor *t, float *out, int64_t n) { to_f32(t->dtype, t->data, out, n); }
+
+void rp_tensor_row_f32(const rp_tensor *t, int64_t row, float *out)
+{
+    RP_ASSERT(t->n_dims == 2 && row >= 0 && row < t->shape[0]);
+    size_t rb = rp_dtype_row_bytes(t->dtype, t->shape[1]);
+    to_f32(t->dtype, (const char *)t->data + (size_t)row * rb, out, t->shape[1]);
+}
+
+/* ---- norms, rope, elementwise ---------------------------------------------------------- */
+
+void rp_op_rmsnorm(rp_backend *b, float *out, const float *x, const rp_tensor *w, int n_tok,
+                   int dim, float eps, int add_one)
+{
+    float wbuf[16384];
+    RP_ASSERT(dim <= 16384);
+    const float *wf = NULL;
+    if (w) {
+        if (w->dtype == RP_DT_F32 && (uintptr_t)w->data % 4 == 0) {
+            wf = w->data;
+        } else {
+            rp_tensor_to_f32(w, wbuf, dim);
+            wf = wbuf;
+        }
+    }
+    if (b->ref) {
+        rp_ref_rmsnorm(out, x, wf, n_tok, dim, eps, add_one);
+        return;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * dim;
+        float *ot = out + (long)t * dim;
+        float ss = 0.0f;
+        for (int i = 0; i < dim; i++)
+            ss += xt[i] * xt[i];
+        float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+        if (!wf)
+            for (int i = 0; i < dim; i++)
+                ot[i] = xt[i] * inv;
+        else if (add_one)
+            for (int i = 0; i < dim; i++)
+                ot[i] = xt[i] * inv * (1.0f + wf[i]);
+        else
+            for (int i = 0; i < dim; i++)
+                ot[i] = xt[i] * inv * wf[i];
+    }
+}
+
+void rp_op_rope(rp_backend *b, float *x, int n_tok, int n_heads, int head_dim, int rot_dim,
+                const int32_t *pos, const float *inv_freq, float attn_factor, int neox)
+{
+    if (b->ref) {
+        rp_ref_rope(x, n_tok, n_heads, head_dim, rot_dim, pos, inv_freq, attn_factor, neox);
+        return;
+    }
+    int half = rot_dim / 2;
+    float cs[512], sn[512];
+    RP_ASSERT(half <= 512);
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < half; i++) { /* once per token, shared by all heads */
+            float ang = (float)pos[t] * inv_freq[i]; /* f32, as transformers computes it */
+            cs[i] = cosf(ang) * attn_factor;
+            sn[i] = sinf(ang) * attn_factor;
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((long)t * n_heads + h) * head_dim;
+            if (neox) {
+                for (int i = 0; i < half; i++) {
+                    float a = v[i], c = v[i + half];
+                    v[i] = a * cs[i] - c * sn[i];
+                    v[i + half] = c * cs[i] + a * sn[i];
+                }
+            } else {
+                for (int i = 0; i < half; i++) {
+                    float a = v[2 * i], c = v[2 * i + 1];
+                    v[2 * i] = a * cs[i] - c * sn[i];
+                    v[2 * i + 1] = c * cs[i] + a * sn[i];
+                }
+            }
+        }
+    }
+}
+
+void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+typedef struct attn_job {
+    const rp_attn_args *a;
+    float **scratch;
+    int ref;
+} attn_job;
+
+/* Optimised path for one (token, head): same math as the reference, with the dot products
+ * and the value sum in contiguous loops the compiler vectorises. */
+static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
+{
+    int pos = a->pos0 + t, kvh = h / (a->n_heads / a->n_kv_heads), d = a->head_dim;
+    int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    const float *q = a->q + ((long)t * a->n_heads + h) * d;
+    long kv_stride = (long)a->n_kv_heads * d;
+    const float *kbase = a->k + (long)kvh * d, *vbase = a->v + (long)kvh * d;
+    float mx = -INFINITY;
+    for (int j = j0; j <= pos; j++) {
+        const float *k = kbase + (long)j * kv_stride;
+        float s = 0.0f;
+        for (int i = 0; i < d; i++)
+            s += q[i] * k[i];
+        s *= a->scale;
+        scores[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    float sum = 0.0f;
+    for (int j = j0; j <= pos; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    float acc[1024];
+    RP_ASSERT(d <= 1024);
+    for (int i = 0; i < d; i++)
+        acc[i] = 0.0f;
+    for (int j = j0; j <= pos; j++) {
+        const float *v = vbase + (long)j * kv_stride;
+        float p = scores[j];
+        for (int i = 0; i < d; i++)
+            acc[i] += p * v[i];
+    }
+    float inv = 1.0f / sum;
+    float *o = a->out + ((long)t * a->n_heads + h) * d;
+    for (int i = 0; i < d; i++)
+        o[i] = acc[i] * inv;
+}
+
+static void attn_part(void *p, int i, int n)
+{
+    attn_job *j = p;
+    long n_pairs = (long)j->a->n_tok * j->a->n_heads, b, e;
+    rp_pool_split(n_pairs, i, n, 1, &b, &e);
+    for (long k = b; k < e; k++) {
+        int t = (int)(k / j->a->n_heads), h = (int)(k % j->a->n_heads);
+        if (j->ref)
+            rp_ref_attention_head(j->a, t, h, j->scratch[i]);
+        else
+            attention_head(j->a, t, h, j->scratch[i]);
+    }
+}
+
+void rp_op_attention(rp_backend *b, const rp_attn_args *a)
+{
+    RP_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
+    long need = (long)a->pos0 + a->n_tok + 16;
+    if (need > b->scratch_len) {
+        long len = need * 2 > 4096 ? need * 2 : 4096;
+        for (int i = 0; i < b->n_threads; i++) {
+            rp_free_aligned(b->scratch[i]);
+            b->scratch[i] = rp_alloc_aligned((size_t)len * sizeof(float), RP_TAG_MODEL);
+            RP_ASSERT(b->scratch[i]); /* a few KB per thread; failing here means the host is gone */
+        }
+        b->scratch_len = len;
+    }
+    attn_job j = {.a = a, .scratch = b->scratch, .ref = b->ref};
+    if ((long)a->n_tok * a->n_heads * (a->pos0 + a->n_tok) < 4096)
+        attn_part(&j, 0, 1);
+    else
+        rp_pool_run(b->pool, attn_part, &j);
+}

@@ -1,0 +1,65 @@
+/* backend/cpu/kernels_scalar.c - the portable kernel table: straightforward C the compiler
+ * can vectorise for any target. Used when the CPU has neither AVX2 nor AVX-512. */
+#include "backend/backend_impl.h"
+#include "base/half.h"
+
+static void matmul_f32(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    for (long r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + (long)t * cols;
+            float acc = 0.0f;
+            for (long c = 0; c < cols; c++)
+                acc += rp_load_f32(w->data, (size_t)(r * cols + c)) * xt[c];
+            y[(long)t * rows + r] = acc;
+        }
+}
+
+static void matmul_half(const rp_tensor *w, long r0, long r1, const float *x, int n_tok,
+                        float *y, int is_bf16)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    for (long r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + (long)t * cols;
+            float acc = 0.0f;
+            for (long c = 0; c < cols; c++) {
+                uint16_t h = rp_load_u16(w->data, (size_t)(r * cols + c));
+                acc += (is_bf16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h)) * xt[c];
+            }
+            y[(long)t * rows + r] = acc;
+        }
+}
+
+static void matmul_bf16(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y)
+{
+    matmul_half(w, r0, r1, x, n_tok, y, 1);
+}
+
+static void matmul_f16(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y)
+{
+    matmul_half(w, r0, r1, x, n_tok, y, 0);
+}
+
+static uint64_t read_bytes(const void *p, size_t n)
+{
+    const uint64_t *q = p;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+        a ^= q[i];
+        b ^= q[i + 1];
+        c ^= q[i + 2];
+        d ^= q[i + 3];
+    }
+    return a ^ b ^ c ^ d;
+}
+
+void rp_cpu_kernels_scalar(rp_cpu_kernels *k)
+{
+    k->read = read_bytes;
+    k->isa = "scalar";
+    k->matmul[RP_DT_F32] = matmul_f32;
+    k->matmul[RP_DT_F16] = matmul_f16;
+    k->matmul[RP_DT_BF16] = matmul_bf16;
+}

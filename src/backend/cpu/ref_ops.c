@@ -1,0 +1,102 @@
+/* backend/cpu/ref_ops.c - plain-C reference ops: the definition every kernel is tested against.
+ *
+ * Obvious loops in the order the math is written (llama2.c style). Never optimise this file.
+ */
+#include <math.h>
+
+#include "backend/backend_impl.h"
+#include "base/half.h"
+#include "base/status.h"
+
+static float weight_at(const rp_tensor *w, long r, long c)
+{
+    long i = r * (long)w->shape[1] + c;
+    switch (w->dtype) {
+    case RP_DT_F32: return rp_load_f32(w->data, (size_t)i);
+    case RP_DT_F16: return rp_f16_to_f32(rp_load_u16(w->data, (size_t)i));
+    case RP_DT_BF16: return rp_bf16_to_f32(rp_load_u16(w->data, (size_t)i));
+    default: break;
+    }
+    return NAN;
+}
+
+void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    for (int t = 0; t < n_tok; t++)
+        for (long r = r0; r < r1; r++) {
+            float acc = 0.0f;
+            for (long c = 0; c < cols; c++)
+                acc += weight_at(w, r, c) * x[t * cols + c];
+            y[t * rows + r] = acc;
+        }
+}
+
+void rp_ref_rmsnorm(float *out, const float *x, const float *w, int n_tok, int dim, float eps,
+                    int add_one)
+{
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * dim;
+        float *ot = out + (long)t * dim;
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)xt[i] * xt[i];
+        float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++) {
+            float g = w ? (add_one ? 1.0f + w[i] : w[i]) : 1.0f;
+            ot[i] = xt[i] * inv * g;
+        }
+    }
+}
+
+void rp_ref_rope(float *x, int n_tok, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                 const float *inv_freq, float attn_factor, int neox)
+{
+    int half = rot_dim / 2;
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((long)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                /* f32 angle, as transformers computes it (inv_freq @ position_ids in float) */
+                float ang = (float)pos[t] * inv_freq[i];
+                float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor;
+                int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+                float a = v[i0], b = v[i1];
+                v[i0] = a * c - b * s;
+                v[i1] = b * c + a * s;
+            }
+        }
+}
+
+/* One (query token, head) pair. scores: scratch of at least pos0 + n_tok floats. */
+void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores)
+{
+    int pos = a->pos0 + t, kvh = h / (a->n_heads / a->n_kv_heads), d = a->head_dim;
+    int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    const float *q = a->q + ((long)t * a->n_heads + h) * d;
+    float mx = -INFINITY;
+    for (int j = j0; j <= pos; j++) {
+        const float *k = a->k + ((long)j * a->n_kv_heads + kvh) * d;
+        float s = 0.0f;
+        for (int i = 0; i < d; i++)
+            s += q[i] * k[i];
+        s *= a->scale;
+        scores[j] = s;
+        if (s > mx)
+            mx = s;
+    }
+    float sum = 0.0f;
+    for (int j = j0; j <= pos; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    float *o = a->out + ((long)t * a->n_heads + h) * d;
+    for (int i = 0; i < d; i++)
+        o[i] = 0.0f;
+    for (int j = j0; j <= pos; j++) {
+        const float *v = a->v + ((long)j * a->n_kv_heads + kvh) * d;
+        float p = scores[j] / sum;
+        for (int i = 0; i < d; i++)
+            o[i] += p * v[i];
+    }
+}

@@ -1,0 +1,123 @@
+/* backend/cpu/x86/kernels_avx2.c - AVX2+FMA+F16C matmul kernels for f32, f16 and bf16 weights.
+ *
+ * The same 4-row x 4-token tiling as the AVX-512 file, 8 lanes wide; the column tail (cols % 8)
+ * is finished in scalar code.
+ */
+#include <immintrin.h>
+
+#include "backend/backend_impl.h"
+#include "base/half.h"
+
+#define RB 4
+#define TB 4
+
+static inline __attribute__((always_inline)) __m256 load_w(const void *row, long c, rp_dtype dt)
+{
+    if (dt == RP_DT_F32)
+        return _mm256_loadu_ps((const float *)row + c);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
+    if (dt == RP_DT_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+static inline float scalar_w(const void *row, long c, rp_dtype dt)
+{
+    if (dt == RP_DT_F32)
+        return rp_load_f32(row, (size_t)c);
+    uint16_t h = rp_load_u16(row, (size_t)c);
+    return dt == RP_DT_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
+}
+
+static inline float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __attribute__((always_inline)) void tile(const rp_tensor *w, long r, int nr,
+                                                       const float *x, int t0, int nt, float *y,
+                                                       rp_dtype dt)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    size_t row_bytes = rp_dtype_row_bytes(dt, cols);
+    const char *base = (const char *)w->data + (size_t)r * row_bytes;
+    __m256 acc[RB][TB];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TB; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    long c = 0;
+    for (; c + 8 <= cols; c += 8) {
+        __m256 xv[TB];
+#pragma GCC unroll 4
+        for (int j = 0; j < nt; j++)
+            xv[j] = _mm256_loadu_ps(x + (long)(t0 + j) * cols + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            __m256 wv = load_w(base + (size_t)i * row_bytes, c, dt);
+#pragma GCC unroll 4
+            for (int j = 0; j < nt; j++)
+                acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nt; j++) {
+            float s = hsum(acc[i][j]);
+            for (long cc = c; cc < cols; cc++)
+                s += scalar_w(base + (size_t)i * row_bytes, cc, dt) * x[(long)(t0 + j) * cols + cc];
+            y[(long)(t0 + j) * rows + r + i] = s;
+        }
+}
+
+static inline __attribute__((always_inline)) void tile_any(const rp_tensor *w, long r, int nr,
+                                                           const float *x, int t0, int nt,
+                                                           float *y, rp_dtype dt)
+{
+    if (nr == 4) {
+        switch (nt) {
+        case 4: tile(w, r, 4, x, t0, 4, y, dt); return;
+        case 3: tile(w, r, 4, x, t0, 3, y, dt); return;
+        case 2: tile(w, r, 4, x, t0, 2, y, dt); return;
+        default: tile(w, r, 4, x, t0, 1, y, dt); return;
+        }
+    }
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nt; j++)
+            tile(w, r + i, 1, x, t0 + j, 1, y, dt);
+}
+
+static inline __attribute__((always_inline)) void matmul(const rp_tensor *w, long r0, long r1,
+                                                         const float *x, int n_tok, float *y,
+                                                         rp_dtype dt)
+{
+    for (long r = r0; r < r1; r += RB) {
+        int nr = r1 - r >= RB ? RB : (int)(r1 - r);
+        for (int t = 0; t < n_tok; t += TB)
+            tile_any(w, r, nr, x, t, n_tok - t >= TB ? TB : n_tok - t, y, dt);
+    }
+}
+
+static void matmul_f32(const rp_tensor *w, long r0, long r1, const float *x, int n, float *y)
+{
+    matmul(w, r0, r1, x, n, y, RP_DT_F32);
+}
+static void matmul_f16(const rp_tensor *w, long r0, long r1, const float *x, int n, float *y)
+{
+    matmul(w, r0, r1, x, n, y, RP_DT_F16);
+}
+static void matmul_bf16(const rp_tensor *w, long r0, long r1, const float *x, int n, float *y)
+{
+    matmul(w, r0, r1, x, n, y, RP_DT_BF16);
+}
+
+void rp_cpu_kernels_avx2(rp_cpu_kernels *k)
+{
+    k->isa = "avx2";
+    k->matmul[RP_DT_F32] = matmul_f32;
+    k->matmul[RP_DT_F16] = matmul_f16;
+    k->matmul[RP_DT_BF16] = matmul_bf16;
+}

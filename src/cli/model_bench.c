@@ -1,0 +1,228 @@
+/* cli/model_bench.c - prefill/decode timing and the bandwidth-normalised decode figure. */
+#include "cli/model_bench.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "cli/args.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "model/model_impl.h"
+
+/* Bytes a decode step reads: every 2-D weight except the embedding table (one row of it is
+ * read), plus the lm_head when it is the tied embedding. */
+static double decode_bytes(rp_model *m)
+{
+    double total = 0.0;
+    const rp_st_tensor *emb = rp_st_find(m->st, "model.embed_tokens.weight");
+    for (int i = 0; i < rp_st_count(m->st); i++) {
+        const rp_st_tensor *t = rp_st_at(m->st, i);
+        if (t != emb)
+            total += (double)t->t.n_bytes;
+    }
+    if (emb && !rp_st_find(m->st, "lm_head.weight"))
+        total += (double)emb->t.n_bytes;
+    return total;
+}
+
+typedef struct stream_counter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_done;
+    int64_t n_tokens;
+} stream_counter;
+
+static void stream_cb(const rp_event *ev, void *user)
+{
+    stream_counter *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (ev->kind == RP_EV_TOKEN)
+        c->n_tokens++;
+    else
+        c->n_done++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Aggregate decode: n_streams requests of a 16-token prompt and n_gen tokens each, submitted
+ * together; tokens / wall time (the short prefills are included). */
+static double bench_streams(rp_model *m, int n_streams, int n_gen, rp_err *err)
+{
+    rp_engine_config ec = {.max_context = 16 + n_gen + 8, .max_num_seqs = n_streams};
+    rp_engine *e;
+    if (rp_engine_new(m, &ec, &e, err))
+        return -1;
+    stream_counter c = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    int32_t prompt[16];
+    int vocab = rp_model_get_info(m)->vocab_size;
+    int64_t t0 = rp_now_ns();
+    for (int s = 0; s < n_streams; s++) {
+        for (int i = 0; i < 16; i++)
+            prompt[i] = (int32_t)((s * 131 + i * 7919 + 13) % vocab);
+        rp_gen_request r = {.prompt = prompt, .n_prompt = 16, .max_tokens = n_gen,
+                            .ignore_eos = 1, .n_top_logprobs = -1};
+        rp_sampling_default(&r.sampling);
+        r.sampling.temperature = 0;
+        if (rp_engine_submit(e, &r, stream_cb, &c, NULL, err)) {
+            rp_engine_free(e);
+            return -1;
+        }
+    }
+    pthread_mutex_lock(&c.mu);
+    while (c.n_done < n_streams)
+        pthread_cond_wait(&c.cv, &c.mu);
+    pthread_mutex_unlock(&c.mu);
+    double secs = (double)(rp_now_ns() - t0) * 1e-9;
+    rp_engine_free(e);
+    return (double)c.n_tokens / secs;
+}
+
+/* TTFT of an n-token prompt, then of the same prompt with a new last turn of 50 tokens (the
+ * prefix comes from the cache). */
+static int bench_prefix(rp_model *m, int n, double *t_cold, double *t_warm, rp_err *err)
+{
+    rp_engine_config ec = {.max_context = n + 64, .max_num_seqs = 1};
+    rp_engine *e;
+    if (rp_engine_new(m, &ec, &e, err))
+        return -1;
+    int32_t *p = rp_alloc(sizeof(int32_t) * (size_t)(n + 50));
+    int vocab = rp_model_get_info(m)->vocab_size;
+    for (int i = 0; i < n + 50; i++)
+        p[i] = (int32_t)((i * 7919 + 13) % vocab);
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        rp_gen_request r = {.prompt = p, .n_prompt = k ? n + 50 : n, .max_tokens = 1,
+                            .ignore_eos = 1, .n_top_logprobs = -1};
+        rp_sampling_default(&r.sampling);
+        r.sampling.temperature = 0;
+        int32_t *out;
+        int n_out;
+        int64_t t0 = rp_now_ns();
+        rc = rp_engine_generate(e, &r, &out, &n_out, NULL, err) ? -1 : 0;
+        *(k ? t_warm : t_cold) = (double)(rp_now_ns() - t0) * 1e-9;
+        if (!rc)
+            rp_free(out);
+    }
+    rp_free(p);
+    rp_engine_free(e);
+    return rc;
+}
+
+int rp_model_bench_main(int argc, char **argv)
+{
+    const char *model_dir = NULL, *prompt_s = "128", *gen_s = "32", *threads_s = NULL;
+    const char *streams_s = NULL, *prefix_s = NULL;
+    int json = 0;
+    rp_opt opts[] = {{"model", &model_dir, NULL},     {"prompt", &prompt_s, NULL},
+                     {"gen", &gen_s, NULL},           {"threads", &threads_s, NULL},
+                     {"streams", &streams_s, NULL},   {"prefix-cache", &prefix_s, NULL},
+                     {"json", NULL, &json}};
+    if (rp_args_parse(argc, argv, opts, RP_ARRAY_LEN(opts), NULL, 0, NULL))
+        return 2;
+    long n_prompt, n_gen, threads = 0;
+    if (!model_dir || rp_args_int(prompt_s, &n_prompt) || rp_args_int(gen_s, &n_gen) ||
+        n_prompt < 1 || n_gen < 1 || (threads_s && rp_args_int(threads_s, &threads))) {
+        fprintf(stderr, "usage: rapid bench --model DIR [--prompt N] [--gen N] [--threads N] "
+                        "[--streams 1,4,16] [--prefix-cache N] [--json]\n");
+        return 2;
+    }
+    rp_err err = {0};
+    rp_model *m = NULL;
+    rp_kv *kv = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    int status = 1;
+    rp_model_opts mo = {.n_threads = (int)threads};
+    if (rp_model_load(model_dir, &mo, &m, &err) ||
+        rp_kv_new(m, (int)(n_prompt + n_gen + 8), &kv, &err))
+        goto out;
+    const rp_model_info *in = rp_model_get_info(m);
+    ids = rp_alloc(sizeof(int32_t) * (size_t)n_prompt);
+    logits = rp_alloc(sizeof(float) * (size_t)in->vocab_size);
+    if (!ids || !logits) {
+        rp_err_set(&err, RP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (long i = 0; i < n_prompt; i++)
+        ids[i] = (int32_t)((i * 7919 + 13) % in->vocab_size);
+    /* warm the page cache and the kernels with one short pass, then start clean */
+    if (rp_model_eval(m, kv, ids, 4, logits, 0, &err))
+        goto out;
+    rp_kv_truncate(kv, 0);
+    int64_t t0 = rp_now_ns();
+    if (rp_model_eval(m, kv, ids, (int)n_prompt, logits, 0, &err))
+        goto out;
+    double t_prefill = (double)(rp_now_ns() - t0) * 1e-9;
+    int32_t tok = 1;
+    t0 = rp_now_ns();
+    for (long i = 0; i < n_gen; i++)
+        if (rp_model_eval(m, kv, &tok, 1, logits, 0, &err))
+            goto out;
+    double t_decode = (double)(rp_now_ns() - t0) * 1e-9;
+    double bw = rp_backend_read_bandwidth(m->be, (size_t)1 << 30, 5);
+    double bytes = decode_bytes(m), tg = (double)n_gen / t_decode, pp = (double)n_prompt / t_prefill;
+    double ratio = bw > 0 ? tg * bytes / (bw * 1e9) : 0.0;
+    if (json)
+        printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"gen\":%ld,"
+               "\"prefill_tok_s\":%.2f,\"ttft_s\":%.4f,\"decode_tok_s\":%.2f,"
+               "\"bytes_per_token\":%.0f,\"read_bw_gb_s\":%.2f,\"bw_ratio\":%.3f}\n",
+               model_dir, in->dtype, rp_backend_n_threads(m->be), n_prompt, n_gen, pp, t_prefill,
+               tg, bytes, bw, ratio);
+    else
+        printf("model        %s (%s, %lld params, %s)\n"
+               "backend      %s\n"
+               "prefill      %ld tokens: %.2f tok/s (TTFT %.3f s)\n"
+               "decode       %ld tokens: %.2f tok/s\n"
+               "bytes/token  %.3f GB\n"
+               "read bw      %.2f GB/s (probe, same run)\n"
+               "decode / bandwidth bound: %.3f\n",
+               model_dir, in->arch, (long long)in->n_params, in->dtype, rp_backend_describe(m->be),
+               n_prompt, pp, t_prefill, n_gen, tg, bytes / 1e9, bw, ratio);
+    rp_kv_free(kv);
+    kv = NULL;
+    if (streams_s) {
+        int *ns = NULL, n_ns = 0;
+        if (rp_args_parse_ids(streams_s, &ns, &n_ns)) {
+            rp_err_set(&err, RP_ERR_INVALID, "--streams wants a list like 1,4,16");
+            goto out;
+        }
+        double base = 0;
+        for (int i = 0; i < n_ns; i++) {
+            double agg = bench_streams(m, ns[i], (int)n_gen, &err);
+            if (agg < 0) {
+                rp_free(ns);
+                goto out;
+            }
+            if (i == 0)
+                base = agg;
+            printf("streams %-4d aggregate decode %.2f tok/s (%.2fx the first)\n", ns[i], agg,
+                   base > 0 ? agg / base : 0.0);
+        }
+        rp_free(ns);
+    }
+    if (prefix_s) {
+        long n_pre;
+        double cold, warm;
+        if (rp_args_int(prefix_s, &n_pre) || n_pre < 1 ||
+            bench_prefix(m, (int)n_pre, &cold, &warm, &err)) {
+            if (!err.msg[0])
+                rp_err_set(&err, RP_ERR_INVALID, "--prefix-cache wants a token count");
+            goto out;
+        }
+        printf("prefix cache %ld-token prompt: TTFT %.3f s uncached, %.3f s resent with 50 new "
+               "tokens (%.1f%%)\n",
+               n_pre, cold, warm, 100.0 * warm / cold);
+    }
+    status = 0;
+out:
+    if (status)
+        fprintf(stderr, "rapid bench: %s\n", err.msg);
+    rp_free(ids);
+    rp_free(logits);
+    rp_kv_free(kv);
+    rp_model_free(m);
+    return status;
+}

@@ -1,0 +1,636 @@
+/* engine/engine.c - the engine thread: continuous batching over cache slots.
+ *
+ * Design notes:
+ *  1. Requests wait in a FIFO guarded by `mu`. Between steps the engine thread admits them
+ *     into free slots (at most max_num_seqs run at once).
+ *  2. A step is one rp_model_eval_batch: the next token of every decoding sequence, then
+ *     prompt chunks of prefilling sequences (at most prefill_chunk each) until the batch is
+ *     full. Weights are read once per step however many sequences run; the kernels are
+ *     batch-invariant, so a sequence's tokens do not depend on its neighbours.
+ *  3. Each slot keeps the ids its cache holds after its request ends. Admission picks the
+ *     free slot with the longest common prefix (then the least recently used) and truncates
+ *     its cache there: a resent conversation only evaluates its new tail.
+ *  4. Cancellation is a flag read by the engine thread between steps; every request gets
+ *     exactly one DONE, always from the engine thread, so callers free state in one place.
+ *  5. Nothing is allocated per step: samplers are made at admission, buffers at start.
+ */
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "engine/sampler.h"
+
+typedef struct request {
+    struct request *next;
+    uint64_t id;
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    rp_sampling sampling;
+    int ignore_eos;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    int n_top;
+    rp_event_cb cb;
+    void *user;
+    _Atomic int cancelled;
+    int64_t t_submit;
+} request;
+
+typedef enum slot_phase { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE } slot_phase;
+
+typedef struct slot {
+    slot_phase phase;
+    rp_kv *kv;
+    int32_t *ids; /* the tokens the cache holds (rp_kv_len of them) */
+    request *req;
+    rp_sampler *sampler;
+    int32_t next_tok; /* DECODE: sampled, not yet evaluated */
+    int n_gen;
+    int64_t t_first;
+    uint64_t last_used;
+    uint64_t admitted; /* admission order: prefill goes first come, first served */
+} slot;
+
+struct rp_engine {
+    rp_model *model;
+    rp_engine_config cfg;
+    int ctx;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    request *head, *tail; /* waiting */
+    int n_waiting;
+    _Atomic int stop;
+    uint64_t next_id;
+    slot *slots;
+    int n_slots;
+    uint64_t clock;
+    rp_engine_stats stats; /* guarded by mu */
+    /* step buffers */
+    int32_t *b_ids;
+    rp_kv **b_kv;
+    uint8_t *b_want;
+    slot **b_row_slot; /* slot of each logits row */
+    float *logits;     /* max_batch rows */
+};
+
+void rp_sampling_default(rp_sampling *s)
+{
+    memset(s, 0, sizeof *s);
+    s->temperature = 1.0f;
+    s->top_p = 1.0f;
+    s->repetition_penalty = 1.0f;
+}
+
+static void request_free(request *r)
+{
+    if (!r)
+        return;
+    rp_free(r->prompt);
+    rp_free(r->stop_ids);
+    rp_free(r);
+}
+
+static void finish(request *r, rp_finish why, int32_t stop_token, int n_gen, int64_t t_first,
+                   const rp_err *err)
+{
+    rp_event ev = {.kind = RP_EV_DONE,
+                   .request_id = r->id,
+                   .finish = why,
+                   .stop_token = stop_token,
+                   .n_prompt = r->n_prompt,
+                   .n_generated = n_gen};
+    int64_t now = rp_now_ns();
+    ev.t_total_s = (double)(now - r->t_submit) * 1e-9;
+    ev.t_first_token_s = t_first ? (double)(t_first - r->t_submit) * 1e-9 : ev.t_total_s;
+    if (err)
+        ev.err = *err;
+    r->cb(&ev, r->user);
+}
+
+static int is_stop(const rp_engine *e, const request *r, int32_t tok)
+{
+    if (!r->ignore_eos) {
+        const rp_model_info *in = rp_model_get_info(e->model);
+        for (int i = 0; i < in->n_eos; i++)
+            if (in->eos_ids[i] == tok)
+                return 1;
+    }
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok)
+            return 1;
+    return 0;
+}
+
+/* Ends the slot's request and frees the slot (its cache and ids stay for prefix reuse). */
+static void slot_finish(rp_engine *e, slot *sl, rp_finish why, int32_t stop_tok, const rp_err *err)
+{
+    request *r = sl->req;
+    finish(r, why, stop_tok, sl->n_gen, sl->t_first, err);
+    rp_sampler_free(sl->sampler);
+    sl->sampler = NULL;
+    sl->phase = SLOT_FREE;
+    sl->last_used = ++e->clock;
+    pthread_mutex_lock(&e->mu);
+    sl->req = NULL; /* under mu: rp_engine_cancel reads it */
+    e->stats.n_running--;
+    e->stats.n_requests++;
+    e->stats.n_generated += sl->n_gen;
+    pthread_mutex_unlock(&e->mu);
+    request_free(r);
+}
+
+static int common_prefix(const slot *sl, const request *r)
+{
+    int n = rp_kv_len(sl->kv), k = 0;
+    while (k < n && k < r->n_prompt && sl->ids[k] == r->prompt[k])
+        k++;
+    return k;
+}
+
+/* Moves waiting requests into free slots (called with mu held). */
+static void admit(rp_engine *e)
+{
+    while (e->head) {
+        slot *best = NULL;
+        int best_k = -1;
+        for (int i = 0; i < e->n_slots; i++) {
+            slot *sl = &e->slots[i];
+            if (sl->phase != SLOT_FREE)
+                continue;
+            int k = common_prefix(sl, e->head);
+            if (k > best_k || (k == best_k && sl->last_used < best->last_used)) {
+                best = sl;
+                best_k = k;
+            }
+        }
+        if (!best)
+            return;
+        request *r = e->head;
+        e->head = r->next;
+        if (!e->head)
+            e->tail = NULL;
+        e->n_waiting--;
+        best->req = r;
+        best->admitted = ++e->clock;
+        best->n_gen = 0;
+        best->t_first = 0;
+        best->phase = SLOT_PREFILL;
+        int keep = best_k < r->n_prompt ? best_k : r->n_prompt - 1; /* re-run the last token */
+        rp_kv_truncate(best->kv, keep);
+        e->stats.n_running++;
+        e->stats.n_prompt_tokens += r->n_prompt;
+        e->stats.n_cached_tokens += keep;
+        if (keep > 0)
+            RP_DEBUG("request %llu: %d of %d prompt tokens from the prefix cache",
+                     (unsigned long long)r->id, keep, r->n_prompt);
+    }
+}
+
+static int prepare_slot(rp_engine *e, slot *sl)
+{
+    const rp_model_info *in = rp_model_get_info(e->model);
+    sl->sampler = rp_sampler_new(in->vocab_size, &sl->req->sampling);
+    if (!sl->sampler)
+        return -1;
+    for (int i = 0; i < sl->req->n_prompt; i++)
+        rp_sampler_accept(sl->sampler, sl->req->prompt[i], 0);
+    return 0;
+}
+
+/* Adds one token of `sl` to the step batch. */
+static void push(rp_engine *e, int *n, slot *sl, int32_t tok, int want)
+{
+    int pos = rp_kv_len(sl->kv);
+    for (int i = *n - 1; i >= 0 && e->b_kv[i] == sl->kv; i--)
+        pos++;
+    sl->ids[pos] = tok;
+    e->b_ids[*n] = tok;
+    e->b_kv[*n] = sl->kv;
+    e->b_want[*n] = (uint8_t)want;
+    (*n)++;
+}
+
+/* Fills the batch: decode tokens first, then prompt chunks (oldest admission first). Returns
+ * the token count; e->b_row_slot gets the slot of each logits row in order. */
+static int build_batch(rp_engine *e, int *n_rows)
+{
+    int n = 0, max = rp_model_max_batch(e->model), rows = 0;
+    for (int i = 0; i < e->n_slots && n < max; i++) {
+        slot *sl = &e->slots[i];
+        if (sl->phase == SLOT_DECODE) {
+            push(e, &n, sl, sl->next_tok, 1);
+            e->b_row_slot[rows++] = sl;
+        }
+    }
+    for (;;) {
+        slot *next = NULL;
+        for (int i = 0; i < e->n_slots; i++) {
+            slot *sl = &e->slots[i];
+            int queued = 0;
+            for (int t = 0; t < n; t++)
+                queued |= e->b_kv[t] == sl->kv;
+            if (sl->phase == SLOT_PREFILL && !queued && (!next || sl->admitted < next->admitted))
+                next = sl;
+        }
+        if (!next || n >= max)
+            break;
+        int done = rp_kv_len(next->kv), left = next->req->n_prompt - done;
+        int chunk = left < e->cfg.prefill_chunk ? left : e->cfg.prefill_chunk;
+        chunk = chunk < max - n ? chunk : max - n;
+        for (int k = 0; k < chunk; k++)
+            push(e, &n, next, next->req->prompt[done + k], done + k == next->req->n_prompt - 1);
+        if (done + chunk == next->req->n_prompt)
+            e->b_row_slot[rows++] = next;
+    }
+    *n_rows = rows;
+    return n;
+}
+
+/* After a step: sample each row's next token, emit it, retire finished sequences. */
+static void consume_rows(rp_engine *e, int n_rows)
+{
+    size_t vocab = (size_t)rp_model_get_info(e->model)->vocab_size;
+    for (int i = 0; i < n_rows; i++) {
+        slot *sl = e->b_row_slot[i];
+        request *r = sl->req;
+        sl->phase = SLOT_DECODE;
+        rp_event ev = {.kind = RP_EV_TOKEN, .request_id = r->id};
+        int n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
+        ev.token = rp_sampler_sample(sl->sampler, e->logits + (size_t)i * vocab, n_top,
+                                     &ev.logprob, ev.top_ids, ev.top_logprobs);
+        ev.n_top = n_top > 0 ? n_top : 0;
+        if (is_stop(e, r, ev.token)) {
+            slot_finish(e, sl, RP_FINISH_STOP, ev.token, NULL);
+            continue;
+        }
+        if (!sl->t_first)
+            sl->t_first = rp_now_ns();
+        rp_sampler_accept(sl->sampler, ev.token, 1);
+        r->cb(&ev, r->user);
+        sl->n_gen++;
+        int limit = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
+        if (sl->n_gen >= limit || rp_kv_len(sl->kv) >= e->ctx)
+            slot_finish(e, sl, RP_FINISH_LENGTH, -1, NULL);
+        else
+            sl->next_tok = ev.token;
+    }
+}
+
+/* One engine step. Returns 0 when there was nothing to do. */
+static int step(rp_engine *e)
+{
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *sl = &e->slots[i];
+        if (sl->phase == SLOT_FREE)
+            continue;
+        if (atomic_load(&sl->req->cancelled) || e->stop) {
+            slot_finish(e, sl, RP_FINISH_CANCELLED, -1, NULL);
+        } else if (!sl->sampler && prepare_slot(e, sl)) {
+            rp_err err;
+            rp_err_set(&err, RP_ERR_NOMEM, "out of memory for the sampler");
+            slot_finish(e, sl, RP_FINISH_ERROR, -1, &err);
+        }
+    }
+    int n_rows, n = build_batch(e, &n_rows);
+    if (n == 0)
+        return 0;
+    rp_batch b = {.n_tok = n, .ids = e->b_ids, .kv = e->b_kv, .want_logits = e->b_want};
+    rp_err err = {0};
+    if (rp_model_eval_batch(e->model, &b, e->logits, &err) != RP_OK) {
+        RP_ERROR("forward step failed: %s", err.msg);
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->slots[i].phase != SLOT_FREE) {
+                rp_kv_truncate(e->slots[i].kv, 0);
+                slot_finish(e, &e->slots[i], RP_FINISH_ERROR, -1, &err);
+            }
+        return 1;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.n_steps++;
+    pthread_mutex_unlock(&e->mu);
+    consume_rows(e, n_rows);
+    return 1;
+}
+
+static int n_active(const rp_engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n += e->slots[i].phase != SLOT_FREE;
+    return n;
+}
+
+/* Unlinks cancelled waiting requests (all of them when stopping); called with mu held. */
+static request *take_cancelled(rp_engine *e)
+{
+    request *out = NULL, **pp = &e->head;
+    e->tail = NULL;
+    while (*pp) {
+        request *r = *pp;
+        if (e->stop || atomic_load(&r->cancelled)) {
+            *pp = r->next;
+            r->next = out;
+            out = r;
+            e->n_waiting--;
+        } else {
+            e->tail = r;
+            pp = &r->next;
+        }
+    }
+    return out;
+}
+
+static void *engine_main(void *p)
+{
+    rp_engine *e = p;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->head && !e->stop && n_active(e) == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        request *gone = take_cancelled(e);
+        admit(e);
+        int quit = e->stop && n_active(e) == 0;
+        pthread_mutex_unlock(&e->mu);
+        while (gone) { /* callbacks run without mu: they may call back into the engine */
+            request *next = gone->next;
+            finish(gone, RP_FINISH_CANCELLED, -1, 0, 0, NULL);
+            request_free(gone);
+            gone = next;
+        }
+        if (quit)
+            break;
+        step(e); /* running slots see e->stop / their flag and finish as cancelled */
+    }
+    return NULL;
+}
+
+static void slots_free(rp_engine *e)
+{
+    if (!e->slots)
+        return;
+    for (int i = 0; i < e->n_slots; i++) {
+        rp_kv_free(e->slots[i].kv);
+        rp_free(e->slots[i].ids);
+        rp_sampler_free(e->slots[i].sampler);
+    }
+    rp_free(e->slots);
+}
+
+static rp_status alloc_buffers(rp_engine *e, rp_err *err)
+{
+    int max = rp_model_max_batch(e->model);
+    size_t vocab = (size_t)rp_model_get_info(e->model)->vocab_size;
+    e->slots = rp_calloc((size_t)e->n_slots, sizeof(slot));
+    e->b_ids = rp_alloc(sizeof(int32_t) * (size_t)max);
+    e->b_kv = rp_alloc(sizeof(rp_kv *) * (size_t)max);
+    e->b_want = rp_alloc((size_t)max);
+    e->b_row_slot = rp_alloc(sizeof(slot *) * (size_t)max);
+    e->logits = rp_alloc_aligned(sizeof(float) * vocab * (size_t)e->n_slots, RP_TAG_MODEL);
+    if (!e->slots || !e->b_ids || !e->b_kv || !e->b_want || !e->b_row_slot || !e->logits)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < e->n_slots; i++) {
+        rp_status rc = rp_kv_new(e->model, e->ctx, &e->slots[i].kv, err);
+        if (rc)
+            return rc;
+        e->slots[i].ids = rp_alloc(sizeof(int32_t) * (size_t)e->ctx);
+        if (!e->slots[i].ids)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    return RP_OK;
+}
+
+rp_status rp_engine_new(rp_model *model, const rp_engine_config *cfg, rp_engine **out,
+                        rp_err *err)
+{
+    rp_engine *e = rp_calloc(1, sizeof *e);
+    if (!e)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    e->model = model;
+    if (cfg)
+        e->cfg = *cfg;
+    if (e->cfg.max_queue <= 0)
+        e->cfg.max_queue = 64;
+    if (e->cfg.max_num_seqs <= 0)
+        e->cfg.max_num_seqs = 8;
+    if (e->cfg.prefill_chunk <= 0)
+        e->cfg.prefill_chunk = 64;
+    const rp_model_info *in = rp_model_get_info(model);
+    e->ctx = e->cfg.max_context > 0 ? e->cfg.max_context : in->max_context;
+    if (e->cfg.max_context <= 0 && e->ctx > 8192)
+        e->ctx = 8192;
+    int max = rp_model_max_batch(model);
+    e->n_slots = e->cfg.max_num_seqs < max ? e->cfg.max_num_seqs : max;
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    rp_status rc = alloc_buffers(e, err);
+    if (rc)
+        goto fail;
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        rc = rp_err_set(err, RP_ERR_NOMEM, "cannot start the engine thread");
+        goto fail;
+    }
+    e->thread_started = 1;
+    *out = e;
+    return RP_OK;
+fail:
+    rp_engine_free(e);
+    return rc;
+}
+
+void rp_engine_free(rp_engine *e)
+{
+    if (!e)
+        return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL); /* every request gets its DONE before this returns */
+    }
+    slots_free(e);
+    rp_free(e->b_ids);
+    rp_free(e->b_kv);
+    rp_free(e->b_want);
+    rp_free(e->b_row_slot);
+    rp_free_aligned(e->logits);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    rp_free(e);
+}
+
+void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->n_waiting = e->n_waiting;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static rp_status validate(const rp_engine *e, const rp_gen_request *q, rp_err *err)
+{
+    const rp_model_info *in = rp_model_get_info(e->model);
+    if (q->n_prompt <= 0)
+        return rp_err_set(err, RP_ERR_INVALID, "the prompt is empty");
+    for (int i = 0; i < q->n_prompt; i++)
+        if (q->prompt[i] < 0 || q->prompt[i] >= in->vocab_size)
+            return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
+                              q->prompt[i], in->vocab_size);
+    if (q->n_prompt >= e->ctx)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "the prompt has %d tokens but the context window is %d tokens",
+                          q->n_prompt, e->ctx);
+    if (q->max_tokens > 0 && (long)q->n_prompt + q->max_tokens > e->ctx)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "the context window is %d tokens, but %d prompt tokens + max_tokens "
+                          "%d = %ld were requested",
+                          e->ctx, q->n_prompt, q->max_tokens, (long)q->n_prompt + q->max_tokens);
+    const rp_sampling *s = &q->sampling;
+    if (s->temperature < 0 || s->top_p < 0 || s->top_p > 1 || s->min_p < 0 || s->min_p > 1 ||
+        s->top_k < 0 || s->repetition_penalty < 0)
+        return rp_err_set(err, RP_ERR_INVALID, "a sampling parameter is out of range");
+    return RP_OK;
+}
+
+rp_status rp_engine_submit(rp_engine *e, const rp_gen_request *q, rp_event_cb cb, void *user,
+                           uint64_t *out_id, rp_err *err)
+{
+    rp_status rc = validate(e, q, err);
+    if (rc)
+        return rc;
+    request *r = rp_calloc(1, sizeof *r);
+    if (!r)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    r->prompt = rp_alloc(sizeof(int32_t) * (size_t)q->n_prompt);
+    if (q->n_stop_ids > 0)
+        r->stop_ids = rp_alloc(sizeof(int32_t) * (size_t)q->n_stop_ids);
+    if (!r->prompt || (q->n_stop_ids > 0 && !r->stop_ids)) {
+        request_free(r);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    memcpy(r->prompt, q->prompt, sizeof(int32_t) * (size_t)q->n_prompt);
+    if (q->n_stop_ids > 0)
+        memcpy(r->stop_ids, q->stop_ids, sizeof(int32_t) * (size_t)q->n_stop_ids);
+    r->n_prompt = q->n_prompt;
+    r->n_stop_ids = q->n_stop_ids;
+    r->max_tokens = q->max_tokens;
+    r->sampling = q->sampling;
+    r->ignore_eos = q->ignore_eos;
+    r->n_top = q->n_top_logprobs;
+    r->cb = cb;
+    r->user = user;
+    r->t_submit = rp_now_ns();
+    pthread_mutex_lock(&e->mu);
+    if (e->stop || e->n_waiting >= e->cfg.max_queue) {
+        int n = e->n_waiting;
+        pthread_mutex_unlock(&e->mu);
+        request_free(r);
+        return rp_err_set(err, RP_ERR_LIMIT, "the server is busy: %d requests are waiting", n);
+    }
+    r->id = e->next_id++;
+    if (e->tail)
+        e->tail->next = r;
+    else
+        e->head = r;
+    e->tail = r;
+    e->n_waiting++;
+    if (out_id)
+        *out_id = r->id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return RP_OK;
+}
+
+void rp_engine_cancel(rp_engine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    for (request *r = e->head; r; r = r->next)
+        if (r->id == id)
+            atomic_store(&r->cancelled, 1);
+    for (int i = 0; i < e->n_slots; i++) /* slot->req changes only on the engine thread */
+        if (e->slots[i].req && e->slots[i].req->id == id)
+            atomic_store(&e->slots[i].req->cancelled, 1);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int rp_engine_context_length(const rp_engine *e) { return e->ctx; }
+rp_model *rp_engine_model(const rp_engine *e) { return e->model; }
+
+/* ---- blocking helper ------------------------------------------------------------------- */
+
+typedef struct collect {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int32_t *ids;
+    int n, cap;
+    int oom;
+    rp_event last;
+} collect;
+
+static void collect_cb(const rp_event *ev, void *user)
+{
+    collect *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (ev->kind == RP_EV_TOKEN) {
+        if (c->n == c->cap) {
+            int cap = c->cap ? c->cap * 2 : 64;
+            int32_t *ids = rp_realloc(c->ids, sizeof(int32_t) * (size_t)cap);
+            if (ids) {
+                c->ids = ids;
+                c->cap = cap;
+            } else {
+                c->oom = 1;
+            }
+        }
+        if (c->n < c->cap)
+            c->ids[c->n++] = ev->token;
+    } else {
+        c->last = *ev;
+        c->done = 1;
+        pthread_cond_signal(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+rp_status rp_engine_generate(rp_engine *e, const rp_gen_request *req, int32_t **out_ids,
+                             int *out_n, rp_finish *out_finish, rp_err *err)
+{
+    collect c = {0};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    rp_status rc = rp_engine_submit(e, req, collect_cb, &c, NULL, err);
+    if (rc == RP_OK) {
+        pthread_mutex_lock(&c.mu);
+        while (!c.done)
+            pthread_cond_wait(&c.cv, &c.mu);
+        pthread_mutex_unlock(&c.mu);
+        if (c.last.finish == RP_FINISH_ERROR) {
+            if (err)
+                *err = c.last.err;
+            rc = c.last.err.code ? c.last.err.code : RP_ERR_BACKEND;
+        } else if (c.oom) {
+            rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory collecting tokens");
+        }
+    }
+    pthread_mutex_destroy(&c.mu);
+    pthread_cond_destroy(&c.cv);
+    if (rc) {
+        rp_free(c.ids);
+        return rc;
+    }
+    *out_ids = c.ids;
+    *out_n = c.n;
+    if (out_finish)
+        *out_finish = c.last.finish;
+    return RP_OK;
+}

@@ -1,0 +1,4 @@
+list(APPEND RP_SOURCES
+  src/engine/engine.c
+  src/engine/sampler.c
+)

@@ -1,0 +1,33 @@
+/* engine/sampler.h - turns logits into the next token.
+ *
+ * Order, as vLLM and transformers apply them: repetition / presence / frequency penalties over
+ * the tokens seen so far (prompt included for repetition, generated only for presence and
+ * frequency, as OpenAI defines them), then temperature (0 = greedy argmax), top-k, top-p,
+ * min-p, and a draw from the remaining distribution with the request's own PRNG
+ * (splitmix64-seeded xoshiro256**, so a seed reproduces the same tokens on any machine).
+ *
+ * Ownership: rp_sampler_new -> rp_sampler_free. It keeps a scratch of vocab_size entries, so
+ *            sampling allocates nothing.
+ * Threading: one sampler per request, used by the engine thread.
+ */
+#ifndef RP_ENGINE_SAMPLER_H
+#define RP_ENGINE_SAMPLER_H
+
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+typedef struct rp_sampler rp_sampler;
+
+rp_sampler *rp_sampler_new(int vocab_size, const rp_sampling *params);
+void rp_sampler_free(rp_sampler *s);
+
+/* Records a token as seen (prompt tokens with generated = 0). */
+void rp_sampler_accept(rp_sampler *s, int32_t token, int generated);
+
+/* Picks the next token; logits are modified in place (penalties). When n_top >= 0, fills
+ * *logprob with the chosen token's log-probability and the n_top best alternatives. */
+int32_t rp_sampler_sample(rp_sampler *s, float *logits, int n_top, float *logprob,
+                          int32_t *top_ids, float *top_logprobs);
+
+#endif

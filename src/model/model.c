@@ -1,0 +1,267 @@
+/* model/model.c - loading a model directory and dispatching to its architecture recipe. */
+#include "model/model.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "model/model_impl.h"
+
+typedef struct arch_entry {
+    const char *hf_arch; /* config.json architectures[0] */
+    const rp_arch *arch;
+} arch_entry;
+
+static const arch_entry g_archs[] = {
+    {"LlamaForCausalLM", &rp_arch_llama},
+    {"MistralForCausalLM", &rp_arch_llama},
+    {"Qwen2ForCausalLM", &rp_arch_llama},
+    {"Qwen3ForCausalLM", &rp_arch_llama},
+};
+
+static const rp_arch *find_arch(const char *name)
+{
+    for (size_t i = 0; i < RP_ARRAY_LEN(g_archs); i++)
+        if (strcmp(g_archs[i].hf_arch, name) == 0)
+            return g_archs[i].arch;
+    return NULL;
+}
+
+static rp_status check_tensor(const rp_st_tensor *t, const char *name, int64_t d0, int64_t d1,
+                              rp_err *err)
+{
+    if (!t->known)
+        return rp_err_set(err, RP_ERR_UNSUPPORTED, "tensor '%s' has dtype %s, not supported here",
+                          name, t->dtype);
+    if (d0 && t->t.shape[0] != d0)
+        return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' has %lld rows, the config says %lld",
+                          name, (long long)t->t.shape[0], (long long)d0);
+    if (d1 && (t->t.n_dims < 2 || t->t.shape[1] != d1))
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "tensor '%s' has %lld columns, the config says %lld", name,
+                          t->t.n_dims < 2 ? 1LL : (long long)t->t.shape[1], (long long)d1);
+    if (!d1 && t->t.n_dims != 1 && d0)
+        return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' should be 1-D", name);
+    return RP_OK;
+}
+
+rp_status rp_model_tensor_opt(rp_model *m, const char *name, int64_t d0, int64_t d1,
+                              const rp_tensor **out, rp_err *err)
+{
+    const rp_st_tensor *t = rp_st_find(m->st, name);
+    *out = NULL;
+    if (!t)
+        return RP_OK;
+    rp_status rc = check_tensor(t, name, d0, d1, err);
+    if (rc == RP_OK)
+        *out = &t->t;
+    return rc;
+}
+
+rp_status rp_model_tensor(rp_model *m, const char *name, int64_t d0, int64_t d1,
+                          const rp_tensor **out, rp_err *err)
+{
+    rp_status rc = rp_model_tensor_opt(m, name, d0, d1, out, err);
+    if (rc == RP_OK && !*out)
+        return rp_err_set(err, RP_ERR_NOT_FOUND, "the checkpoint has no tensor '%s'", name);
+    return rc;
+}
+
+static void fill_info(rp_model *m)
+{
+    rp_model_info *in = &m->info;
+    rp_model_config *c = &m->cfg;
+    snprintf(in->arch, sizeof in->arch, "%s", c->arch);
+    snprintf(in->model_type, sizeof in->model_type, "%s", c->model_type);
+    in->vocab_size = c->vocab_size;
+    in->n_layers = c->n_layers;
+    in->dim = c->dim;
+    in->n_heads = c->n_heads;
+    in->n_kv_heads = c->n_kv_heads;
+    in->head_dim = c->head_dim;
+    in->ffn_dim = c->ffn_dim;
+    in->max_context = c->max_pos;
+    in->tied_embeddings = c->tied_embeddings;
+    in->bos_id = c->bos_id;
+    in->n_eos = c->n_eos;
+    memcpy(in->eos_ids, c->eos_ids, sizeof in->eos_ids);
+    int counts[RP_DT_COUNT] = {0};
+    for (int i = 0; i < rp_st_count(m->st); i++) {
+        const rp_st_tensor *t = rp_st_at(m->st, i);
+        int64_t n = 1;
+        for (int d = 0; d < t->t.n_dims; d++)
+            n *= t->t.shape[d];
+        in->n_params += n;
+        in->weight_bytes += (int64_t)t->t.n_bytes;
+        if (t->known && t->t.n_dims == 2)
+            counts[t->t.dtype]++;
+    }
+    int best = 0;
+    for (int d = 1; d < RP_DT_COUNT; d++)
+        if (counts[d] > counts[best])
+            best = d;
+    snprintf(in->dtype, sizeof in->dtype, "%s", rp_dtype_name((rp_dtype)best));
+}
+
+rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **out, rp_err *err)
+{
+    rp_model *m = rp_calloc(1, sizeof *m);
+    if (!m)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc = rp_model_config_load(dir, &m->cfg, err);
+    if (rc)
+        goto fail;
+    m->arch = find_arch(m->cfg.arch);
+    if (!m->arch) {
+        rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
+                        "architecture '%s' is not supported (rapid runs: LlamaForCausalLM, "
+                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                        m->cfg.arch[0] ? m->cfg.arch : "(none in config.json)");
+        goto fail;
+    }
+    if ((rc = rp_st_open(dir, &m->st, err)))
+        goto fail;
+    m->be = rp_backend_new(opts ? opts->n_threads : 0, opts ? opts->ref_kernels : 0);
+    if (!m->be) {
+        rc = rp_err_set(err, RP_ERR_NOMEM, "cannot start the CPU backend");
+        goto fail;
+    }
+    fill_info(m);
+    if ((rc = m->arch->init(m, err)))
+        goto fail;
+    RP_INFO("loaded %s (%s, %lld params, %s) on %s", dir, m->cfg.arch,
+            (long long)m->info.n_params, m->info.dtype, rp_backend_describe(m->be));
+    *out = m;
+    return RP_OK;
+fail:
+    rp_model_free(m);
+    return rc;
+}
+
+void rp_model_free(rp_model *m)
+{
+    if (!m)
+        return;
+    if (m->arch && m->arch_state)
+        m->arch->deinit(m);
+    rp_backend_free(m->be);
+    rp_st_close(m->st);
+    rp_model_config_deinit(&m->cfg);
+    rp_free(m);
+}
+
+const rp_model_info *rp_model_get_info(const rp_model *m) { return &m->info; }
+
+rp_status rp_kv_new(rp_model *m, int max_tokens, rp_kv **out, rp_err *err)
+{
+    rp_kv *kv = rp_calloc(1, sizeof *kv);
+    if (!kv)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    kv->model = m;
+    kv->cap = max_tokens > 0 ? max_tokens : m->info.max_context;
+    rp_status rc = m->arch->kv_init(m, kv, err);
+    if (rc) {
+        rp_free(kv);
+        return rc;
+    }
+    *out = kv;
+    return RP_OK;
+}
+
+void rp_kv_free(rp_kv *kv)
+{
+    if (!kv)
+        return;
+    kv->model->arch->kv_deinit(kv);
+    rp_free(kv);
+}
+
+int rp_kv_len(const rp_kv *kv) { return kv->len; }
+int rp_kv_capacity(const rp_kv *kv) { return kv->cap; }
+
+void rp_kv_truncate(rp_kv *kv, int n)
+{
+    if (n >= 0 && n < kv->len)
+        kv->len = n;
+}
+
+rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
+                        int all_logits, rp_err *err)
+{
+    if (n <= 0)
+        return rp_err_set(err, RP_ERR_INVALID, "nothing to evaluate");
+    if (kv->len + n > kv->cap)
+        return rp_err_set(err, RP_ERR_LIMIT,
+                          "%d tokens do not fit: the context holds %d and %d are used", n,
+                          kv->cap, kv->len);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->info.vocab_size)
+            return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
+                              ids[i], m->info.vocab_size);
+    size_t vocab = (size_t)m->info.vocab_size;
+    for (int done = 0; done < n;) {
+        int chunk = n - done < RP_MAX_CHUNK ? n - done : RP_MAX_CHUNK;
+        int last_chunk = done + chunk == n;
+        float *dst = NULL;
+        int n_logits = 0;
+        if (logits && all_logits) {
+            dst = logits + (size_t)done * vocab;
+            n_logits = chunk;
+        } else if (logits && last_chunk) {
+            dst = logits;
+            n_logits = 1;
+        }
+        rp_status rc = m->arch->forward(m, kv, ids + done, chunk, dst, n_logits, err);
+        if (rc)
+            return rc;
+        done += chunk;
+    }
+    return RP_OK;
+}
+
+int rp_model_max_batch(const rp_model *m) { return RP_MAX_CHUNK; }
+
+static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
+{
+    if (b->n_tok <= 0 || b->n_tok > RP_MAX_CHUNK)
+        return rp_err_set(err, RP_ERR_INVALID, "batch of %d tokens (1..%d)", b->n_tok,
+                          RP_MAX_CHUNK);
+    for (int i = 0; i < b->n_tok; i++) {
+        if (b->ids[i] < 0 || b->ids[i] >= m->info.vocab_size)
+            return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
+                              b->ids[i], m->info.vocab_size);
+        int j = i; /* start of this token's run */
+        while (j > 0 && b->kv[j - 1] == b->kv[i])
+            j--;
+        if (b->kv[i]->len + (i - j) + 1 > b->kv[i]->cap)
+            return rp_err_set(err, RP_ERR_LIMIT, "a sequence of the batch is past its context (%d)",
+                              b->kv[i]->cap);
+        if (b->want_logits && b->want_logits[i] && i + 1 < b->n_tok && b->kv[i + 1] == b->kv[i])
+            return rp_err_set(err, RP_ERR_INVALID, "logits asked for a token that is not last");
+    }
+    return RP_OK;
+}
+
+rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_err *err)
+{
+    rp_status rc = check_batch(m, b, err);
+    if (rc)
+        return rc;
+    if (m->arch->forward_batch)
+        return m->arch->forward_batch(m, b, logits, err);
+    size_t vocab = (size_t)m->info.vocab_size;
+    int row = 0;
+    for (int i = 0; i < b->n_tok;) { /* one sequence's run at a time */
+        int j = i;
+        while (j < b->n_tok && b->kv[j] == b->kv[i])
+            j++;
+        int want = b->want_logits && b->want_logits[j - 1];
+        rc = m->arch->forward(m, b->kv[i], b->ids + i, j - i,
+                              want ? logits + (size_t)row * vocab : NULL, want, err);
+        if (rc)
+            return rc;
+        row += want;
+        i = j;
+    }
+    return RP_OK;
+}

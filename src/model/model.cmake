@@ -1,0 +1,7 @@
+list(APPEND RP_SOURCES
+  src/model/config.c
+  src/model/llama.c
+  src/model/model.c
+  src/model/rope.c
+  src/model/safetensors.c
+)

@@ -1,0 +1,57 @@
+/* model/model_impl.h - what an architecture recipe implements (model.c dispatches to it).
+ *
+ * A recipe binds its tensors at load (checking every required one exists with the right
+ * shape, naming any that does not), reserves its activation buffers for the largest chunk,
+ * and runs the forward pass for n tokens against one KV cache.
+ */
+#ifndef RP_MODEL_MODEL_IMPL_H
+#define RP_MODEL_MODEL_IMPL_H
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+/* Tokens per forward call; longer prompts are evaluated in chunks of this size. */
+#define RP_MAX_CHUNK 128
+
+typedef struct rp_arch {
+    const char *name; /* "llama" */
+    rp_status (*init)(rp_model *m, rp_err *err);
+    void (*deinit)(rp_model *m);
+    /* Forward for n <= RP_MAX_CHUNK tokens; logits rows for the last n_logits tokens. */
+    rp_status (*forward)(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
+                         int n_logits, rp_err *err);
+    /* (optional) One step over several sequences (see rp_batch); n_tok <= RP_MAX_CHUNK.
+     * Without it, rp_model_eval_batch runs the sequences one by one through forward. */
+    rp_status (*forward_batch)(rp_model *m, const rp_batch *b, float *logits, rp_err *err);
+    /* KV bytes per position per layer is arch-specific (hybrids keep states instead). */
+    rp_status (*kv_init)(rp_model *m, rp_kv *kv, rp_err *err);
+    void (*kv_deinit)(rp_kv *kv);
+} rp_arch;
+
+struct rp_model {
+    rp_model_info info;
+    rp_model_config cfg;
+    rp_st *st;
+    rp_backend *be;
+    const rp_arch *arch;
+    void *arch_state; /* the recipe's weights and buffers */
+};
+
+struct rp_kv {
+    rp_model *model;
+    int len, cap;
+    void *state; /* the recipe's cache */
+};
+
+/* Looks up `name`, checks dims (0 = any) and dtype is a matmul/norm type; names what is wrong. */
+rp_status rp_model_tensor(rp_model *m, const char *name, int64_t d0, int64_t d1,
+                          const rp_tensor **out, rp_err *err);
+/* Same, but absent is fine (*out = NULL). */
+rp_status rp_model_tensor_opt(rp_model *m, const char *name, int64_t d0, int64_t d1,
+                              const rp_tensor **out, rp_err *err);
+
+extern const rp_arch rp_arch_llama;
+
+#endif

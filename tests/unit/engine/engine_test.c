@@ -1,0 +1,299 @@
+/* tests/unit/engine/engine_test.c - the engine thread: events, cancellation, limits, prefix
+ * reuse. Uses the llama_gqa fixture (tests/golden/models). */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "engine/engine.h"
+#include "../model/fixture_util.h"
+
+static rp_model *g_model;
+static fixture g_fx;
+
+static void setup(void)
+{
+    cr_assert_eq(fixture_load("llama_gqa", &g_fx), 0);
+    rp_err err;
+    cr_assert_eq(rp_model_load(g_fx.dir, NULL, &g_model, &err), RP_OK, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+    rp_model_free(g_model);
+    fixture_free(&g_fx);
+}
+
+static rp_gen_request greedy(int max_tokens)
+{
+    rp_gen_request r = {.prompt = g_fx.ids, .n_prompt = g_fx.n_ids, .max_tokens = max_tokens,
+                        .ignore_eos = 1, .n_top_logprobs = -1};
+    rp_sampling_default(&r.sampling);
+    r.sampling.temperature = 0;
+    return r;
+}
+
+typedef struct watcher {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_tokens, done;
+    rp_finish finish;
+    rp_engine *engine;
+    uint64_t id;
+    int cancel_after;
+} watcher;
+
+static void watch_cb(const rp_event *ev, void *user)
+{
+    watcher *w = user;
+    pthread_mutex_lock(&w->mu);
+    if (ev->kind == RP_EV_TOKEN) {
+        w->n_tokens++;
+        if (w->cancel_after && w->n_tokens == w->cancel_after)
+            rp_engine_cancel(w->engine, ev->request_id);
+    } else {
+        w->done++;
+        w->finish = ev->finish;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void wait_done(watcher *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+TestSuite(engine, .init = setup, .fini = teardown);
+
+Test(engine, greedy_equals_transformers_and_repeat_uses_cache)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 64};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    for (int rep = 0; rep < 3; rep++) { /* 2nd and 3rd reuse the cached prompt */
+        rp_gen_request r = greedy(g_fx.n_greedy);
+        int32_t *out;
+        int n;
+        cr_assert_eq(rp_engine_generate(e, &r, &out, &n, NULL, &err), RP_OK, "%s", err.msg);
+        cr_assert_eq(n, g_fx.n_greedy);
+        for (int i = 0; i < n; i++)
+            cr_assert_eq(out[i], g_fx.greedy[i], "rep %d token %d", rep, i);
+        rp_free(out);
+    }
+    /* a prompt that diverges midway truncates the cache there */
+    rp_gen_request r = greedy(4);
+    int32_t other[16];
+    memcpy(other, g_fx.ids, sizeof other);
+    other[8] = 77;
+    r.prompt = other;
+    int32_t *a, *b;
+    int na, nb;
+    cr_assert_eq(rp_engine_generate(e, &r, &a, &na, NULL, &err), RP_OK);
+    rp_engine_free(e);
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK); /* fresh cache */
+    cr_assert_eq(rp_engine_generate(e, &r, &b, &nb, NULL, &err), RP_OK);
+    cr_assert_eq(na, nb);
+    cr_assert_eq(memcmp(a, b, sizeof(int32_t) * (size_t)na), 0);
+    rp_free(a);
+    rp_free(b);
+    rp_engine_free(e);
+}
+
+Test(engine, cancel_stops_and_done_comes_once)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 200};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    watcher w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+                 .engine = e, .cancel_after = 3};
+    rp_gen_request r = greedy(150);
+    cr_assert_eq(rp_engine_submit(e, &r, watch_cb, &w, &w.id, &err), RP_OK);
+    wait_done(&w);
+    cr_assert_eq(w.finish, RP_FINISH_CANCELLED);
+    cr_assert_lt(w.n_tokens, 10);
+    rp_engine_free(e);
+    cr_assert_eq(w.done, 1);
+}
+
+Test(engine, limits_are_errors)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 32, .max_queue = 2};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    rp_gen_request r = greedy(100);
+    cr_assert_eq(rp_engine_submit(e, &r, watch_cb, NULL, NULL, &err), RP_ERR_INVALID);
+    cr_assert(strstr(err.msg, "32"), "%s", err.msg);
+    r = greedy(8);
+    int32_t bad = 9999;
+    r.prompt = &bad;
+    r.n_prompt = 1;
+    cr_assert_eq(rp_engine_submit(e, &r, watch_cb, NULL, NULL, &err), RP_ERR_INVALID);
+    /* fill the queue: one runs, two wait, the fourth is refused */
+    watcher w[4];
+    int accepted = 0, refused = 0;
+    for (int i = 0; i < 4; i++) {
+        w[i] = (watcher){.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        rp_gen_request q = greedy(15);
+        rp_status rc = rp_engine_submit(e, &q, watch_cb, &w[i], NULL, &err);
+        if (rc == RP_OK)
+            accepted++;
+        else {
+            cr_assert_eq(rc, RP_ERR_LIMIT);
+            w[i].done = 1;
+            refused++;
+        }
+    }
+    cr_assert_geq(accepted, 2);
+    rp_engine_free(e); /* cancels the rest; each gets its DONE */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(w[i].done, 1);
+    (void)refused;
+}
+
+Test(engine, seeded_sampling_is_reproducible)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 64};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    int32_t *out[2];
+    int n[2];
+    for (int i = 0; i < 2; i++) {
+        rp_gen_request r = greedy(20);
+        r.sampling.temperature = 1.0f;
+        r.sampling.seed = 1234;
+        r.sampling.has_seed = 1;
+        cr_assert_eq(rp_engine_generate(e, &r, &out[i], &n[i], NULL, &err), RP_OK);
+    }
+    cr_assert_eq(n[0], n[1]);
+    cr_assert_eq(memcmp(out[0], out[1], sizeof(int32_t) * (size_t)n[0]), 0);
+    rp_free(out[0]);
+    rp_free(out[1]);
+    rp_engine_free(e);
+}
+
+/* ---- continuous batching ---------------------------------------------------------------- */
+
+typedef struct collector {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t toks[64];
+    int n, done;
+    rp_finish finish;
+} collector;
+
+static void collect_cb(const rp_event *ev, void *user)
+{
+    collector *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (ev->kind == RP_EV_TOKEN && c->n < 64)
+        c->toks[c->n++] = ev->token;
+    if (ev->kind == RP_EV_DONE) {
+        c->done = 1;
+        c->finish = ev->finish;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Prompt i: the fixture ids rotated by i, truncated to a length that varies with i. */
+static int make_prompt(int i, int32_t *out)
+{
+    int n = 3 + (i * 5) % 14;
+    for (int k = 0; k < n; k++)
+        out[k] = g_fx.ids[(k + i) % g_fx.n_ids];
+    return n;
+}
+
+static void run_concurrent(int n_req, int max_num_seqs)
+{
+    rp_err err;
+    rp_engine *alone, *batched; /* one model, used by one engine at a time (see below) */
+    rp_engine_config c1 = {.max_context = 64, .max_num_seqs = 1};
+    rp_engine_config cn = {.max_context = 64, .max_num_seqs = max_num_seqs, .prefill_chunk = 5};
+    cr_assert_eq(rp_engine_new(g_model, &c1, &alone, &err), RP_OK);
+    cr_assert_eq(rp_engine_new(g_model, &cn, &batched, &err), RP_OK);
+    collector *c = rp_calloc((size_t)n_req, sizeof *c);
+    int32_t prompts[64][16];
+    int lens[64];
+    for (int i = 0; i < n_req; i++) {
+        c[i].mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        c[i].cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+        lens[i] = make_prompt(i, prompts[i]);
+        rp_gen_request r = greedy(4 + i % 9);
+        r.prompt = prompts[i];
+        r.n_prompt = lens[i];
+        cr_assert_eq(rp_engine_submit(batched, &r, collect_cb, &c[i], NULL, &err), RP_OK,
+                     "%s", err.msg);
+    }
+    for (int i = 0; i < n_req; i++) { /* all done first: two engines must not share the model */
+        pthread_mutex_lock(&c[i].mu);
+        while (!c[i].done)
+            pthread_cond_wait(&c[i].cv, &c[i].mu);
+        pthread_mutex_unlock(&c[i].mu);
+    }
+    for (int i = 0; i < n_req; i++) {
+        cr_assert_eq(c[i].finish, RP_FINISH_LENGTH);
+        rp_gen_request r = greedy(4 + i % 9);
+        r.prompt = prompts[i];
+        r.n_prompt = lens[i];
+        int32_t *ref;
+        int n;
+        cr_assert_eq(rp_engine_generate(alone, &r, &ref, &n, NULL, &err), RP_OK);
+        cr_assert_eq(c[i].n, n, "request %d: %d tokens batched, %d alone", i, c[i].n, n);
+        for (int k = 0; k < n; k++)
+            cr_assert_eq(c[i].toks[k], ref[k], "request %d token %d differs batched", i, k);
+        rp_free(ref);
+    }
+    rp_engine_stats st;
+    rp_engine_get_stats(batched, &st);
+    cr_assert_eq(st.n_requests, n_req);
+    cr_assert_lt(st.n_steps, st.n_generated, "batching: %lld steps for %lld tokens",
+                 (long long)st.n_steps, (long long)st.n_generated);
+    rp_free(c);
+    rp_engine_free(alone);
+    rp_engine_free(batched);
+}
+
+Test(engine, batched_tokens_equal_alone_16)
+{
+    run_concurrent(16, 16);
+}
+
+Test(engine, thirty_two_mixed_requests_complete)
+{
+    run_concurrent(32, 8);
+}
+
+Test(engine, resent_conversation_reuses_prefix)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 64, .max_num_seqs = 2};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    rp_gen_request r = greedy(4);
+    int32_t *out;
+    int n;
+    cr_assert_eq(rp_engine_generate(e, &r, &out, &n, NULL, &err), RP_OK);
+    rp_free(out);
+    int32_t longer[20];
+    memcpy(longer, g_fx.ids, sizeof(int32_t) * 16);
+    longer[16] = 5, longer[17] = 6, longer[18] = 7, longer[19] = 8;
+    r.prompt = longer;
+    r.n_prompt = 20;
+    cr_assert_eq(rp_engine_generate(e, &r, &out, &n, NULL, &err), RP_OK);
+    rp_free(out);
+    rp_engine_stats st;
+    rp_engine_get_stats(e, &st);
+    cr_assert_geq(st.n_cached_tokens, 16, "cached %lld", (long long)st.n_cached_tokens);
+    rp_engine_free(e);
+}
