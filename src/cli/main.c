@@ -14,6 +14,8 @@ static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const rp_cmd g_commands[] = {
+    {"template", rp_cmd_template, "render a chat template against a JSON context",
+     "rapid template (--template FILE.jinja | --model DIR) [--context CTX.json] [--now SECONDS]"},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
 };
