@@ -659,6 +659,10 @@ int jr_getitem(jrender *r, jv obj, jv key, jv *out)
         break;
     }
     case JV_LIST:
+        if (obj.flags & JV_F_GEN) { /* 'generator' object is not subscriptable */
+            *out = missing_elem(r, obj, key);
+            return 0;
+        }
         if (key.type == JV_INT || key.type == JV_BOOL) {
             if (norm_index(r, key, obj.u.l->n, &idx) == 0) {
                 *out = obj.u.l->items[idx];
@@ -911,9 +915,20 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
         return jr_undefined_error(r, b);
     if (jv_is_num(a) && jv_is_num(b))
         return arith(r, op, a, b, out);
-    if (op == OP_ADD && a.type == JV_STR && b.type == JV_STR)
-        return concat(r, a, b, out);
-    if (op == OP_ADD && a.type == JV_LIST && b.type == JV_LIST &&
+    if (op == OP_ADD && a.type == JV_STR && b.type == JV_STR) {
+        if (!((a.flags | b.flags) & JV_F_SAFE))
+            return concat(r, a, b, out);
+        /* Markup + str escapes the plain side and stays Markup */
+        if (!(a.flags & JV_F_SAFE) && rp_jinja_escape(r, a, &a))
+            return -1;
+        if (!(b.flags & JV_F_SAFE) && rp_jinja_escape(r, b, &b))
+            return -1;
+        if (concat(r, a, b, out))
+            return -1;
+        out->flags = JV_F_SAFE;
+        return 0;
+    }
+    if (op == OP_ADD && a.type == JV_LIST && b.type == JV_LIST && !((a.flags | b.flags) & JV_F_GEN) &&
         (a.flags & JV_F_TUPLE) == (b.flags & JV_F_TUPLE)) {
         jv l;
         if (jv_list_new(r->a, a.u.l->n + b.u.l->n, &l))

@@ -115,6 +115,8 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv args, jv *out);
 int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out); /* 'u' upper, 'l' lower, 't' title (Python), 'c' capitalize */
 int rp_jinja_str_strip(jrender *r, jv s, jv chars, int which, jv *out); /* which: 'b','l','r' */
 int rp_jinja_str_replace(jrender *r, jv s, jv old, jv new_, int64_t count, jv *out);
+/* HTML-escapes a string (markupsafe.escape): the result is marked safe. */
+int rp_jinja_escape(jrender *r, jv s, jv *out);
 /* Number of code points of a UTF-8 string (Python len). */
 size_t rp_jinja_utf8_len(const char *s, size_t n);
 

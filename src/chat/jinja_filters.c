@@ -218,7 +218,11 @@ static int f_length(jrender *r, jv v, const jargs *args, jv *out)
     switch (v.type) {
     case JV_UNDEF: *out = jv_int(0); return (v.flags & JV_F_UNSAFE) ? jr_undefined_error(r, v) : 0;
     case JV_STR: *out = jv_int((int64_t)rp_jinja_utf8_len(v.u.s, v.n)); return 0;
-    case JV_LIST: *out = jv_int((int64_t)v.u.l->n); return 0;
+    case JV_LIST:
+        if (v.flags & JV_F_GEN)
+            return jr_fail(r, "TypeError: object of type 'generator' has no len()");
+        *out = jv_int((int64_t)v.u.l->n);
+        return 0;
     case JV_DICT: *out = jv_int((int64_t)v.u.d->n); return 0;
     default: return jr_fail(r, "TypeError: object of type '%s' has no len()", jv_type_name(v));
     }
@@ -378,8 +382,6 @@ static int f_reverse(jrender *r, jv v, const jargs *args, jv *out)
     if (no_args(r, "reverse", args))
         return -1;
     jv_list *items;
-    if (v.type == JV_UNDEF)
-        return jr_fail(r, "TypeError: argument to reversed() must be a sequence");
     if (list_of(r, v, &items))
         return -1;
     if (v.type == JV_STR) {
@@ -399,6 +401,8 @@ static int f_reverse(jrender *r, jv v, const jargs *args, jv *out)
     for (size_t i = 0; i < items->n; i++)
         out->u.l->items[i] = items->items[items->n - 1 - i];
     out->u.l->n = items->n;
+    if ((v.type == JV_LIST && !(v.flags & JV_F_GEN)) || v.type == JV_DICT)
+        out->flags = JV_F_GEN; /* reversed() is an iterator */
     return 0;
 }
 
@@ -411,7 +415,10 @@ static int f_items(jrender *r, jv v, const jargs *args, jv *out)
     if (v.type != JV_DICT)
         return jr_fail(r, "TypeError: Can only get item pairs from a mapping.");
     static const jargs none = {0};
-    return rp_jinja_call_method(r, v, "items", &none, out);
+    if (rp_jinja_call_method(r, v, "items", &none, out))
+        return -1;
+    out->flags = JV_F_GEN;
+    return 0;
 }
 
 static int f_dictsort(jrender *r, jv v, const jargs *args, jv *out)
@@ -498,6 +505,7 @@ static int f_unique(jrender *r, jv v, const jargs *args, jv *out)
         if (jv_list_push(r->a, seen.u.l, k) || jv_list_push(r->a, out->u.l, l->items[i]))
             return jr_nomem(r);
     }
+    out->flags = JV_F_GEN;
     return 0;
 }
 
@@ -746,7 +754,9 @@ static int f_safe(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "safe", args))
         return -1;
-    *out = v;
+    if (to_str(r, v, out))
+        return -1;
+    out->flags = JV_F_SAFE;
     return 0;
 }
 
@@ -754,6 +764,15 @@ static int f_escape(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "escape", args))
         return -1;
+    return rp_jinja_escape(r, v, out);
+}
+
+int rp_jinja_escape(jrender *r, jv v, jv *out)
+{
+    if (v.type == JV_STR && (v.flags & JV_F_SAFE)) {
+        *out = v;
+        return 0;
+    }
     jv s;
     if (to_str(r, v, &s))
         return -1;
@@ -768,7 +787,10 @@ static int f_escape(jrender *r, jv v, const jargs *args, jv *out)
     if (rc == 0)
         rc = jv_str_dup(r->a, b.data ? b.data : "", b.len, out);
     rp_buf_deinit(&b);
-    return rc ? jr_nomem(r) : 0;
+    if (rc)
+        return jr_nomem(r);
+    out->flags = JV_F_SAFE;
+    return 0;
 }
 
 static int f_batch(jrender *r, jv v, const jargs *args, jv *out)
@@ -793,6 +815,7 @@ static int f_batch(jrender *r, jv v, const jargs *args, jv *out)
         if (jv_list_push(r->a, out->u.l, chunk))
             return jr_nomem(r);
     }
+    out->flags = JV_F_GEN;
     return 0;
 }
 
@@ -927,7 +950,12 @@ static int apply_test(jrender *r, jv item, jv test, const jargs *rest, bool *ok)
 static int select_common(jrender *r, jv v, const jargs *args, jv *out, bool attr, bool keep)
 {
     jv_list *l;
-    if (list_of(r, v, &l) || new_list(r, 0, out))
+    if (new_list(r, 0, out))
+        return -1;
+    out->flags = JV_F_GEN;
+    if (!jv_truthy(v)) /* Jinja2: "if value:" before iterating */
+        return 0;
+    if (list_of(r, v, &l))
         return -1;
     size_t skip = attr ? 2 : 1;
     jv attr_name = attr && args->n_pos > 0 ? args->pos[0] : jv_undef("");
@@ -958,8 +986,15 @@ static int f_rejectattr(jrender *r, jv v, const jargs *args, jv *out) { return s
 static int f_map(jrender *r, jv v, const jargs *args, jv *out)
 {
     jv_list *l;
+    if (!jv_truthy(v)) { /* Jinja2: "if value:" before iterating */
+        if (new_list(r, 0, out))
+            return -1;
+        out->flags = JV_F_GEN;
+        return 0;
+    }
     if (list_of(r, v, &l) || new_list(r, l->n, out))
         return -1;
+    out->flags = JV_F_GEN;
     jv attribute = jv_undef(""), def = jv_undef("");
     bool by_attr = false, has_def = false;
     for (size_t k = 0; k < args->n_kw; k++) {
@@ -1123,7 +1158,7 @@ int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *o
     } else if (name_is(name, "mapping", NULL, NULL)) {
         *out = v.type == JV_DICT;
     } else if (name_is(name, "sequence", NULL, NULL)) {
-        *out = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT;
+        *out = v.type == JV_STR || (v.type == JV_LIST && !(v.flags & JV_F_GEN)) || v.type == JV_DICT;
     } else if (name_is(name, "iterable", NULL, NULL)) {
         *out = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF;
     } else if (name_is(name, "callable", NULL, NULL)) {

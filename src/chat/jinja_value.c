@@ -128,7 +128,7 @@ bool jv_truthy(jv v)
     case JV_STR:
         return v.n > 0;
     case JV_LIST:
-        return v.u.l->n > 0;
+        return (v.flags & JV_F_GEN) || v.u.l->n > 0;
     case JV_DICT:
         return v.u.d->n > 0;
     default:
@@ -213,7 +213,7 @@ const char *jv_type_name(jv v)
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return (v.flags & JV_F_TUPLE) ? "tuple" : "list";
+    case JV_LIST: return (v.flags & JV_F_GEN) ? "generator" : (v.flags & JV_F_TUPLE) ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_FUNC: return "builtin_function_or_method";
@@ -382,6 +382,9 @@ int jv_write_str(rp_buf *b, jv v)
     case JV_STR:
         return rp_buf_append(b, v.u.s, v.n) ? -1 : 0;
     case JV_LIST:
+        if (v.flags & JV_F_GEN)
+            return rp_buf_puts(b, "<generator object>") ? -1 : 0;
+        return jv_write_repr(b, v);
     case JV_DICT:
     case JV_NS:
         return jv_write_repr(b, v);
@@ -563,6 +566,10 @@ static int json_value(rp_buf *b, jv v, const json_opts *o, int level)
     case JV_FLOAT: return json_float(b, v.u.f);
     case JV_STR: return json_str(b, v.u.s, v.n);
     case JV_LIST: {
+        if (v.flags & JV_F_GEN) {
+            *o->bad_type = "generator";
+            return -2;
+        }
         if (v.u.l->n == 0)
             return rp_buf_puts(b, "[]") ? -1 : 0;
         if (rp_buf_putc(b, '['))

@@ -43,6 +43,9 @@ typedef enum jv_type {
 enum {
     JV_F_TUPLE = 1,  /* JV_LIST printed as a tuple */
     JV_F_UNSAFE = 2, /* JV_UNDEF made by the sandbox: calling it raises SecurityError */
+    JV_F_SAFE = 4,   /* JV_STR marked safe (markupsafe.Markup): "+" escapes plain operands */
+    JV_F_GEN = 8,    /* JV_LIST that Python holds as a lazy iterator (map, select, ...): always
+                      * true, no len(), not JSON serializable, not subscriptable */
 };
 
 typedef struct jv_list jv_list;

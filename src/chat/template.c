@@ -3,6 +3,7 @@
  */
 #include "chat/template.h"
 
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 
@@ -19,24 +20,63 @@ struct rp_template {
 
 enum { OUT_LIMIT = 64u << 20 };
 
-/* Jinja2 resolves filters when it compiles a template: an unknown one fails the parse. */
-static int check_filters(const jnode *n, rp_err *err)
+static int check_names(const jnode *n, bool soft, rp_err *err);
+
+static int check_list(const jnodes *l, bool soft, rp_err *err)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (check_names(l->v[i], soft, err))
+            return -1;
+    return 0;
+}
+
+/* Jinja2 resolves filters and tests when it compiles a template: an unknown one fails the
+ * parse, except inside an if statement or an inline if ("soft" frames), where it fails only
+ * when evaluated. Loops, macros, call/filter/set blocks and with open new, hard frames. */
+static int check_names(const jnode *n, bool soft, rp_err *err)
 {
     if (!n)
         return 0;
-    if (n->kind == N_FILTER && !rp_jinja_has_filter(n->name))
+    if (!soft && n->kind == N_FILTER && !rp_jinja_has_filter(n->name))
         return rp_err_set(err, RP_ERR_INVALID, "template syntax error, line %d: no filter named '%s'",
                           n->line, n->name);
+    if (!soft && n->kind == N_TEST && !rp_jinja_has_test(n->name))
+        return rp_err_set(err, RP_ERR_INVALID, "template syntax error, line %d: no test named '%s'",
+                          n->line, n->name);
+    bool inner_soft = soft, kids_soft = soft;
+    switch (n->kind) {
+    case N_IF:
+    case N_COND:
+        inner_soft = kids_soft = true;
+        break;
+    case N_FOR:
+        if (check_names(n->b, soft, err) || check_names(n->a, false, err) || check_names(n->c, false, err))
+            return -1;
+        return check_list(&n->body, false, err) || check_list(&n->orelse, false, err) ? -1 : 0;
+    case N_CALLBLOCK:
+        if (check_names(n->a, soft, err))
+            return -1;
+        return check_list(&n->items, false, err) || check_list(&n->body, false, err) ? -1 : 0;
+    case N_WITH:
+        for (size_t i = 0; i < n->items.n; i++)
+            if (check_names(n->items.v[i]->b, soft, err))
+                return -1;
+        return check_list(&n->body, false, err);
+    case N_MACRO:
+    case N_SETBLOCK:
+    case N_FILTERBLOCK:
+        inner_soft = kids_soft = false;
+        break;
+    default:
+        break;
+    }
     const jnode *kids[3] = {n->a, n->b, n->c};
     for (int i = 0; i < 3; i++)
-        if (check_filters(kids[i], err))
+        if (check_names(kids[i], kids_soft, err))
             return -1;
-    const jnodes *lists[4] = {&n->items, &n->kw, &n->body, &n->orelse};
-    for (int k = 0; k < 4; k++)
-        for (size_t i = 0; i < lists[k]->n; i++)
-            if (check_filters(lists[k]->v[i], err))
-                return -1;
-    return 0;
+    if (check_list(&n->items, kids_soft, err) || check_list(&n->kw, kids_soft, err))
+        return -1;
+    return check_list(&n->body, inner_soft, err) || check_list(&n->orelse, inner_soft, err) ? -1 : 0;
 }
 
 rp_status rp_template_new(const char *source, size_t len, rp_template **out, rp_err *err)
@@ -52,7 +92,7 @@ rp_status rp_template_new(const char *source, size_t len, rp_template **out, rp_
     }
     rp_err local;
     rp_err *e = err ? err : &local;
-    if (rp_jinja_parse(t->arena, source, len, &t->root, e) || check_filters(t->root, e)) {
+    if (rp_jinja_parse(t->arena, source, len, &t->root, e) || check_names(t->root, false, e)) {
         rp_status code = e->code ? e->code : RP_ERR_INVALID;
         rp_template_free(t);
         return code;

@@ -86,13 +86,17 @@ def collect_templates(cache):
     for name in sorted(os.listdir(tdir)):
         if name.endswith(".jinja"):
             out.append(("llama.cpp/" + name, open(os.path.join(tdir, name), encoding="utf-8").read()))
-    seen = set()
+    seen, names = set(), set()
     for model, text in ollama_templates(auto):
         h = hashlib.sha256(text.encode()).hexdigest()
         if h in seen:
             continue
         seen.add(h)
-        out.append(("ollama/" + model, text))
+        name, k = "ollama/" + model, 2
+        while name in names:  # one model name may carry several templates
+            name, k = f"ollama/{model}#{k}", k + 1
+        names.add(name)
+        out.append((name, text))
     return out
 
 
