@@ -882,11 +882,17 @@ static int f_format(jrender *r, jv v, const jargs *args, jv *out)
     return rp_jinja_str_percent(r, s, t, out);
 }
 
+/* attr() looks up a Python attribute only: dict keys are not attributes. */
 static int f_attr(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("attr", "name");
     if (a[0].type != JV_STR)
         return jr_fail(r, "TypeError: attribute name must be a string");
+    bool unsafe;
+    if (v.type == JV_DICT && !rp_jinja_has_method(v, a[0].u.s, a[0].n, &unsafe)) {
+        *out = jr_missing_attr(r, v, a[0].u.s, a[0].n);
+        return 0;
+    }
     return jr_getattr(r, v, a[0].u.s, a[0].n, out);
 }
 
@@ -922,7 +928,8 @@ static int f_truncate(jrender *r, jv v, const jargs *args, jv *out)
                 sp = s.u.s + i;
                 break;
             }
-        head = sp ? jv_str(s.u.s, (size_t)(sp - s.u.s)) : jv_str("", 0);
+        if (sp) /* rsplit(" ", 1)[0] */
+            head = jv_str(s.u.s, (size_t)(sp - s.u.s));
     }
     return jr_binop(r, OP_ADD, head, end, out);
 }

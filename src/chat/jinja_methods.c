@@ -113,19 +113,27 @@ int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out)
     for (size_t i = 0; i < s.n;) {
         int32_t c;
         i += dec(s.u.s, s.n, i, &c);
-        int32_t o = c;
-        switch (mode) {
-        case 'u': o = utf8proc_toupper(c); break;
-        case 'l': o = utf8proc_tolower(c); break;
-        case 's': o = is_cased_upper(c) ? utf8proc_tolower(c) : is_cased_lower(c) ? utf8proc_toupper(c) : c; break;
-        case 't':
-            o = prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c);
+        /* 'u' upper, 'l' lower, 's' swapcase, 't' title (Python's str.title), 'c' capitalize */
+        bool to_title = (mode == 't' && !prev_cased) || (mode == 'c' && first);
+        bool to_upper = mode == 'u' || (mode == 's' && is_cased_lower(c));
+        int32_t o;
+        if (to_title)
+            o = utf8proc_totitle(c);
+        else if (to_upper)
+            o = utf8proc_toupper(c);
+        else if (mode == 'l' || mode == 'c' || mode == 't' || (mode == 's' && is_cased_upper(c)))
+            o = utf8proc_tolower(c);
+        else
+            o = c;
+        if (mode == 't')
             prev_cased = is_cased(c);
-            break;
-        case 'c': o = first ? utf8proc_totitle(c) : utf8proc_tolower(c); break;
-        }
         first = false;
-        if (put_cp(&b, o)) {
+        int rc;
+        if (c == 0xdf && (to_title || to_upper)) /* full case mapping: "SS", title "Ss" */
+            rc = rp_buf_puts(&b, to_title ? "Ss" : "SS");
+        else
+            rc = put_cp(&b, o);
+        if (rc) {
             rp_buf_deinit(&b);
             return jr_nomem(r);
         }
@@ -232,9 +240,6 @@ static int split(jrender *r, jv s, jv sep, int64_t maxsplit, bool right, jv *out
         return jr_nomem(r);
     if (sep.type == JV_NONE || sep.type == JV_UNDEF) {
         /* whitespace split: runs of whitespace, no empty strings */
-        size_t spans[2 * 1024], n_sp = 0;
-        (void)spans;
-        (void)n_sp;
         jv words;
         if (jv_list_new(r->a, 0, &words))
             return jr_nomem(r);
@@ -268,15 +273,11 @@ static int split(jrender *r, jv s, jv sep, int64_t maxsplit, bool right, jv *out
                 if (push_str(r, *out, w->items[k].u.s, w->items[k].n))
                     return -1;
             const char *rest = w->items[maxsplit].u.s;
-            jv tail = jv_str(rest, (size_t)(s.u.s + s.n - rest)), t2;
-            if (rp_jinja_str_strip(r, tail, jv_none(), 'r', &t2))
-                return -1;
-            return push_str(r, *out, t2.u.s, t2.n);
+            return push_str(r, *out, rest, (size_t)(s.u.s + s.n - rest));
         }
         size_t first_kept = nw - (size_t)maxsplit;
         const char *end = w->items[first_kept - 1].u.s + w->items[first_kept - 1].n;
-        jv head = jv_str(s.u.s, (size_t)(end - s.u.s)), h2;
-        if (rp_jinja_str_strip(r, head, jv_none(), 'l', &h2) || push_str(r, *out, h2.u.s, h2.n))
+        if (push_str(r, *out, s.u.s, (size_t)(end - s.u.s)))
             return -1;
         for (size_t k = first_kept; k < nw; k++)
             if (push_str(r, *out, w->items[k].u.s, w->items[k].n))

@@ -101,6 +101,7 @@ def collect_templates(cache):
 
 
 def load_contexts():
+    """Returns (matrix contexts, snippet context name)."""
     raw = json.load(open(os.path.join(HERE, "contexts.json"), encoding="utf-8"))
     defaults = raw["_defaults"]
     ctxs = []
@@ -110,10 +111,16 @@ def load_contexts():
         merged = dict(defaults)
         merged.update(c)
         ctxs.append((name, merged))
-    return ctxs
+    return ctxs, raw["_snippet_context"]
 
 
-def reference_outputs(cache, templates, contexts):
+def load_snippets():
+    text = open(os.path.join(HERE, "snippets.txt"), encoding="utf-8").read()
+    blocks = re.split(r"(?m)^=====\n", text)
+    return [(f"snippet#{i + 1}", b[:-1] if b.endswith("\n") else b) for i, b in enumerate(blocks)]
+
+
+def reference_outputs(cache, cases, contexts):
     import jinja2
     ref_src = open(os.path.join(HERE, "reference.py"), "rb").read()
     salt = hashlib.sha256(ref_src + jinja2.__version__.encode() + str(NOW).encode()).hexdigest()
@@ -126,8 +133,9 @@ def reference_outputs(cache, templates, contexts):
         stored = {}
     env = reference.make_env(NOW)
     results, fresh = {}, {}
-    for tname, src in templates:
-        for cname, ctx in contexts:
+    for tname, src, cnames in cases:
+        for cname in cnames:
+            ctx = contexts[cname]
             key = hashlib.sha256((salt + src + json.dumps(ctx, sort_keys=True)).encode()).hexdigest()
             if key in stored:
                 results[(tname, cname)] = tuple(stored[key])
@@ -169,25 +177,29 @@ def main():
         sys.exit("golden: set RAPID or pass --rapid")
     os.environ["TZ"] = "UTC"
     cache = os.environ.get("RAPID_TEST_CACHE", os.path.expanduser("~/.cache/rapid-test"))
+    matrix, snippet_ctx = load_contexts()
+    contexts = dict(matrix)
     templates = [t for t in collect_templates(cache) if args.only in t[0]]
-    contexts = load_contexts()
-    ref = reference_outputs(cache, templates, contexts)
+    snippets = [s for s in load_snippets() if args.only in s[0]]
+    cases = [(t, s, [c for c, _ in matrix]) for t, s in templates]
+    cases += [(t, s, [snippet_ctx]) for t, s in snippets]
+    ref = reference_outputs(cache, cases, contexts)
     work = tempfile.mkdtemp(prefix="rapid-golden-")
     cpaths = {}
-    for cname, ctx in contexts:
+    for cname, ctx in contexts.items():
         cpaths[cname] = os.path.join(work, cname + ".json")
         with open(cpaths[cname], "w", encoding="utf-8") as f:
             json.dump(ctx, f, ensure_ascii=False)
     jobs = []
-    for i, (tname, src) in enumerate(templates):
+    for i, (tname, src, cnames) in enumerate(cases):
         tpath = os.path.join(work, f"t{i}.jinja")
         with open(tpath, "w", encoding="utf-8") as f:
             f.write(src)
-        for cname, _ in contexts:
+        for cname in cnames:
             jobs.append((tname, cname, tpath))
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         got = list(ex.map(lambda j: run_rapid(args.rapid, j[2], cpaths[j[1]]), jobs))
-    passed = both_raise = 0
+    passed = both_raise = n_raise = same_msg = 0
     failures = []
     per_template = {}
     for (tname, cname, _), mine in zip(jobs, got):
@@ -196,7 +208,11 @@ def main():
         per_template.setdefault(tname, []).append(ok)
         if ok:
             passed += 1
-            both_raise += want[0] == "error"
+            if want[0] == "error":
+                both_raise += 1
+                if want[1].startswith("TemplateError: "):  # raise_exception(msg): same text?
+                    n_raise += 1
+                    same_msg += mine[1] == "rapid template: " + want[1][len("TemplateError: "):]
             continue
         if want[0] == "ok" and mine[0] == "ok":
             d = first_diff(want[1], mine[1])
@@ -213,9 +229,12 @@ def main():
         for tname, oks in per_template.items():
             print(f"{'ok  ' if all(oks) else 'FAIL'} {tname}: {sum(oks)}/{len(oks)}")
     n_t = len(templates)
-    n_tok = sum(1 for oks in per_template.values() if all(oks))
-    print(f"template golden: {passed}/{len(jobs)} cases passed ({n_t} templates x {len(contexts)} contexts; "
-          f"{both_raise} where both raise); {n_tok}/{n_t} templates pass every context")
+    n_tok = sum(1 for t, _ in templates if all(per_template.get(t, [False])))
+    n_sok = sum(1 for t, _ in snippets if all(per_template.get(t, [False])))
+    print(f"template golden: {passed}/{len(jobs)} cases passed, {both_raise} of them where both raise; "
+          f"real templates: {n_tok}/{n_t} pass all {len(matrix)} contexts; "
+          f"feature snippets: {n_sok}/{len(snippets)}; raise_exception messages identical: "
+          f"{same_msg}/{n_raise}")
     return 0 if not failures and jobs else 1
 
 
