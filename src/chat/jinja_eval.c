@@ -20,7 +20,7 @@
 #include "base/alloc.h"
 
 enum { EXEC_BREAK = 1, EXEC_CONTINUE = 2 };
-enum { MAX_DEPTH = 200 };
+enum { MAX_DEPTH = 200, MAX_EDEPTH = 2500 };
 
 typedef struct jmacro {
     const jnode *def;     /* N_MACRO, or N_CALLBLOCK for a caller */
@@ -132,7 +132,7 @@ static int scope_set(jrender *r, jscope *s, const char *name, size_t len, jv v)
         if (!nv)
             return jr_nomem(r);
         if (s->n)
-            memcpy(nv, s->vars, s->n * sizeof(jvar));
+            jv_copy(nv, s->vars, s->n * sizeof(jvar));
         s->vars = nv;
         s->cap = cap;
     }
@@ -243,7 +243,7 @@ static int g_strftime(jrender *r, const jargs *args, jv *out)
     char f[256];
     if (fmt.n >= sizeof f)
         return jr_fail(r, "ValueError: strftime format too long");
-    memcpy(f, fmt.u.s, fmt.n);
+    jv_copy(f, fmt.u.s, fmt.n);
     f[fmt.n] = 0;
     struct tm tm;
     localtime_r(&r->now, &tm);
@@ -490,7 +490,7 @@ int jr_iter_list(jrender *r, jv v, jv_list **out)
     case JV_DICT:
         if (jv_list_new(r->a, v.u.d->n, &l))
             return jr_nomem(r);
-        memcpy(l.u.l->items, v.u.d->keys, v.u.d->n * sizeof(jv));
+        jv_copy(l.u.l->items, v.u.d->keys, v.u.d->n * sizeof(jv));
         l.u.l->n = v.u.d->n;
         *out = l.u.l;
         return 0;
@@ -571,7 +571,7 @@ int jr_loop_method(jrender *r, jv self, const char *name, const jargs *args, jv 
         jv t;
         if (jv_list_new(r->a, args->n_pos, &t))
             return jr_nomem(r);
-        memcpy(t.u.l->items, args->pos, args->n_pos * sizeof(jv));
+        jv_copy(t.u.l->items, args->pos, args->n_pos * sizeof(jv));
         t.u.l->n = args->n_pos;
         t.flags = JV_F_TUPLE;
         cur = t;
@@ -797,7 +797,7 @@ static int repeat(jrender *r, jv seq, int64_t times, jv *out)
         if (!p)
             return jr_nomem(r);
         for (int64_t i = 0; i < times; i++)
-            memcpy(p + (size_t)i * seq.n, seq.u.s, seq.n);
+            jv_copy(p + (size_t)i * seq.n, seq.u.s, seq.n);
         *out = jv_str(p, (size_t)total);
         return 0;
     }
@@ -823,9 +823,9 @@ static int concat(jrender *r, jv a, jv b, jv *out)
     if (!p)
         return jr_nomem(r);
     if (a.n)
-        memcpy(p, a.u.s, a.n);
+        jv_copy(p, a.u.s, a.n);
     if (b.n)
-        memcpy(p + a.n, b.u.s, b.n);
+        jv_copy(p + a.n, b.u.s, b.n);
     *out = jv_str(p, (size_t)a.n + b.n);
     return 0;
 }
@@ -933,8 +933,8 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
         jv l;
         if (jv_list_new(r->a, a.u.l->n + b.u.l->n, &l))
             return jr_nomem(r);
-        memcpy(l.u.l->items, a.u.l->items, a.u.l->n * sizeof(jv));
-        memcpy(l.u.l->items + a.u.l->n, b.u.l->items, b.u.l->n * sizeof(jv));
+        jv_copy(l.u.l->items, a.u.l->items, a.u.l->n * sizeof(jv));
+        jv_copy(l.u.l->items + a.u.l->n, b.u.l->items, b.u.l->n * sizeof(jv));
         l.u.l->n = a.u.l->n + b.u.l->n;
         l.flags = a.flags;
         *out = l;
@@ -1145,7 +1145,32 @@ static int eval_compare(jrender *r, const jnode *n, jv *out)
     return 0;
 }
 
+static int eval_node(jrender *r, const jnode *n, jv *out);
+
+/* Every expression and statement passes through here: the step, memory and depth bounds. */
+static int guard_enter(jrender *r)
+{
+    if (++r->steps > r->max_steps)
+        return jr_fail(r, "TemplateRuntimeError: the template ran for more than %llu steps",
+                       (unsigned long long)r->max_steps);
+    if ((r->steps & 1023) == 0 && rp_arena_used(r->a) > r->mem_limit)
+        return jr_fail(r, "MemoryError: the template used more than %zu bytes", r->mem_limit);
+    if (r->edepth >= MAX_EDEPTH)
+        return jr_fail(r, "RecursionError: maximum recursion depth exceeded");
+    r->edepth++;
+    return 0;
+}
+
 static int eval(jrender *r, const jnode *n, jv *out)
+{
+    if (guard_enter(r))
+        return -1;
+    int rc = eval_node(r, n, out);
+    r->edepth--;
+    return rc;
+}
+
+static int eval_node(jrender *r, const jnode *n, jv *out)
 {
     switch (n->kind) {
     case N_LIT:
@@ -1429,8 +1454,8 @@ static int exec_call_block(jrender *r, const jnode *n)
         jv *kw = RP_ARENA_NEW(r->a, jv, nk);
         if (!names || !kw)
             return jr_nomem(r);
-        memcpy(names, ea.a.kw_names, ea.a.n_kw * sizeof(char *));
-        memcpy(kw, ea.a.kw, ea.a.n_kw * sizeof(jv));
+        jv_copy(names, ea.a.kw_names, ea.a.n_kw * sizeof(char *));
+        jv_copy(kw, ea.a.kw, ea.a.n_kw * sizeof(jv));
         names[nk - 1] = "caller";
         kw[nk - 1] = caller;
         jargs a2 = ea.a;
@@ -1443,7 +1468,18 @@ static int exec_call_block(jrender *r, const jnode *n)
     return emit(r, res);
 }
 
+static int exec_node(jrender *r, const jnode *n);
+
 static int exec_stmt(jrender *r, const jnode *n)
+{
+    if (guard_enter(r))
+        return -1;
+    int rc = exec_node(r, n);
+    r->edepth--;
+    return rc;
+}
+
+static int exec_node(jrender *r, const jnode *n)
 {
     switch (n->kind) {
     case N_TEXT:

@@ -14,6 +14,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "base/arena.h"
@@ -42,6 +43,9 @@ typedef struct jrender {
     int depth;       /* nested macro calls and block renders (bounded like Python's recursion) */
     time_t now;      /* strftime_now's clock */
     size_t out_limit;/* bytes: a runaway template fails instead of eating memory */
+    size_t mem_limit;/* bytes of render arena */
+    uint64_t steps, max_steps; /* statements and expressions evaluated, and the bound */
+    int edepth;      /* eval/exec recursion depth (bounded: deep ASTs cannot blow the stack) */
 } jrender;
 
 /* Call arguments: positional, then keyword. */

@@ -101,7 +101,7 @@ static int merge_sort(jrender *r, kv *a, kv *tmp, size_t n, bool reverse)
         tmp[k++] = a[i++];
     while (j < n)
         tmp[k++] = a[j++];
-    memcpy(a, tmp, n * sizeof(kv));
+    jv_copy(a, tmp, n * sizeof(kv));
     return 0;
 }
 
@@ -362,7 +362,7 @@ static int copy_list(jrender *r, jv_list *items, jv *out)
 {
     if (new_list(r, items->n, out))
         return -1;
-    memcpy(out->u.l->items, items->items, items->n * sizeof(jv));
+    jv_copy(out->u.l->items, items->items, items->n * sizeof(jv));
     out->u.l->n = items->n;
     return 0;
 }
@@ -390,7 +390,7 @@ static int f_reverse(jrender *r, jv v, const jargs *args, jv *out)
             return jr_nomem(r);
         size_t o = 0;
         for (size_t i = items->n; i-- > 0;) {
-            memcpy(p + o, items->items[i].u.s, items->items[i].n);
+            jv_copy(p + o, items->items[i].u.s, items->items[i].n);
             o += items->items[i].n;
         }
         *out = jv_str(p, o);
@@ -592,7 +592,7 @@ static bool parse_float(jv s, double *out)
     char buf[128];
     if (s.n == 0 || s.n >= sizeof buf)
         return false;
-    memcpy(buf, s.u.s, s.n);
+    jv_copy(buf, s.u.s, s.n);
     buf[s.n] = 0;
     char *p = buf;
     while (isspace((unsigned char)*p))
@@ -876,7 +876,7 @@ static int f_format(jrender *r, jv v, const jargs *args, jv *out)
     jv t;
     if (new_list(r, args->n_pos, &t))
         return -1;
-    memcpy(t.u.l->items, args->pos, args->n_pos * sizeof(jv));
+    jv_copy(t.u.l->items, args->pos, args->n_pos * sizeof(jv));
     t.u.l->n = args->n_pos;
     t.flags = JV_F_TUPLE;
     return rp_jinja_str_percent(r, s, t, out);

@@ -1037,8 +1037,8 @@ static int dict_method(jrender *r, jv d, const char *m, const jargs *args, jv *o
     if (strcmp(m, "copy") == 0) {
         if (jv_dict_new(r->a, dd->n, out))
             return jr_nomem(r);
-        memcpy(out->u.d->keys, dd->keys, dd->n * sizeof(jv));
-        memcpy(out->u.d->vals, dd->vals, dd->n * sizeof(jv));
+        jv_copy(out->u.d->keys, dd->keys, dd->n * sizeof(jv));
+        jv_copy(out->u.d->vals, dd->vals, dd->n * sizeof(jv));
         out->u.d->n = dd->n;
         return 0;
     }
@@ -1069,7 +1069,7 @@ static int list_method(jrender *r, jv l, const char *m, const jargs *args, jv *o
     if (strcmp(m, "copy") == 0) {
         if (jv_list_new(r->a, l.u.l->n, out))
             return jr_nomem(r);
-        memcpy(out->u.l->items, l.u.l->items, l.u.l->n * sizeof(jv));
+        jv_copy(out->u.l->items, l.u.l->items, l.u.l->n * sizeof(jv));
         out->u.l->n = l.u.l->n;
         return 0;
     }

@@ -16,7 +16,10 @@ typedef struct parser {
     size_t n, i;
     rp_err *err;
     bool failed;
+    int depth; /* nesting of expressions and blocks: bounded so the C stack is too */
 } parser;
+
+enum { MAX_NEST = 200 };
 
 typedef struct nvec {
     jnode **v;
@@ -73,7 +76,7 @@ static bool vpush(parser *p, nvec *v, jnode *n)
             return false;
         }
         if (v->n)
-            memcpy(nv, v->v, v->n * sizeof(jnode *));
+            jv_copy(nv, v->v, v->n * sizeof(jnode *));
         v->v = nv;
         v->cap = cap;
     }
@@ -164,9 +167,22 @@ static jnode *parse_condexpr(parser *p)
     return e1;
 }
 
+static bool enter(parser *p)
+{
+    if (++p->depth > MAX_NEST) {
+        fail(p, "%s", "the template is nested too deeply");
+        return false;
+    }
+    return true;
+}
+
 static jnode *parse_expression(parser *p, bool with_condexpr)
 {
-    return with_condexpr ? parse_condexpr(p) : parse_or(p);
+    if (!enter(p))
+        return NULL;
+    jnode *n = with_condexpr ? parse_condexpr(p) : parse_or(p);
+    p->depth--;
+    return n;
 }
 
 static jnode *parse_not(parser *p);
@@ -214,7 +230,10 @@ static jnode *parse_not(parser *p)
         jnode *n = node(p, N_NOT);
         if (!n)
             return NULL;
+        if (!enter(p))
+            return NULL;
         n->a = parse_not(p);
+        p->depth--;
         return n->a ? n : NULL;
     }
     return parse_compare(p);
@@ -344,7 +363,10 @@ static jnode *parse_unary(parser *p, bool with_filter)
             return NULL;
         n->op = cur(p)->text[0];
         next(p);
+        if (!enter(p))
+            return NULL;
         n->a = parse_unary(p, false);
+        p->depth--;
         if (!n->a)
             return NULL;
     } else {
@@ -421,7 +443,7 @@ static jnode *parse_primary(parser *p)
             return nomem(p);
         size_t o = 0;
         while (cur(p)->kind == JT_STRING) {
-            memcpy(s + o, cur(p)->text, cur(p)->len);
+            jv_copy(s + o, cur(p)->text, cur(p)->len);
             o += cur(p)->len;
             next(p);
         }
@@ -975,8 +997,19 @@ static jnode *parse_generation(parser *p)
     return n;
 }
 
+static jnode *parse_statement_inner(parser *p);
+
 /* After "{%": one statement (the block end included). */
 static jnode *parse_statement(parser *p)
+{
+    if (!enter(p))
+        return NULL;
+    jnode *n = parse_statement_inner(p);
+    p->depth--;
+    return n;
+}
+
+static jnode *parse_statement_inner(parser *p)
 {
     jtok *t = cur(p);
     if (t->kind != JT_NAME)

@@ -19,7 +19,7 @@ int jv_str_dup(rp_arena *a, const char *s, size_t n, jv *out)
     if (!p)
         return -1;
     if (n)
-        memcpy(p, s, n);
+        jv_copy(p, s, n);
     *out = jv_str(p, n);
     return 0;
 }
@@ -63,7 +63,7 @@ int jv_list_push(rp_arena *a, jv_list *l, jv v)
         if (!items)
             return -1;
         if (l->n)
-            memcpy(items, l->items, l->n * sizeof(jv));
+            jv_copy(items, l->items, l->n * sizeof(jv));
         l->items = items;
         l->cap = cap;
     }
@@ -101,8 +101,8 @@ int jv_dict_set(rp_arena *a, jv_dict *d, jv key, jv val)
         if (!keys || !vals)
             return -1;
         if (d->n) {
-            memcpy(keys, d->keys, d->n * sizeof(jv));
-            memcpy(vals, d->vals, d->n * sizeof(jv));
+            jv_copy(keys, d->keys, d->n * sizeof(jv));
+            jv_copy(vals, d->vals, d->n * sizeof(jv));
         }
         d->keys = keys;
         d->vals = vals;
@@ -323,8 +323,11 @@ static int write_str_repr(rp_buf *b, const char *s, size_t n)
     return rp_buf_putc(b, q) ? -1 : 0;
 }
 
-int jv_write_repr(rp_buf *b, jv v)
+/* depth bounds self-referencing namespaces ({% set ns.me = ns %}) and deep nesting */
+static int write_repr(rp_buf *b, jv v, int depth)
 {
+    if (depth > 200)
+        return rp_buf_puts(b, "...") ? -1 : 0;
     switch (v.type) {
     case JV_STR:
         return write_str_repr(b, v.u.s, v.n);
@@ -335,7 +338,7 @@ int jv_write_repr(rp_buf *b, jv v)
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i && rp_buf_puts(b, ", "))
                 return -1;
-            if (jv_write_repr(b, v.u.l->items[i]))
+            if (write_repr(b, v.u.l->items[i], depth + 1))
                 return -1;
         }
         if (tup && v.u.l->n == 1 && rp_buf_putc(b, ','))
@@ -351,8 +354,8 @@ int jv_write_repr(rp_buf *b, jv v)
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i && rp_buf_puts(b, ", "))
                 return -1;
-            if (jv_write_repr(b, v.u.d->keys[i]) || rp_buf_puts(b, ": ") ||
-                jv_write_repr(b, v.u.d->vals[i]))
+            if (write_repr(b, v.u.d->keys[i], depth + 1) || rp_buf_puts(b, ": ") ||
+                write_repr(b, v.u.d->vals[i], depth + 1))
                 return -1;
         }
         if (rp_buf_putc(b, '}'))
@@ -364,6 +367,11 @@ int jv_write_repr(rp_buf *b, jv v)
     default:
         return jv_write_str(b, v);
     }
+}
+
+int jv_write_repr(rp_buf *b, jv v)
+{
+    return write_repr(b, v, 0);
 }
 
 int jv_write_str(rp_buf *b, jv v)
@@ -559,6 +567,10 @@ static int json_dict(rp_buf *b, const jv_dict *d, const json_opts *o, int level)
 
 static int json_value(rp_buf *b, jv v, const json_opts *o, int level)
 {
+    if (level > 1000) {
+        *o->bad_type = "nesting deeper than 1000 levels";
+        return -2;
+    }
     switch (v.type) {
     case JV_NONE: return rp_buf_puts(b, "null") ? -1 : 0;
     case JV_BOOL: return rp_buf_puts(b, v.u.i ? "true" : "false") ? -1 : 0;

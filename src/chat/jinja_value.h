@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/arena.h"
 #include "base/buf.h"
@@ -75,6 +76,13 @@ struct jv_dict {
     jv *vals;
     size_t n, cap;
 };
+
+/* memcpy that accepts (NULL, 0): empty lists have no item array. */
+static inline void jv_copy(void *dst, const void *src, size_t n_bytes)
+{
+    if (n_bytes)
+        memcpy(dst, src, n_bytes);
+}
 
 static inline jv jv_undef(const char *hint) { return (jv){.type = JV_UNDEF, .u.s = hint}; }
 static inline jv jv_none(void) { return (jv){.type = JV_NONE}; }

@@ -4,6 +4,7 @@
 #include "chat/template.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -13,19 +14,31 @@
 #include "chat/jinja_eval.h"
 #include "chat/jinja_parse.h"
 
+/* Default bounds: far above what real chat templates need (a Qwen3 render of 20 messages and
+ * 5 tools takes about 10^4 steps and 100 KB), low enough that a hostile template fails fast. */
+enum { OUT_LIMIT = 64u << 20, MEM_LIMIT = 512u << 20, MAX_STEPS = 20000000 };
+
 struct rp_template {
     rp_arena *arena; /* AST and literals */
     jnode *root;
+    uint64_t max_steps;
+    size_t max_bytes;
 };
 
-enum { OUT_LIMIT = 64u << 20 };
+void rp_template_set_limits(rp_template *t, uint64_t max_steps, size_t max_bytes)
+{
+    t->max_steps = max_steps ? max_steps : MAX_STEPS;
+    t->max_bytes = max_bytes ? max_bytes : MEM_LIMIT;
+}
 
-static int check_names(const jnode *n, bool soft, rp_err *err);
 
-static int check_list(const jnodes *l, bool soft, rp_err *err)
+
+static int check_names(const jnode *n, bool soft, int depth, rp_err *err);
+
+static int check_list(const jnodes *l, bool soft, int depth, rp_err *err)
 {
     for (size_t i = 0; i < l->n; i++)
-        if (check_names(l->v[i], soft, err))
+        if (check_names(l->v[i], soft, depth, err))
             return -1;
     return 0;
 }
@@ -33,10 +46,12 @@ static int check_list(const jnodes *l, bool soft, rp_err *err)
 /* Jinja2 resolves filters and tests when it compiles a template: an unknown one fails the
  * parse, except inside an if statement or an inline if ("soft" frames), where it fails only
  * when evaluated. Loops, macros, call/filter/set blocks and with open new, hard frames. */
-static int check_names(const jnode *n, bool soft, rp_err *err)
+static int check_names(const jnode *n, bool soft, int depth, rp_err *err)
 {
     if (!n)
         return 0;
+    if (++depth > 1000) /* Python's compiler stops at its recursion limit too */
+        return rp_err_set(err, RP_ERR_INVALID, "template syntax error, line %d: nested too deeply", n->line);
     if (!soft && n->kind == N_FILTER && !rp_jinja_has_filter(n->name))
         return rp_err_set(err, RP_ERR_INVALID, "template syntax error, line %d: no filter named '%s'",
                           n->line, n->name);
@@ -50,18 +65,18 @@ static int check_names(const jnode *n, bool soft, rp_err *err)
         inner_soft = kids_soft = true;
         break;
     case N_FOR:
-        if (check_names(n->b, soft, err) || check_names(n->a, false, err) || check_names(n->c, false, err))
+        if (check_names(n->b, soft, depth, err) || check_names(n->a, false, depth, err) || check_names(n->c, false, depth, err))
             return -1;
-        return check_list(&n->body, false, err) || check_list(&n->orelse, false, err) ? -1 : 0;
+        return check_list(&n->body, false, depth, err) || check_list(&n->orelse, false, depth, err) ? -1 : 0;
     case N_CALLBLOCK:
-        if (check_names(n->a, soft, err))
+        if (check_names(n->a, soft, depth, err))
             return -1;
-        return check_list(&n->items, false, err) || check_list(&n->body, false, err) ? -1 : 0;
+        return check_list(&n->items, false, depth, err) || check_list(&n->body, false, depth, err) ? -1 : 0;
     case N_WITH:
         for (size_t i = 0; i < n->items.n; i++)
-            if (check_names(n->items.v[i]->b, soft, err))
+            if (check_names(n->items.v[i]->b, soft, depth, err))
                 return -1;
-        return check_list(&n->body, false, err);
+        return check_list(&n->body, false, depth, err);
     case N_MACRO:
     case N_SETBLOCK:
     case N_FILTERBLOCK:
@@ -72,11 +87,11 @@ static int check_names(const jnode *n, bool soft, rp_err *err)
     }
     const jnode *kids[3] = {n->a, n->b, n->c};
     for (int i = 0; i < 3; i++)
-        if (check_names(kids[i], kids_soft, err))
+        if (check_names(kids[i], kids_soft, depth, err))
             return -1;
-    if (check_list(&n->items, kids_soft, err) || check_list(&n->kw, kids_soft, err))
+    if (check_list(&n->items, kids_soft, depth, err) || check_list(&n->kw, kids_soft, depth, err))
         return -1;
-    return check_list(&n->body, inner_soft, err) || check_list(&n->orelse, inner_soft, err) ? -1 : 0;
+    return check_list(&n->body, inner_soft, depth, err) || check_list(&n->orelse, inner_soft, depth, err) ? -1 : 0;
 }
 
 rp_status rp_template_new(const char *source, size_t len, rp_template **out, rp_err *err)
@@ -92,11 +107,12 @@ rp_status rp_template_new(const char *source, size_t len, rp_template **out, rp_
     }
     rp_err local;
     rp_err *e = err ? err : &local;
-    if (rp_jinja_parse(t->arena, source, len, &t->root, e) || check_names(t->root, false, e)) {
+    if (rp_jinja_parse(t->arena, source, len, &t->root, e) || check_names(t->root, false, 0, e)) {
         rp_status code = e->code ? e->code : RP_ERR_INVALID;
         rp_template_free(t);
         return code;
     }
+    rp_template_set_limits(t, 0, 0);
     *out = t;
     return RP_OK;
 }
@@ -122,7 +138,9 @@ rp_status rp_template_render_at(const rp_template *t, const json_t *context, lon
     if (!a)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory rendering the template");
     rp_buf buf = {0};
-    jrender r = {.a = a, .out = &buf, .err = e, .now = (time_t)now, .out_limit = OUT_LIMIT};
+    jrender r = {.a = a, .out = &buf, .err = e, .now = (time_t)now,
+                 .out_limit = t->max_bytes < OUT_LIMIT ? t->max_bytes : OUT_LIMIT,
+                 .mem_limit = t->max_bytes, .max_steps = t->max_steps};
     jv ctx = jv_none();
     int rc = 0;
     if (context && json_is_object(context)) {

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/status.h"
 
@@ -30,6 +31,11 @@ void rp_template_free(rp_template *t);
  * add_generation_prompt, bos_token, eos_token, enable_thinking, date_string, ...). */
 rp_status rp_template_render(const rp_template *t, const json_t *context, char **out,
                              size_t *out_len, rp_err *err);
+
+/* Bounds every later render of t: max_steps statements and expressions evaluated, max_bytes
+ * of memory (0 = the defaults: 20 million steps, 512 MiB). A render past a bound fails with
+ * RP_ERR_INVALID. Call before sharing t between threads. */
+void rp_template_set_limits(rp_template *t, uint64_t max_steps, size_t max_bytes);
 
 /* As rp_template_render, with strftime_now's clock fixed at `now` (seconds since the epoch,
  * formatted in local time): for reproducible output in tests and the CLI's --now. */
