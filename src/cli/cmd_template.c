@@ -7,16 +7,19 @@
  * comes from DIR/chat_template.jinja, else tokenizer_config.json's chat_template (a string,
  * or a list of {name, template}: "tool_use" when the context has tools, else "default", as
  * transformers picks), and bos_token/eos_token from tokenizer_config.json fill the context
- * where it has none. --now SECONDS fixes strftime_now's clock. Template errors: the message
- * on stderr, exit status 1.
+ * where it has none. --now SECONDS fixes strftime_now's clock. --bench N renders N more times
+ * and prints parse and render times on stderr (scripts/bench-template.sh). Template errors: the
+ * message on stderr, exit status 1.
  */
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/file.h"
 #include "base/status.h"
 #include "chat/template.h"
@@ -114,14 +117,52 @@ out:
     return st;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Renders n more times; prints parse time and render time statistics on stderr. */
+static int bench(const rp_template *t, const json_t *ctx, long n, double t_parse, size_t n_out)
+{
+    double *times = rp_alloc((size_t)n * sizeof(double)), total = 0;
+    if (!times) {
+        fprintf(stderr, "rapid template: out of memory\n");
+        return -1;
+    }
+    for (long i = 0; i < n; i++) {
+        char *o = NULL;
+        rp_err err;
+        double t0 = rp_now_s();
+        rp_status st = rp_template_render(t, ctx, &o, NULL, &err);
+        times[i] = rp_now_s() - t0;
+        rp_free(o);
+        if (st) {
+            fprintf(stderr, "rapid template: %s\n", err.msg);
+            rp_free(times);
+            return -1;
+        }
+        total += times[i];
+    }
+    qsort(times, (size_t)n, sizeof(double), cmp_double);
+    fprintf(stderr, "template bench: parse %.1f us; render of %zu bytes over %ld runs: median %.1f us, "
+                    "mean %.1f us, best %.1f us, p99 %.1f us\n",
+            t_parse * 1e6, n_out, n, times[n / 2] * 1e6, total / (double)n * 1e6, times[0] * 1e6,
+            times[(size_t)((double)n * 0.99)] * 1e6);
+    rp_free(times);
+    return 0;
+}
+
 int rp_cmd_template(int argc, char **argv)
 {
-    const char *tpl_path = NULL, *ctx_path = NULL, *model_dir = NULL, *now_s = NULL;
+    const char *tpl_path = NULL, *ctx_path = NULL, *model_dir = NULL, *now_s = NULL, *bench_s = NULL;
     const rp_opt opts[] = {
         {"template", &tpl_path, NULL},
         {"context", &ctx_path, NULL},
         {"model", &model_dir, NULL},
         {"now", &now_s, NULL},
+        {"bench", &bench_s, NULL},
     };
     const char *pos[1];
     int n_pos = 0;
@@ -132,7 +173,11 @@ int rp_cmd_template(int argc, char **argv)
         fprintf(stderr, "rapid template: give exactly one of --template FILE or --model DIR\n");
         return 2;
     }
-    long now = 0;
+    long now = 0, n_bench = 0;
+    if (bench_s && (rp_args_int(bench_s, &n_bench) || n_bench < 1)) {
+        fprintf(stderr, "rapid template: --bench wants a positive count\n");
+        return 2;
+    }
     if (now_s && rp_args_int(now_s, &now)) {
         fprintf(stderr, "rapid template: --now wants whole seconds since the epoch\n");
         return 2;
@@ -164,10 +209,12 @@ int rp_cmd_template(int argc, char **argv)
     }
     if (model_dir)
         n_src = strlen(src);
+    double t0 = rp_now_s();
     if (rp_template_new(src, n_src, &t, &err)) {
         fprintf(stderr, "rapid template: %s\n", err.msg);
         goto out;
     }
+    double t_parse = rp_now_s() - t0;
     size_t n_out = 0;
     st = now_s ? rp_template_render_at(t, ctx, now, &out, &n_out, &err)
                : rp_template_render(t, ctx, &out, &n_out, &err);
@@ -175,6 +222,8 @@ int rp_cmd_template(int argc, char **argv)
         fprintf(stderr, "rapid template: %s\n", err.msg);
         goto out;
     }
+    if (n_bench && bench(t, ctx, n_bench, t_parse, n_out))
+        goto out;
     if (fwrite(out, 1, n_out, stdout) != n_out || fflush(stdout)) {
         fprintf(stderr, "rapid template: cannot write the output\n");
         goto out;

@@ -156,7 +156,10 @@ def run_rapid(rapid, tpath, cpath):
                        capture_output=True, timeout=60, env=dict(os.environ, TZ="UTC"))
     if p.returncode == 0:
         return "ok", p.stdout.decode("utf-8", "surrogateescape")
-    return "error", p.stderr.decode("utf-8", "replace").strip()
+    if p.returncode == 1:
+        return "error", p.stderr.decode("utf-8", "replace").strip()
+    # a crash or a sanitizer report is never "raising like Python"
+    return "crash", f"exit status {p.returncode}: " + p.stderr.decode("utf-8", "replace").strip()[-300:]
 
 
 def first_diff(a, b):
@@ -220,6 +223,8 @@ def main():
                    f"vs rapid {mine[1][max(0, d - 30):d + 50]!r}")
         elif want[0] == "error":
             why = f"python raised ({want[1][:200]}) but rapid rendered"
+        elif mine[0] == "crash":
+            why = f"rapid crashed ({mine[1]})"
         else:
             why = f"rapid raised ({mine[1][:300]}) but python rendered"
         failures.append((tname, cname, why))
