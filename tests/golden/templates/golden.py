@@ -134,6 +134,7 @@ def reference_outputs(cache, cases, contexts):
     env = reference.make_env(NOW)
     results, fresh = {}, {}
     for tname, src, cnames in cases:
+        compiled = None
         for cname in cnames:
             ctx = contexts[cname]
             key = hashlib.sha256((salt + src + json.dumps(ctx, sort_keys=True)).encode()).hexdigest()
@@ -141,7 +142,9 @@ def reference_outputs(cache, cases, contexts):
                 results[(tname, cname)] = tuple(stored[key])
                 fresh[key] = stored[key]
                 continue
-            r = reference.render(env, src, ctx)
+            if compiled is None:
+                compiled = reference.compile(env, src)
+            r = reference.render(env, compiled, ctx)
             results[(tname, cname)] = r
             fresh[key] = list(r)
     tmp = cpath + ".tmp"

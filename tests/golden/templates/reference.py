@@ -50,9 +50,21 @@ def make_env(now):
     return env
 
 
-def render(env, source, context):
-    """Returns ("ok", text) or ("error", message)."""
+def compile(env, source):
+    """Returns the compiled template, or ("error", message) when it does not compile."""
     try:
-        return "ok", env.from_string(source).render(**context)
+        return env.from_string(source)
+    except Exception as e:
+        return ("error", f"{type(e).__name__}: {e}")
+
+
+def render(env, template, context):
+    """template: a source string or compile()'s result. Returns ("ok", text) or ("error", msg)."""
+    if isinstance(template, str):
+        template = compile(env, template)
+    if isinstance(template, tuple):
+        return template
+    try:
+        return "ok", template.render(**context)
     except Exception as e:  # every Jinja2 or Python error counts as "the template raised"
         return "error", f"{type(e).__name__}: {e}"
