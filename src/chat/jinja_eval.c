@@ -830,20 +830,30 @@ static int concat(jrender *r, jv a, jv b, jv *out)
     return 0;
 }
 
+/* Python integers are unbounded; rapid's are 64-bit, so it fails rather than wrap. */
+static int int_overflow(jrender *r)
+{
+    return jr_fail(r, "OverflowError: integer result does not fit in 64 bits");
+}
+
 static int arith(jrender *r, int op, jv a, jv b, jv *out)
 {
     bool ints = a.type != JV_FLOAT && b.type != JV_FLOAT;
     int64_t x = a.u.i, y = b.u.i;
     double fx = jv_num(a), fy = jv_num(b);
+    int64_t res;
     switch (op) {
     case OP_ADD:
-        *out = ints ? jv_int((int64_t)((uint64_t)x + (uint64_t)y)) : jv_float(fx + fy);
-        return 0;
     case OP_SUB:
-        *out = ints ? jv_int((int64_t)((uint64_t)x - (uint64_t)y)) : jv_float(fx - fy);
-        return 0;
     case OP_MUL:
-        *out = ints ? jv_int((int64_t)((uint64_t)x * (uint64_t)y)) : jv_float(fx * fy);
+        if (!ints) {
+            *out = jv_float(op == OP_ADD ? fx + fy : op == OP_SUB ? fx - fy : fx * fy);
+            return 0;
+        }
+        if (op == OP_ADD ? __builtin_add_overflow(x, y, &res)
+            : op == OP_SUB ? __builtin_sub_overflow(x, y, &res) : __builtin_mul_overflow(x, y, &res))
+            return int_overflow(r);
+        *out = jv_int(res);
         return 0;
     case OP_DIV:
         if (fy == 0.0)
@@ -856,7 +866,9 @@ static int arith(jrender *r, int op, jv a, jv b, jv *out)
             if (y == 0)
                 return jr_fail(r, "ZeroDivisionError: integer division or modulo by zero");
             if (y == -1) { /* avoid INT64_MIN / -1 */
-                *out = jv_int(op == OP_FLOORDIV ? (int64_t)(0 - (uint64_t)x) : 0);
+                if (op == OP_FLOORDIV && x == INT64_MIN)
+                    return int_overflow(r);
+                *out = jv_int(op == OP_FLOORDIV ? -x : 0);
                 return 0;
             }
             int64_t q = x / y, m = x % y;
@@ -873,22 +885,21 @@ static int arith(jrender *r, int op, jv a, jv b, jv *out)
             double m = fmod(fx, fy);
             if (m != 0 && ((m < 0) != (fy < 0)))
                 m += fy;
-            *out = jv_float(op == OP_FLOORDIV ? floor((fx - m) / fy + 0.5 * 0) : m);
-            if (op == OP_FLOORDIV)
-                *out = jv_float(floor(fx / fy));
+            *out = jv_float(op == OP_FLOORDIV ? floor(fx / fy) : m);
         }
         return 0;
     case OP_POW:
         if (ints && y >= 0) {
-            int64_t res = 1, base = x;
-            for (int64_t e = y; e > 0 && res != 0; e--) {
-                res = (int64_t)((uint64_t)res * (uint64_t)base);
-                if (e > 4096 && (base == 0 || base == 1 || base == -1))
-                    break;
-                if (e > 4096)
-                    return jr_fail(r, "OverflowError: integer power too large");
-            }
-            *out = jv_int(res);
+            int64_t acc = 1;
+            if (x == 0 || x == 1)
+                acc = (y == 0 || x == 1) ? 1 : 0;
+            else if (x == -1)
+                acc = (y % 2) ? -1 : 1;
+            else
+                for (int64_t e = 0; e < y; e++)
+                    if (__builtin_mul_overflow(acc, x, &acc))
+                        return int_overflow(r);
+            *out = jv_int(acc);
             return 0;
         }
         if (fx == 0.0 && fy < 0)
@@ -1239,7 +1250,11 @@ static int eval_node(jrender *r, const jnode *n, jv *out)
         if (n->op == '+')
             *out = a.type == JV_BOOL ? jv_int(a.u.i) : a;
         else
-            *out = a.type == JV_FLOAT ? jv_float(-a.u.f) : jv_int((int64_t)(0 - (uint64_t)a.u.i));
+        {
+            if (a.type != JV_FLOAT && a.u.i == INT64_MIN)
+                return int_overflow(r);
+            *out = a.type == JV_FLOAT ? jv_float(-a.u.f) : jv_int(-a.u.i);
+        }
         return 0;
     }
     case N_NOT: {

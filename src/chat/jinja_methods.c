@@ -367,6 +367,14 @@ typedef struct fspec {
     int width, prec;
 } fspec;
 
+enum { MAX_FIELD = 1 << 20 }; /* widths and precisions beyond this fail (MemoryError) */
+
+/* Accumulates a decimal digit, saturating above MAX_FIELD. */
+static int digit_acc(int v, char d)
+{
+    return v > MAX_FIELD ? v : v * 10 + (d - '0');
+}
+
 static const char *parse_spec(const char *p, const char *e, fspec *f)
 {
     *f = (fspec){.fill = ' '};
@@ -386,14 +394,14 @@ static const char *parse_spec(const char *p, const char *e, fspec *f)
         p++;
     }
     while (p < e && isdigit((unsigned char)*p))
-        f->width = f->width * 10 + (*p++ - '0');
+        f->width = digit_acc(f->width, *p++);
     if (p < e && (*p == ',' || *p == '_'))
         p++;
     if (p < e && *p == '.') {
         p++;
         f->has_prec = true;
         while (p < e && isdigit((unsigned char)*p))
-            f->prec = f->prec * 10 + (*p++ - '0');
+            f->prec = digit_acc(f->prec, *p++);
     }
     if (p < e)
         f->type = *p++;
@@ -406,6 +414,8 @@ static int format_value(jrender *r, rp_buf *b, jv v, const fspec *f, bool percen
     rp_buf tmp = {0};
     int rc = 0;
     char t = f->type;
+    if (f->width > MAX_FIELD || f->prec > 1000)
+        return jr_fail(r, "MemoryError: format width or precision too large");
     bool numeric = false;
     if (t == 'd' || t == 'i' || t == 'x' || t == 'X' || t == 'o' || t == 'b' || t == 'u') {
         if (!jv_is_num(v)) {
@@ -678,12 +688,12 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
             s++;
         }
         while (s < e && isdigit((unsigned char)*s))
-            f.width = f.width * 10 + (*s++ - '0');
+            f.width = digit_acc(f.width, *s++);
         if (s < e && *s == '.') {
             s++;
             f.has_prec = true;
             while (s < e && isdigit((unsigned char)*s))
-                f.prec = f.prec * 10 + (*s++ - '0');
+                f.prec = digit_acc(f.prec, *s++);
         }
         if (s >= e) {
             rc = jr_fail(r, "ValueError: incomplete format");
