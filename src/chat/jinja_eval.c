@@ -55,6 +55,15 @@ int jr_fail(jrender *r, const char *fmt, ...)
     return -1;
 }
 
+int jr_charge(jrender *r, uint64_t n)
+{
+    r->steps += n / 8;
+    if (r->steps > r->max_steps)
+        return jr_fail(r, "TemplateRuntimeError: the template ran for more than %llu steps",
+                       (unsigned long long)r->max_steps);
+    return 0;
+}
+
 int jr_nomem(jrender *r)
 {
     rp_err_set(r->err, RP_ERR_NOMEM, "out of memory rendering the template");
@@ -651,6 +660,8 @@ int jr_getitem(jrender *r, jv obj, jv key, jv *out)
     size_t idx;
     switch (obj.type) {
     case JV_DICT: {
+        if (jr_charge(r, obj.u.d->n))
+            return -1;
         jv *v = jv_dict_get(obj.u.d, key);
         if (v) {
             *out = *v;
@@ -790,6 +801,8 @@ static int repeat(jrender *r, jv seq, int64_t times, jv *out)
     if (times < 0)
         times = 0;
     if (seq.type == JV_STR) {
+        if (seq.n && (uint64_t)times > r->out_limit / seq.n)
+            return jr_fail(r, "MemoryError: string repetition too large");
         uint64_t total = (uint64_t)seq.n * (uint64_t)times;
         if (total > r->out_limit)
             return jr_fail(r, "MemoryError: string repetition too large");
@@ -801,6 +814,8 @@ static int repeat(jrender *r, jv seq, int64_t times, jv *out)
         *out = jv_str(p, (size_t)total);
         return 0;
     }
+    if (seq.u.l->n && (uint64_t)times > 1000000 / seq.u.l->n)
+        return jr_fail(r, "MemoryError: list repetition too large");
     uint64_t total = (uint64_t)seq.u.l->n * (uint64_t)times;
     if (total > 1000000)
         return jr_fail(r, "MemoryError: list repetition too large");
@@ -973,10 +988,14 @@ static int contains(jrender *r, jv item, jv container, bool *out)
         return 0;
     case JV_LIST:
         *out = false;
+        if (jr_charge(r, container.u.l->n))
+            return -1;
         for (size_t i = 0; i < container.u.l->n && !*out; i++)
             *out = jv_equal(container.u.l->items[i], item);
         return 0;
     case JV_DICT:
+        if (jr_charge(r, container.u.d->n))
+            return -1;
         *out = jv_dict_get(container.u.d, item) != NULL;
         return 0;
     case JV_UNDEF:

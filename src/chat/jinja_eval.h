@@ -72,6 +72,8 @@ typedef struct jmethod {
 
 /* Records a template error (RP_ERR_INVALID) and returns -1. */
 int jr_fail(jrender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Counts n units of work against the step bound (linear scans inside one operation). */
+int jr_charge(jrender *r, uint64_t n);
 /* Records NOMEM and returns -1. */
 int jr_nomem(jrender *r);
 /* Raises the UndefinedError an undefined value carries. */

@@ -328,6 +328,10 @@ static int f_join(jrender *r, jv v, const jargs *args, jv *out)
             rp_buf_deinit(&b);
             return jr_nomem(r);
         }
+        if (b.len > r->out_limit) {
+            rp_buf_deinit(&b);
+            return jr_fail(r, "MemoryError: joined string too large");
+        }
     }
     int rc = jv_str_dup(r->a, b.data ? b.data : "", b.len, out);
     rp_buf_deinit(&b);
@@ -497,6 +501,8 @@ static int f_unique(jrender *r, jv v, const jargs *args, jv *out)
         if ((present & 2) && a[1].type != JV_NONE && get_path(r, k, a[1], &k))
             return -1;
         k = lower_key(r, k, cs);
+        if (jr_charge(r, seen.u.l->n))
+            return -1;
         bool dup = false;
         for (size_t j = 0; j < seen.u.l->n && !dup; j++)
             dup = jv_equal(seen.u.l->items[j], k);
@@ -804,6 +810,8 @@ static int f_batch(jrender *r, jv v, const jargs *args, jv *out)
     size_t n = (size_t)a[0].u.i;
     for (size_t i = 0; i < l->n; i += n) {
         jv chunk;
+        if (n > l->n + 1000000)
+            return jr_fail(r, "MemoryError: batch size too large");
         if (new_list(r, n, &chunk))
             return -1;
         for (size_t k = 0; k < n; k++) {

@@ -189,6 +189,10 @@ int rp_jinja_str_replace(jrender *r, jv s, jv old, jv new_, int64_t count, jv *o
     int rc = 0;
     if (old.n == 0) { /* Python inserts new_ between every character (and at both ends) */
         while (rc == 0 && (count < 0 || done < count)) {
+            if (b.len > r->out_limit) {
+                rc = -2;
+                break;
+            }
             rc = rp_buf_append(&b, new_.u.s, new_.n);
             done++;
             if (i >= s.n)
@@ -204,6 +208,10 @@ int rp_jinja_str_replace(jrender *r, jv s, jv old, jv new_, int64_t count, jv *o
             rc = rp_buf_append(&b, s.u.s + i, s.n - i);
     } else {
         while (rc == 0 && i <= s.n) {
+            if (b.len > r->out_limit) {
+                rc = -2;
+                break;
+            }
             const char *hit = (count < 0 || done < count) && s.n - i >= old.n
                                   ? memmem(s.u.s + i, s.n - i, old.u.s, old.n) : NULL;
             if (!hit) {
@@ -624,6 +632,8 @@ int rp_jinja_str_format(jrender *r, jv fmt, const jargs *args, jv *out)
         }
         if (rc == 0)
             rc = format_value(r, &b, v, &spec, false);
+        if (rc == 0 && b.len > r->out_limit)
+            rc = jr_fail(r, "MemoryError: formatted string too large");
     }
     if (rc) {
         rp_buf_deinit(&b);
@@ -705,6 +715,8 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
         if (f.alt)
             f.zero = false;
         rc = format_value(r, &b, v, &f, true);
+        if (rc == 0 && b.len > r->out_limit)
+            rc = jr_fail(r, "MemoryError: formatted string too large");
     }
     if (rc == 0 && argv.type != JV_DICT && next < n_items)
         rc = jr_fail(r, "TypeError: not all arguments converted during string formatting");
@@ -932,6 +944,10 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
                 rp_buf_append(&b, items->items[i].u.s, items->items[i].n)) {
                 rp_buf_deinit(&b);
                 return jr_nomem(r);
+            }
+            if (b.len > r->out_limit) {
+                rp_buf_deinit(&b);
+                return jr_fail(r, "MemoryError: joined string too large");
             }
         }
         return buf_to_str(r, &b, out);

@@ -26,6 +26,8 @@ int jv_str_dup(rp_arena *a, const char *s, size_t n, jv *out)
 
 int jv_list_new(rp_arena *a, size_t cap, jv *out)
 {
+    if (cap > ((size_t)1 << 28)) /* also keeps sizeof(jv) * cap from overflowing */
+        return -1;
     jv_list *l = RP_ARENA_NEW(a, jv_list, 1);
     if (!l)
         return -1;
@@ -41,6 +43,8 @@ int jv_list_new(rp_arena *a, size_t cap, jv *out)
 
 int jv_dict_new(rp_arena *a, size_t cap, jv *out)
 {
+    if (cap > ((size_t)1 << 28))
+        return -1;
     jv_dict *d = RP_ARENA_NEW(a, jv_dict, 1);
     if (!d)
         return -1;
