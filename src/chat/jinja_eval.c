@@ -345,6 +345,8 @@ static int call_macro(jrender *r, const jmacro *m, const jargs *args, jv *out)
         if (i < np) {
             if (scope_set(r, s, def->items.v[i]->name, def->items.v[i]->name_len, args->pos[i]))
                 return -1;
+        } else if (!(def->op & MACRO_VARARGS)) {
+            return jr_fail(r, "TypeError: macro '%s' takes not more than %zu argument(s)", mname, np);
         } else if (jv_list_push(r->a, varargs.u.l, args->pos[i])) {
             return jr_nomem(r);
         }
@@ -364,8 +366,12 @@ static int call_macro(jrender *r, const jmacro *m, const jargs *args, jv *out)
                                args->kw_names[k]);
             if (scope_set(r, s, def->items.v[i]->name, def->items.v[i]->name_len, args->kw[k]))
                 return -1;
-        } else if (strcmp(args->kw_names[k], "caller") == 0) {
+        } else if (strcmp(args->kw_names[k], "caller") == 0 && (def->op & MACRO_CALLER)) {
             caller = args->kw[k];
+        } else if (!(def->op & MACRO_KWARGS)) {
+            if (strcmp(args->kw_names[k], "caller") == 0)
+                return jr_fail(r, "TypeError: macro '%s' was invoked with two values for the special caller argument", mname);
+            return jr_fail(r, "TypeError: macro '%s' takes no keyword argument '%s'", mname, args->kw_names[k]);
         } else if (jv_dict_set(r->a, kwargs.u.d, jv_str(args->kw_names[k], strlen(args->kw_names[k])),
                                args->kw[k])) {
             return jr_nomem(r);
@@ -403,8 +409,8 @@ static int call_macro(jrender *r, const jmacro *m, const jargs *args, jv *out)
     int rc = scope_set(r, s, "varargs", 7, varargs);
     if (!rc)
         rc = scope_set(r, s, "kwargs", 6, kwargs);
-    if (!rc && caller.type == JV_MACRO)
-        rc = scope_set(r, s, "caller", 6, caller);
+    if (!rc && (def->op & MACRO_CALLER)) /* a macro reading caller has its own, maybe undefined */
+        rc = scope_set(r, s, "caller", 6, caller.type == JV_MACRO ? caller : jv_undef("No caller defined"));
     if (!rc) {
         r->depth++;
         rc = render_to_string(r, &def->body, out);
@@ -613,6 +619,16 @@ int jr_getattr(jrender *r, jv obj, const char *name, size_t len, jv *out)
     }
     if (obj.type == JV_LOOP)
         return loop_attr(r, (jloop *)obj.u.p, name, len, out);
+    if (obj.type == JV_LIST && (obj.flags & JV_F_GROUP) && obj.u.l->n == 2) {
+        if (len == 7 && memcmp(name, "grouper", 7) == 0) {
+            *out = obj.u.l->items[0];
+            return 0;
+        }
+        if (len == 4 && memcmp(name, "list", 4) == 0) {
+            *out = obj.u.l->items[1];
+            return 0;
+        }
+    }
     if (obj.type == JV_NS) {
         jv *v = jv_dict_get_str(obj.u.d, name, len);
         *out = v ? *v : jr_missing_attr(r, obj, name, len);
@@ -1478,9 +1494,30 @@ static int exec_call_block(jrender *r, const jnode *n)
         return -1;
     if (fn.type == JV_MACRO) {
         jmacro m = *(const jmacro *)fn.u.p;
-        m.caller = caller;
-        if (call_macro(r, &m, &ea.a, &res))
-            return -1;
+        if (!(m.def->op & MACRO_CALLER) && !(m.def->op & MACRO_KWARGS))
+            return jr_fail(r, "TypeError: macro '%s' was invoked with two values for the special caller argument",
+                           m.def->kind == N_MACRO ? m.def->name : "caller");
+        if (m.def->op & MACRO_CALLER) {
+            m.caller = caller;
+            if (call_macro(r, &m, &ea.a, &res))
+                return -1;
+        } else { /* the caller lands in kwargs */
+            size_t nk = ea.a.n_kw + 1;
+            const char **names = RP_ARENA_NEW(r->a, const char *, nk);
+            jv *kw = RP_ARENA_NEW(r->a, jv, nk);
+            if (!names || !kw)
+                return jr_nomem(r);
+            jv_copy(names, ea.a.kw_names, ea.a.n_kw * sizeof(char *));
+            jv_copy(kw, ea.a.kw, ea.a.n_kw * sizeof(jv));
+            names[nk - 1] = "caller";
+            kw[nk - 1] = caller;
+            jargs a2 = ea.a;
+            a2.kw_names = names;
+            a2.kw = kw;
+            a2.n_kw = nk;
+            if (call_macro(r, &m, &a2, &res))
+                return -1;
+        }
     } else {
         /* a non-macro callee gets caller as a keyword argument */
         size_t nk = ea.a.n_kw + 1;

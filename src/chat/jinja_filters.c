@@ -1052,6 +1052,83 @@ static int f_map(jrender *r, jv v, const jargs *args, jv *out)
     return 0;
 }
 
+static int f_groupby(jrender *r, jv v, const jargs *args, jv *out)
+{
+    BIND("groupby", "attribute", "default", "case_sensitive");
+    jv_list *l;
+    if (list_of(r, v, &l))
+        return -1;
+    bool cs = (present & 4) && jv_truthy(a[2]);
+    kv *items = RP_ARENA_NEW(r->a, kv, l->n ? l->n : 1);
+    if (!items)
+        return jr_nomem(r);
+    for (size_t i = 0; i < l->n; i++) {
+        jv k;
+        if (get_path(r, l->items[i], a[0], &k))
+            return -1;
+        if (k.type == JV_UNDEF && (present & 2))
+            k = a[1];
+        items[i].key = lower_key(r, k, cs);
+        items[i].val = l->items[i];
+    }
+    if (sort_kv(r, items, l->n, false) || new_list(r, 0, out))
+        return -1;
+    for (size_t i = 0; i < l->n;) {
+        size_t j = i;
+        jv group, pair;
+        if (new_list(r, 0, &group) || new_list(r, 2, &pair))
+            return -1;
+        while (j < l->n && jv_equal(items[j].key, items[i].key))
+            if (jv_list_push(r->a, group.u.l, items[j++].val))
+                return jr_nomem(r);
+        jv key = items[i].key;
+        if (!cs && get_path(r, items[i].val, a[0], &key)) /* the real key, not the lowered one */
+            return -1;
+        if (!cs && key.type == JV_UNDEF && (present & 2))
+            key = a[1];
+        pair.u.l->items[0] = key;
+        pair.u.l->items[1] = group;
+        pair.u.l->n = 2;
+        pair.flags = JV_F_TUPLE | JV_F_GROUP;
+        if (jv_list_push(r->a, out->u.l, pair))
+            return jr_nomem(r);
+        i = j;
+    }
+    return 0;
+}
+
+static int f_slice(jrender *r, jv v, const jargs *args, jv *out)
+{
+    BIND("slice", "slices", "fill_with");
+    if (a[0].type != JV_INT || a[0].u.i <= 0)
+        return jr_fail(r, "ValueError: slices must be a positive integer");
+    jv_list *l;
+    if (list_of(r, v, &l) || new_list(r, 0, out))
+        return -1;
+    size_t slices = (size_t)a[0].u.i, length = l->n;
+    if (slices > length + 1000000)
+        return jr_fail(r, "MemoryError: too many slices");
+    size_t per = length / slices, extra = length % slices, offset = 0;
+    for (size_t k = 0; k < slices; k++) {
+        size_t start = offset + k * per;
+        if (k < extra)
+            offset++;
+        size_t end = offset + (k + 1) * per;
+        jv part;
+        if (new_list(r, 0, &part))
+            return -1;
+        for (size_t i = start; i < end && i < length; i++)
+            if (jv_list_push(r->a, part.u.l, l->items[i]))
+                return jr_nomem(r);
+        if ((present & 2) && a[1].type != JV_NONE && k >= extra && jv_list_push(r->a, part.u.l, a[1]))
+            return jr_nomem(r);
+        if (jv_list_push(r->a, out->u.l, part))
+            return jr_nomem(r);
+    }
+    out->flags = JV_F_GEN;
+    return 0;
+}
+
 static int f_pprint(jrender *r, jv v, const jargs *args, jv *out)
 {
     rp_buf b = {0};
@@ -1071,12 +1148,14 @@ static const struct {
     {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize},
     {"center", f_center}, {"count", f_length}, {"d", f_default}, {"default", f_default},
     {"dictsort", f_dictsort}, {"e", f_escape}, {"escape", f_escape}, {"first", f_first},
-    {"float", f_float}, {"forceescape", f_escape}, {"format", f_format}, {"indent", f_indent},
+    {"float", f_float}, {"forceescape", f_escape}, {"format", f_format}, {"groupby", f_groupby},
+    {"indent", f_indent},
     {"int", f_int}, {"items", f_items}, {"join", f_join}, {"last", f_last}, {"length", f_length},
     {"list", f_list}, {"lower", f_lower}, {"map", f_map}, {"max", f_max}, {"min", f_min},
     {"pprint", f_pprint}, {"reject", f_reject}, {"rejectattr", f_rejectattr},
     {"replace", f_replace}, {"reverse", f_reverse}, {"round", f_round}, {"safe", f_safe},
-    {"select", f_select}, {"selectattr", f_selectattr}, {"sort", f_sort}, {"string", f_string},
+    {"select", f_select}, {"selectattr", f_selectattr}, {"slice", f_slice}, {"sort", f_sort},
+    {"string", f_string},
     {"sum", f_sum}, {"title", f_title}, {"tojson", f_tojson}, {"trim", f_trim},
     {"truncate", f_truncate}, {"unique", f_unique}, {"upper", f_upper}, {"wordcount", f_wordcount},
 };

@@ -879,6 +879,37 @@ static jnode *parse_set(parser *p)
     return n;
 }
 
+/* Which of varargs, kwargs and caller a macro body reads (Jinja2's find_undeclared): a macro
+ * accepts extra positional or keyword arguments, or a caller, only when it reads them. */
+static int special_names(const jnode *n)
+{
+    if (!n)
+        return 0;
+    int f = 0;
+    if (n->kind == N_NAME) {
+        if (strcmp(n->name, "varargs") == 0)
+            f |= MACRO_VARARGS;
+        else if (strcmp(n->name, "kwargs") == 0)
+            f |= MACRO_KWARGS;
+        else if (strcmp(n->name, "caller") == 0)
+            f |= MACRO_CALLER;
+    }
+    f |= special_names(n->a) | special_names(n->b) | special_names(n->c);
+    const jnodes *lists[4] = {&n->items, &n->kw, &n->body, &n->orelse};
+    for (int k = 0; k < 4; k++)
+        for (size_t i = 0; i < lists[k]->n; i++)
+            f |= special_names(lists[k]->v[i]);
+    return f;
+}
+
+static int body_special_names(const jnodes *body)
+{
+    int f = 0;
+    for (size_t i = 0; i < body->n; i++)
+        f |= special_names(body->v[i]);
+    return f;
+}
+
 /* (a, b=default, ...) of a macro or call block. */
 static bool parse_signature(parser *p, jnode *n)
 {
@@ -925,6 +956,7 @@ static jnode *parse_macro(parser *p)
     static const char *const ends[] = {"endmacro"};
     if (!parse_signature(p, n) || !expect_block_end(p) || !subparse(p, &n->body, ends, 1))
         return NULL;
+    n->op = body_special_names(&n->body);
     next(p);
     if (cur(p)->kind == JT_NAME) /* {% endmacro name %} */
         next(p);
@@ -946,6 +978,7 @@ static jnode *parse_call_block(parser *p)
     static const char *const ends[] = {"endcall"};
     if (!expect_block_end(p) || !subparse(p, &n->body, ends, 1))
         return NULL;
+    n->op = body_special_names(&n->body);
     next(p);
     return n;
 }

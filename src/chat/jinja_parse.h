@@ -48,8 +48,8 @@ typedef enum jnode_kind {
     N_FOR,      /* for a in b if c: body else orelse; op = 1 when recursive */
     N_SET,      /* a = b */
     N_SETBLOCK, /* a = body rendered, then filter chain c (N_FILTER nodes with a = inner) */
-    N_MACRO,    /* name(items: N_PARAM) body */
-    N_CALLBLOCK,/* a: the N_CALL; items: N_PARAM of caller; body */
+    N_MACRO,    /* name(items: N_PARAM) body; op: the MACRO_* names the body reads */
+    N_CALLBLOCK,/* a: the N_CALL; items: N_PARAM of caller; body; op as N_MACRO */
     N_FILTERBLOCK, /* c: filter chain; body */
     N_WITH,     /* items: N_SET nodes; body */
     N_BREAK,
@@ -62,6 +62,8 @@ typedef enum jinja_op {
     OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CONCAT,
     OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOTIN,
 } jinja_op;
+
+enum { MACRO_VARARGS = 1, MACRO_KWARGS = 2, MACRO_CALLER = 4 };
 
 typedef struct jnode jnode;
 

@@ -47,6 +47,7 @@ enum {
     JV_F_SAFE = 4,   /* JV_STR marked safe (markupsafe.Markup): "+" escapes plain operands */
     JV_F_GEN = 8,    /* JV_LIST that Python holds as a lazy iterator (map, select, ...): always
                       * true, no len(), not JSON serializable, not subscriptable */
+    JV_F_GROUP = 16, /* a (grouper, list) tuple from groupby: .grouper and .list attributes */
 };
 
 typedef struct jv_list jv_list;
