@@ -110,6 +110,8 @@ def load_contexts():
             continue
         merged = dict(defaults)
         merged.update(c)
+        for key in merged.pop("_omit", []):  # e.g. no date_string: strftime_now runs
+            merged.pop(key, None)
         ctxs.append((name, merged))
     return ctxs, raw["_snippet_context"]
 
