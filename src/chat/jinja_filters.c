@@ -1225,6 +1225,7 @@ static int case_test(jrender *r, jv v, bool upper, bool *out)
     return 0;
 }
 
+/* The tests of jinja2/tests.py, one branch each (a flat dispatch over the test name). */
 int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *out, bool *found)
 {
     *found = true;

@@ -194,7 +194,8 @@ static int put_utf8(rp_buf *b, uint32_t cp)
     return rp_buf_append(b, u, n);
 }
 
-/* Decodes a string literal body with Python's unicode-escape rules. */
+/* Decodes a string literal body with Python's unicode-escape rules: one switch over the
+ * escape letter (\n \t \xHH \uHHHH \UHHHHHHHH octal, unknown escapes kept verbatim). */
 static int lex_string(lexer *lx, char q)
 {
     size_t p = lx->pos + 1;

@@ -242,6 +242,8 @@ static int push_str(jrender *r, jv list, const char *s, size_t n)
     return jv_list_push(r->a, list.u.l, jv_str(s, n)) ? jr_nomem(r) : 0;
 }
 
+/* str.split / str.rsplit: whitespace mode (runs of Unicode whitespace, remainder kept as is
+ * after maxsplit) and separator mode, left or right; the four cases share the result list. */
 static int split(jrender *r, jv s, jv sep, int64_t maxsplit, bool right, jv *out)
 {
     if (jv_list_new(r->a, 0, out))
@@ -416,7 +418,8 @@ static const char *parse_spec(const char *p, const char *e, fspec *f)
     return p;
 }
 
-/* Formats one value with a spec (the subset of format() templates use). */
+/* Formats one value with a spec (the subset of format() and % that templates use): integer
+ * (d x X o), float (f e g %), repr (r) and str (s) conversions, then fill/align/width padding. */
 static int format_value(jrender *r, rp_buf *b, jv v, const fspec *f, bool percent)
 {
     rp_buf tmp = {0};
@@ -518,6 +521,8 @@ static int format_value(jrender *r, rp_buf *b, jv v, const fspec *f, bool percen
     return rc ? jr_nomem(r) : 0;
 }
 
+/* str.format: scans the format string for {field[.attr][[key]][!conv][:spec]}, resolving
+ * automatic, numbered and named fields; {{ and }} are literal braces. */
 int rp_jinja_str_format(jrender *r, jv fmt, const jargs *args, jv *out)
 {
     rp_buf b = {0};
@@ -642,6 +647,8 @@ int rp_jinja_str_format(jrender *r, jv fmt, const jargs *args, jv *out)
     return buf_to_str(r, &b, out);
 }
 
+/* str % args (printf-style): %[(key)][flags][width][.prec]type over a tuple, one value or a
+ * mapping; too few or too many arguments fail as in Python. */
 int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
 {
     rp_buf b = {0};
@@ -814,6 +821,8 @@ static int justify(jrender *r, jv s, jv width, jv fill, char align, jv *out)
     return buf_to_str(r, &b, out);
 }
 
+/* Python str methods, one branch per method name (a flat dispatch; each branch binds its
+ * arguments by Python's parameter names and follows the CPython behaviour). */
 static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *out)
 {
     jv a[3];
