@@ -496,6 +496,16 @@ int jr_iter_list(jrender *r, jv v, jv_list **out)
     jv l;
     switch (v.type) {
     case JV_LIST:
+        if (v.flags & JV_F_GEN) { /* iterating a Python iterator consumes it */
+            jv_list *g = v.u.l;
+            if (jv_list_new(r->a, g->n - g->pos, &l))
+                return jr_nomem(r);
+            jv_copy(l.u.l->items, g->items + g->pos, (g->n - g->pos) * sizeof(jv));
+            l.u.l->n = g->n - g->pos;
+            g->pos = g->n;
+            *out = l.u.l;
+            return 0;
+        }
         *out = v.u.l;
         return 0;
     case JV_UNDEF:
@@ -1005,13 +1015,19 @@ static int contains(jrender *r, jv item, jv container, bool *out)
                            jv_type_name(item));
         *out = item.n == 0 || (container.n >= item.n && memmem(container.u.s, container.n, item.u.s, item.n));
         return 0;
-    case JV_LIST:
+    case JV_LIST: {
         *out = false;
         if (jr_charge(r, container.u.l->n))
             return -1;
-        for (size_t i = 0; i < container.u.l->n && !*out; i++)
-            *out = jv_equal(container.u.l->items[i], item);
+        jv_list *l = container.u.l;
+        bool gen = container.flags & JV_F_GEN;
+        size_t i = gen ? l->pos : 0;
+        for (; i < l->n && !*out; i++)
+            *out = jv_equal(l->items[i], item);
+        if (gen) /* "in" consumes an iterator up to the match */
+            l->pos = i;
         return 0;
+    }
     case JV_DICT:
         if (jr_charge(r, container.u.d->n))
             return -1;

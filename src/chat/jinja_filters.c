@@ -342,6 +342,11 @@ static int f_first(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "first", args))
         return -1;
+    if (v.type == JV_LIST && (v.flags & JV_F_GEN)) { /* next(iter(gen)) takes one item */
+        jv_list *g = v.u.l;
+        *out = g->pos < g->n ? g->items[g->pos++] : jv_undef("No first item, sequence was empty.");
+        return 0;
+    }
     jv_list *items;
     if (list_of(r, v, &items))
         return -1;

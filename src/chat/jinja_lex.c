@@ -248,6 +248,9 @@ static int lex_string(lexer *lx, char q)
             rc = put_utf8(&b, cp);
             break;
         }
+        case 'N':
+            rp_buf_deinit(&b);
+            return lex_fail(lx, "\\N{name} escapes are not supported");
         default:
             if (e >= '0' && e <= '7') {
                 uint32_t cp = (uint32_t)(e - '0');

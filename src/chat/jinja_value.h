@@ -70,6 +70,7 @@ typedef struct jv {
 struct jv_list {
     jv *items;
     size_t n, cap;
+    size_t pos; /* JV_F_GEN: items before pos were consumed (a Python iterator runs once) */
 };
 
 struct jv_dict {
