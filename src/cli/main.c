@@ -29,6 +29,8 @@ static const rp_cmd g_commands[] = {
      "            [--concurrency N] [--runs N] [--json]\n"
      "  Against a running server (default http://127.0.0.1:8000): TTFT, prefill and decode\n"
      "  tok/s per run, and the aggregate of N concurrent streams."},
+    {"template", rp_cmd_template, "render a chat template against a JSON context",
+     "rapid template (--template FILE.jinja | --model DIR) [--context CTX.json] [--now SECONDS]"},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
     {"models", rp_cmd_models, "list catalog models and aliases (downloaded, size, memory)",
