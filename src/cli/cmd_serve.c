@@ -11,10 +11,11 @@
 #include <string.h>
 
 #include "api/pipeline.h"
-#include "api/standin/standin.h"
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/file.h"
 #include "cli/args.h"
+#include "cli/catalog.h"
 #include "cli/commands.h"
 #include "cli/paths.h"
 #include "engine/engine.h"
@@ -70,24 +71,24 @@ static rp_status load(const char *dir, const rp_server_config *cfg, serving *sv,
     return st;
 }
 
-static int refuse_standins(void)
+/* MODEL as typed: a model directory, else a catalog alias, user alias or org/name (pulled
+ * when RAPID_AUTO_PULL=1 or confirmed on a terminal, see cli/catalog.h). */
+static rp_status resolve_model(const char *name, char **dir, rp_err *err)
 {
-    const char *names = rp_standin_names();
-    const char *allow = getenv("RAPID_ALLOW_STANDINS");
-    if (!names[0])
-        return 0;
-    if (allow && !strcmp(allow, "1")) {
-        RP_WARN("serving with stand-ins for layers not built yet (%s): the text is not a "
-                "model's (src/api/standin/standin.h)",
-                names);
-        return 0;
+    if (rp_path_is_dir(name)) {
+        *dir = rp_strdup(name);
+        return *dir ? RP_OK : rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }
-    fprintf(stderr,
-            "rapid serve: this build does not have these layers yet: %s.\n"
-            "             Set RAPID_ALLOW_STANDINS=1 to serve their stand-ins (for testing the "
-            "server only).\n",
-            names);
-    return 1;
+    rp_catalog *cat = NULL;
+    rp_status st = rp_catalog_load(&cat, err);
+    if (st != RP_OK)
+        return rp_err_set(err, RP_ERR_NOT_FOUND,
+                          "'%s' is not a model directory, and there is no model catalog to look "
+                          "it up in",
+                          name);
+    st = rp_catalog_ensure(cat, name, 0, dir, err);
+    rp_catalog_free(cat);
+    return st;
 }
 
 int rp_cmd_serve(int argc, char **argv)
@@ -115,17 +116,21 @@ int rp_cmd_serve(int argc, char **argv)
         return 2;
     }
     rp_log_set_level((rp_log_level)cfg.log_level);
-    char *default_dir = n_pos ? NULL : rp_default_model_dir();
-    const char *dir = n_pos ? pos[0] : default_dir;
-    if (!dir) {
-        fprintf(stderr, "rapid serve: no MODEL given and no embedded default model in this "
-                        "build; run 'rapid serve /path/to/model-dir'\n");
-        return 2;
-    }
-    if (refuse_standins()) {
-        rp_free(default_dir);
+    char *default_dir = NULL;
+    if (!n_pos) {
+        default_dir = rp_default_model_dir();
+        if (!default_dir) {
+            fprintf(stderr, "rapid serve: no MODEL given and no embedded default model in this "
+                            "build; run 'rapid serve /path/to/model-dir'\n");
+            return 2;
+        }
+    } else if (resolve_model(pos[0], &default_dir, &err) != RP_OK) {
+        fprintf(stderr, "rapid serve: %s\n", err.msg);
         return 1;
     }
+    const char *dir = default_dir;
+    if (n_pos && !rp_path_is_dir(pos[0]) && !cfg.served_name)
+        cfg.served_name = pos[0]; /* an alias or org/name: serve it under what was typed */
     /* Signals go to sigwait below: block them before any thread starts. */
     sigset_t set;
     sigemptyset(&set);

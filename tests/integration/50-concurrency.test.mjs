@@ -71,16 +71,17 @@ test('a mid-stream disconnect cancels its generation at once; the next request i
 });
 
 test('SSE keep-alive comments while a stream waits for its first token', async (t) => {
-  const srv = await startServer([], { RAPID_SSE_KEEPALIVE_MS: '20' });
+  const srv = await startServer([], { RAPID_SSE_KEEPALIVE_MS: '10' });
   t.after(() => srv.stop());
-  const long = post(srv, '/v1/chat/completions', { messages, max_tokens: 450, temperature: 0 });
-  await new Promise((r) => setTimeout(r, 50));
+  // fill every engine slot (8) so the stream below waits in the queue
+  const long = Array.from({ length: 8 }, (_, i) => post(srv, '/v1/chat/completions', { messages, max_tokens: 80, seed: i }));
+  await new Promise((r) => setTimeout(r, 100));
   const res = await fetch(`${srv.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ messages, max_tokens: 3, stream: true }),
   });
   const text = await res.text();
-  await long;
+  for (const r of await Promise.all(long)) assert.equal(r.status, 200);
   assert.match(text, /^: keep-alive$/m, 'the waiting stream got keep-alive comments');
   assert.match(text, /data: \[DONE\]/);
   assert.equal((await srv.stop()).code, 0, srv.log);

@@ -35,7 +35,7 @@ export function tinyModel() {
 export async function startServer(args = [], env = {}, { wait = true } = {}) {
   const model = tinyModel();
   const proc = spawn(rapid, ['serve', model, '--port', '0', ...args], {
-    env: { ...process.env, RAPID_ALLOW_STANDINS: '1', ...env },
+    env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let log = '';
