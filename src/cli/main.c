@@ -69,6 +69,16 @@ static const rp_cmd g_commands[] = {
      "            [--cors-origins LIST] [--log-level L] [--served-model-name NAME]\n"
      "            [--threads N] [--max-queue N]\n"
      "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
+    {"parse", rp_cmd_parse, "raw model output -> assistant message (tool calls, reasoning)",
+     "rapid parse [--tool-call-parser NAME] [--reasoning-parser NAME] [--tools TOOLS.json]\n"
+     "            [--chunk N] [--think-opened] [--stable-ids] --text-file F\n"
+     "tool-call parsers: hermes granite4 qwen3_coder qwen3_xml seed_oss llama3_json pythonic\n"
+     "  llama4_pythonic lfm2 mistral deepseek_v3 deepseek_v31 kimi_k2 glm45 glm47 openai granite\n"
+     "  phi4_mini_json minimax_m2 xlam jamba internlm hunyuan_a13b cohere_command3 gemma4\n"
+     "reasoning parsers: qwen3 deepseek_r1 deepseek_v3 glm45 kimi_k2 minimax_m2 hunyuan_a13b\n"
+     "  mistral seed_oss granite gemma4 cohere_command3 openai_gptoss\n"
+     "--chunk N feeds N characters at a time through the streaming path; --think-opened: the\n"
+     "prompt ended inside an open think block; --stable-ids: ids call_000..0, call_000..1"},
 };
 
 static const rp_cmd *find_command(const char *name)
