@@ -360,15 +360,37 @@ static char *dump_steal(json_t *j)
     return s;
 }
 
-char *rp_anthropic_response(const char *model, const char *text, size_t len,
+char *rp_anthropic_response(const char *model, const rp_gen_message *msg,
                             const rp_gen_output *done)
 {
     char id[48];
     rp_api_make_id("msg_", id, sizeof id);
-    return dump_steal(json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%}], s:s, s:o, s:{s:i, s:i}}",
-                                "id", id, "type", "message", "role", "assistant", "model", model,
-                                "content", "type", "text", "text", text ? text : "", len,
-                                "stop_reason", rp_anthropic_stop_reason(done->finish),
+    json_t *content = json_array();
+    if (msg->reasoning.len)
+        json_array_append_new(content, json_pack("{s:s, s:s%, s:s}", "type", "thinking",
+                                                 "thinking", msg->reasoning.data,
+                                                 msg->reasoning.len, "signature", ""));
+    if (msg->content.len || !json_array_size(msg->tool_calls))
+        json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text",
+                                                 msg->content.data ? msg->content.data : "",
+                                                 msg->content.len));
+    size_t i;
+    json_t *call;
+    json_array_foreach(msg->tool_calls, i, call)
+    {
+        json_t *fn = json_object_get(call, "function");
+        json_t *args = json_object_get(fn, "arguments");
+        json_t *input = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+        json_array_append_new(content, json_pack("{s:s, s:O, s:O, s:o}", "type", "tool_use", "id",
+                                                 json_object_get(call, "id"), "name",
+                                                 json_object_get(fn, "name"), "input",
+                                                 json_is_object(input) ? input : json_object()));
+        if (input && !json_is_object(input))
+            json_decref(input);
+    }
+    return dump_steal(json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:{s:i, s:i}}", "id", id,
+                                "type", "message", "role", "assistant", "model", model, "content",
+                                content, "stop_reason", rp_anthropic_stop_reason(done->finish),
                                 "stop_sequence", stop_seq_json(done), "usage", "input_tokens",
                                 done->n_prompt, "output_tokens", done->n_completion));
 }
@@ -495,6 +517,32 @@ rp_status rp_anthropic_stream_tool_input(rp_anthropic_stream *s, const char *jso
     if (s->open != RP_ANTHROPIC_TOOL_USE)
         return RP_ERR_INVALID;
     return block_delta(s, "input_json_delta", "partial_json", json_part, len, emit, user);
+}
+
+rp_status rp_anthropic_stream_end_block(rp_anthropic_stream *s, rp_api_emit_fn emit, void *user)
+{
+    return close_block(s, emit, user);
+}
+
+rp_status rp_anthropic_stream_delta(rp_anthropic_stream *s, const rp_gen_output *d,
+                                    rp_api_emit_fn emit, void *user)
+{
+    rp_status st = RP_OK;
+    for (int i = 0; i < d->n_pieces && st == RP_OK; i++) {
+        const rp_gen_piece *pc = &d->pieces[i];
+        switch (pc->kind) {
+        case RP_PIECE_CONTENT: st = rp_anthropic_stream_text(s, pc->text, pc->len, emit, user); break;
+        case RP_PIECE_REASONING:
+            st = rp_anthropic_stream_thinking(s, pc->text, pc->len, emit, user);
+            break;
+        case RP_PIECE_TOOL_START: st = rp_anthropic_stream_tool_use(s, pc->id, pc->name, emit, user); break;
+        case RP_PIECE_TOOL_ARGS:
+            st = rp_anthropic_stream_tool_input(s, pc->text, pc->len, emit, user);
+            break;
+        case RP_PIECE_TOOL_END: st = close_block(s, emit, user); break;
+        }
+    }
+    return st;
 }
 
 rp_status rp_anthropic_stream_finish(rp_anthropic_stream *s, const rp_gen_output *done,

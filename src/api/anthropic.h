@@ -27,7 +27,7 @@
 rp_status rp_anthropic_parse(const char *body, size_t len, rp_req_type type,
                              rp_chat_request *out, rp_api_error *e);
 
-char *rp_anthropic_response(const char *model, const char *text, size_t len,
+char *rp_anthropic_response(const char *model, const rp_gen_message *msg,
                             const rp_gen_output *done);
 char *rp_anthropic_count_json(int n_tokens);
 
@@ -60,6 +60,11 @@ rp_status rp_anthropic_stream_tool_use(rp_anthropic_stream *s, const char *id, c
                                        rp_api_emit_fn emit, void *user);
 rp_status rp_anthropic_stream_tool_input(rp_anthropic_stream *s, const char *json_part,
                                          size_t len, rp_api_emit_fn emit, void *user);
+/* Closes the open block (content_block_stop), if any. */
+rp_status rp_anthropic_stream_end_block(rp_anthropic_stream *s, rp_api_emit_fn emit, void *user);
+/* Every piece of a delta, in order: thinking, text, tool_use blocks. */
+rp_status rp_anthropic_stream_delta(rp_anthropic_stream *s, const rp_gen_output *d,
+                                    rp_api_emit_fn emit, void *user);
 rp_status rp_anthropic_stream_finish(rp_anthropic_stream *s, const rp_gen_output *done,
                                      rp_api_emit_fn emit, void *user);
 

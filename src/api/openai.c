@@ -419,21 +419,39 @@ static json_t *logprobs_json(rp_req_type type, json_t *entries)
     return json_pack("{s:O}", "content", entries);
 }
 
+static json_t *message_json(const rp_gen_message *m)
+{
+    int calls = json_array_size(m->tool_calls) > 0;
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    if (!msg)
+        return NULL;
+    json_object_set_new(msg, "content",
+                        m->content.len || !calls
+                            ? json_stringn(m->content.data ? m->content.data : "", m->content.len)
+                            : json_null());
+    if (m->reasoning.len)
+        json_object_set_new(msg, "reasoning_content",
+                            json_stringn(m->reasoning.data, m->reasoning.len));
+    if (calls)
+        json_object_set(msg, "tool_calls", m->tool_calls);
+    return msg;
+}
+
 char *rp_openai_response(const rp_chat_request *req, const char *model, const char *fingerprint,
-                         const char *text, size_t len, json_t *logprobs, const rp_gen_output *done)
+                         const rp_gen_message *msg, const rp_gen_output *done)
 {
     int chat = req->type == RP_REQ_CHAT;
     char id[48];
     rp_api_make_id(chat ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    const char *text = msg->content.data ? msg->content.data : "";
     json_t *choice;
     if (chat)
-        choice = json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s}", "index", 0, "message", "role",
-                           "assistant", "content", text ? text : "", len, "logprobs",
-                           logprobs_json(req->type, logprobs), "finish_reason",
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", message_json(msg),
+                           "logprobs", logprobs_json(req->type, msg->logprobs), "finish_reason",
                            rp_openai_finish_reason(done->finish));
     else
-        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", text ? text : "", len,
-                           "logprobs", logprobs_json(req->type, logprobs), "finish_reason",
+        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", text, msg->content.len,
+                           "logprobs", logprobs_json(req->type, msg->logprobs), "finish_reason",
                            rp_openai_finish_reason(done->finish));
     json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", id, "object",
                              chat ? "chat.completion" : "text_completion", "created",
@@ -486,36 +504,66 @@ static rp_status emit_chunk(rp_openai_stream *s, json_t *choice, json_t *usage,
     return st;
 }
 
-static json_t *chunk_choice(rp_openai_stream *s, const char *text, size_t len, json_t *logprobs,
-                            const char *finish)
+/* A choice for one chunk; delta (chat only, stolen) gets the role on the first chunk. */
+static json_t *chunk_choice(rp_openai_stream *s, json_t *delta, const char *text, size_t len,
+                            json_t *logprobs, const char *finish)
 {
     json_t *fr = finish ? json_string(finish) : json_null();
-    if (s->type != RP_REQ_CHAT)
-        return json_pack("{s:i, s:s%, s:o, s:o}", "index", 0, "text", text, len, "logprobs",
-                         logprobs_json(s->type, logprobs), "finish_reason", fr);
-    json_t *delta = json_object();
+    if (s->type != RP_REQ_CHAT) {
+        json_decref(delta);
+        return json_pack("{s:i, s:s%, s:o, s:o}", "index", 0, "text", text ? text : "", len,
+                         "logprobs", logprobs_json(s->type, logprobs), "finish_reason", fr);
+    }
+    if (!delta)
+        delta = json_object();
     if (!s->sent_first) {
         json_object_set_new(delta, "role", json_string("assistant"));
         s->sent_first = 1;
     }
-    if (text)
-        json_object_set_new(delta, "content", json_stringn(text, len));
     return json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
                      logprobs_json(s->type, logprobs), "finish_reason", fr);
+}
+
+static json_t *piece_delta(const rp_gen_piece *pc)
+{
+    switch (pc->kind) {
+    case RP_PIECE_CONTENT: return json_pack("{s:s%}", "content", pc->text, pc->len);
+    case RP_PIECE_REASONING: return json_pack("{s:s%}", "reasoning_content", pc->text, pc->len);
+    case RP_PIECE_TOOL_START:
+        return json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", pc->index,
+                         "id", pc->id, "type", "function", "function", "name", pc->name,
+                         "arguments", "");
+    case RP_PIECE_TOOL_ARGS:
+        return json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", pc->index, "function",
+                         "arguments", pc->text, pc->len);
+    default: return NULL;
+    }
 }
 
 rp_status rp_openai_stream_delta(rp_openai_stream *s, const rp_gen_output *d, rp_api_emit_fn emit,
                                  void *user)
 {
-    if (s->type == RP_REQ_CHAT && !s->sent_first) { /* role first, as OpenAI does */
-        rp_status st = emit_chunk(s, chunk_choice(s, "", 0, NULL, NULL), NULL, emit, user);
-        if (st != RP_OK)
-            return st;
+    rp_status st = RP_OK;
+    if (s->type == RP_REQ_CHAT && !s->sent_first) /* role first, as OpenAI does */
+        st = emit_chunk(s, chunk_choice(s, json_pack("{s:s}", "content", ""), NULL, 0, NULL, NULL),
+                        NULL, emit, user);
+    if (s->type != RP_REQ_CHAT) {
+        if (st == RP_OK && (d->len > 0 || d->logprobs))
+            st = emit_chunk(s, chunk_choice(s, NULL, d->text, d->len, d->logprobs, NULL), NULL,
+                            emit, user);
+        return st;
     }
-    if (d->len == 0 && !d->logprobs)
-        return RP_OK;
-    return emit_chunk(s, chunk_choice(s, d->text ? d->text : "", d->len, d->logprobs, NULL), NULL,
-                      emit, user);
+    json_t *logprobs = d->logprobs; /* rides on the first chunk of this step */
+    for (int i = 0; i < d->n_pieces && st == RP_OK; i++) {
+        json_t *delta = piece_delta(&d->pieces[i]);
+        if (!delta)
+            continue;
+        st = emit_chunk(s, chunk_choice(s, delta, NULL, 0, logprobs, NULL), NULL, emit, user);
+        logprobs = NULL;
+    }
+    if (st == RP_OK && logprobs)
+        st = emit_chunk(s, chunk_choice(s, NULL, NULL, 0, logprobs, NULL), NULL, emit, user);
+    return st;
 }
 
 rp_status rp_openai_stream_finish(rp_openai_stream *s, const rp_gen_output *done,
@@ -527,7 +575,7 @@ rp_status rp_openai_stream_finish(rp_openai_stream *s, const rp_gen_output *done
         st = err ? emit(user, NULL, err, strlen(err)) : RP_ERR_NOMEM;
         rp_free(err);
     } else {
-        st = emit_chunk(s, chunk_choice(s, s->type == RP_REQ_CHAT ? NULL : "", 0, NULL,
+        st = emit_chunk(s, chunk_choice(s, NULL, "", 0, NULL,
                                         rp_openai_finish_reason(done->finish)),
                         NULL, emit, user);
         if (st == RP_OK && s->include_usage)

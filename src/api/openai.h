@@ -29,8 +29,7 @@ rp_status rp_openai_parse_completion(const char *body, size_t len, rp_chat_reque
 
 /* Non-streaming response body for a finished generation (chat or completion). */
 char *rp_openai_response(const rp_chat_request *req, const char *model, const char *fingerprint,
-                         const char *text, size_t len, json_t *logprobs,
-                         const rp_gen_output *done);
+                         const rp_gen_message *msg, const rp_gen_output *done);
 
 typedef struct rp_openai_stream {
     char id[48];
@@ -44,6 +43,7 @@ typedef struct rp_openai_stream {
 
 void rp_openai_stream_init(rp_openai_stream *s, const rp_chat_request *req, const char *model,
                            const char *fingerprint);
+/* One chunk per piece: delta.content, delta.reasoning_content, delta.tool_calls. */
 rp_status rp_openai_stream_delta(rp_openai_stream *s, const rp_gen_output *d, rp_api_emit_fn emit,
                                  void *user);
 /* The final chunk (finish_reason), the usage chunk when asked for, then [DONE]. An ERROR

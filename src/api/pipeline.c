@@ -8,8 +8,11 @@
  *     pointer as `user` until then. rp_gen_free cancels and waits.
  *  3. Tokens after a matched stop string are ignored (the engine may deliver a few more
  *     before our cancel reaches it); usage counts the tokens up to the match.
- *  4. emit_text() is the single place visible text passes through: the tool-call and
- *     reasoning parsers (chat/output_parser.h) plug in there.
+ *  4. Text flows detokenizer -> stopper -> output parser (when the model has one and the
+ *     request wants it) -> pieces. Stop strings apply to the raw model text, before any
+ *     markup is interpreted, so a stop string cuts a tool call as it cuts text.
+ *  5. Pieces are recorded as offsets into one buffer during a step and turned into pointers
+ *     at its end, so the buffer may grow while the parser reports.
  */
 #include "api/pipeline.h"
 
@@ -21,7 +24,9 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "chat/output_parser.h"
 #include "chat/template.h"
+#include "model/model.h"
 
 /* Used when the model ships no chat template: plain ChatML. */
 static const char g_chatml[] =
@@ -37,7 +42,14 @@ struct rp_pipeline {
     int n_ctx;
     int32_t stop_ids[2];
     int n_stop_ids;
+    const char *tool_parser, *reasoning_parser; /* static names, NULL: none */
 };
+
+typedef struct piece_rec {
+    rp_piece_kind kind;
+    int index;
+    size_t off, len, id_off, name_off;
+} piece_rec;
 
 typedef struct ev_node {
     struct ev_node *next;
@@ -57,8 +69,16 @@ struct rp_gen {
     char *stops[RP_MAX_STOP];
     int n_stops;
     int want_logprobs;
-    rp_buf visible, raw;
+    rp_buf visible, raw, stopped;
     json_t *logprobs; /* entries since the last delta */
+    rp_output_parser *parser; /* NULL: all text is content */
+    char *call_prefix;        /* fed to the parser before the first output (tool_choice) */
+    int anthropic_ids;
+    rp_buf piece_text;        /* design note 5 */
+    piece_rec *recs;
+    int n_recs, cap_recs;
+    rp_gen_piece *pieces;
+    int cap_pieces;
     int n_prompt, n_completion;
     int finished; /* 1 once DONE was reported */
     rp_gen_output final;
@@ -95,6 +115,36 @@ rp_status rp_pipeline_new(rp_engine *engine, const rp_tokenizer *tok,
         rp_pipeline_free(p);
         return rp_err_wrap(err, "chat template");
     }
+    const char *tool = cfg->tool_parser, *reasoning = cfg->reasoning_parser;
+    if (!tool || !reasoning) {
+        const char *dt = NULL, *dr = NULL;
+        rp_output_parser_detect(src == g_chatml ? NULL : src,
+                                rp_model_get_info(rp_engine_model(engine))->model_type, &dt, &dr);
+        tool = tool ? tool : dt;
+        reasoning = reasoning ? reasoning : dr;
+    }
+    if (tool && (!strcmp(tool, "none") || !*tool))
+        tool = NULL;
+    if (reasoning && (!strcmp(reasoning, "none") || !*reasoning))
+        reasoning = NULL;
+    if ((tool && !rp_output_parser_has_tool(tool)) ||
+        (reasoning && !rp_output_parser_has_reasoning(reasoning))) {
+        rp_pipeline_free(p);
+        return rp_err_set(err, RP_ERR_NOT_FOUND, "unknown %s parser '%s'",
+                          tool && !rp_output_parser_has_tool(tool) ? "tool-call" : "reasoning",
+                          tool && !rp_output_parser_has_tool(tool) ? tool : reasoning);
+    }
+    /* the names are static in output_parser.c, or the caller's strings (cfg lifetime) */
+    for (const char *const *n = rp_output_parser_tool_names(); tool && *n; n++)
+        if (!strcmp(*n, tool))
+            tool = *n;
+    for (const char *const *n = rp_output_parser_reasoning_names(); reasoning && *n; n++)
+        if (!strcmp(*n, reasoning))
+            reasoning = *n;
+    p->tool_parser = tool;
+    p->reasoning_parser = reasoning;
+    RP_INFO("output parsers: tool calls %s, reasoning %s", tool ? tool : "none",
+            reasoning ? reasoning : "none");
     int32_t eos = rp_tokenizer_eos_id(tok);
     if (eos >= 0)
         p->stop_ids[p->n_stop_ids++] = eos;
@@ -147,9 +197,49 @@ static json_t *template_context(const rp_pipeline *p, const rp_chat_request *req
     return ctx;
 }
 
-/* Prompt tokens for a request: rendered chat, completion text, or completion ids. */
-static rp_status prompt_ids(const rp_pipeline *p, const rp_chat_request *req, int32_t **ids,
-                            int *n, rp_api_error *e)
+static rp_status parser_event(void *user, const rp_parse_event *ev);
+
+static void make_tool_id(void *user, int index, char *out, size_t cap)
+{
+    char id[48];
+    rp_api_make_id("toolu_", id, sizeof id);
+    snprintf(out, cap, "%s", id);
+}
+
+/* The output parser of a chat generation. The rendered prompt says whether the output starts
+ * inside a think block; tool_choice required/named appends the format's call opener to it
+ * (and feeds the same opener to the parser, so the reply starts inside a call). */
+static rp_status setup_parser(const rp_pipeline *p, const rp_chat_request *req, rp_gen *g,
+                              rp_buf *prompt, rp_err *err)
+{
+    int want_tools = req->tools && !(req->tool_choice && !strcmp(req->tool_choice, "none"));
+    const char *tool = want_tools ? p->tool_parser : NULL;
+    if (!tool && !p->reasoning_parser)
+        return RP_OK;
+    int opened = rp_output_parser_think_opened(p->reasoning_parser, prompt->data, prompt->len);
+    if (tool && req->tool_choice && strcmp(req->tool_choice, "auto") != 0 && !opened) {
+        const char *name = strcmp(req->tool_choice, "required") ? req->tool_choice : NULL;
+        rp_err perr;
+        if (rp_output_parser_call_prefix(tool, name, &g->call_prefix, &perr) == RP_OK &&
+            rp_buf_puts(prompt, g->call_prefix) != RP_OK)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    rp_output_parser_config cfg = {
+        .tool_parser = tool,
+        .reasoning_parser = p->reasoning_parser,
+        .tools = want_tools ? req->tools : NULL,
+        .think_opened = opened,
+        .on_event = parser_event,
+        .user = g,
+        .gen_id = g->anthropic_ids ? make_tool_id : NULL,
+    };
+    return rp_output_parser_new(&cfg, &g->parser, err);
+}
+
+/* Prompt tokens for a request: rendered chat, completion text, or completion ids. With a
+ * generation g, a chat request also gets its output parser (setup_parser). */
+static rp_status prompt_ids(const rp_pipeline *p, const rp_chat_request *req, rp_gen *g,
+                            int32_t **ids, int *n, rp_api_error *e)
 {
     rp_err err = {0};
     rp_status st;
@@ -173,16 +263,23 @@ static rp_status prompt_ids(const rp_pipeline *p, const rp_chat_request *req, in
         st = rp_tokenizer_encode(p->tok, req->prompt, strlen(req->prompt), 1, ids, n, &err);
     } else {
         json_t *ctx = template_context(p, req);
+        rp_buf prompt = {0};
         char *text = NULL;
         size_t len = 0;
         st = ctx ? rp_template_render(p->tmpl, ctx, &text, &len, &err)
                  : rp_err_set(&err, RP_ERR_NOMEM, "out of memory");
         json_decref(ctx);
-        if (st == RP_OK)
-            st = rp_tokenizer_encode(p->tok, text, len, 0, ids, n, &err);
-        else
+        if (st != RP_OK)
             rp_err_wrap(&err, "chat template");
+        else if (rp_buf_append(&prompt, text ? text : "", len) != RP_OK)
+            st = rp_err_set(&err, RP_ERR_NOMEM, "out of memory");
         rp_free(text);
+        if (st == RP_OK && g)
+            st = setup_parser(p, req, g, &prompt, &err);
+        if (st == RP_OK)
+            st = rp_tokenizer_encode(p->tok, prompt.data ? prompt.data : "", prompt.len, 0, ids,
+                                     n, &err);
+        rp_buf_deinit(&prompt);
     }
     if (st != RP_OK) {
         rp_api_error_from_err(e, &err);
@@ -196,7 +293,7 @@ rp_status rp_pipeline_count_tokens(const rp_pipeline *p, const rp_chat_request *
                                    rp_api_error *e)
 {
     int32_t *ids;
-    rp_status st = prompt_ids(p, req, &ids, out_n, e);
+    rp_status st = prompt_ids(p, req, NULL, &ids, out_n, e);
     rp_free(ids);
     return st;
 }
@@ -231,7 +328,10 @@ static rp_gen *gen_alloc(rp_pipeline *p, const rp_chat_request *req)
     g->p = p;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
-    g->detok = rp_detok_new(p->tok, 1);
+    int tools = p->tool_parser && req->tools &&
+                !(req->tool_choice && !strcmp(req->tool_choice, "none"));
+    g->detok = rp_detok_new(p->tok, !tools); /* tool markers may be special tokens */
+    g->anthropic_ids = req->api == RP_API_ANTHROPIC;
     for (int i = 0; i < req->n_stop; i++)
         if ((g->stops[g->n_stops] = rp_strdup(req->stop[i])))
             g->n_stops++;
@@ -249,25 +349,32 @@ rp_status rp_gen_start(rp_pipeline *p, const rp_chat_request *req, rp_gen **out,
     *out = NULL;
     int32_t *ids;
     int n;
-    rp_status st = prompt_ids(p, req, &ids, &n, e);
-    if (st != RP_OK)
+    rp_gen *g = gen_alloc(p, req);
+    if (!g)
+        return rp_api_error_set(e, RP_APIERR_INTERNAL, NULL, "out of memory");
+    g->done_received = 1; /* not submitted yet: nothing to wait for on free */
+    rp_status st = prompt_ids(p, req, g, &ids, &n, e);
+    if (st != RP_OK) {
+        rp_gen_free(g);
         return st;
+    }
     if (n == 0) {
         rp_free(ids);
+        rp_gen_free(g);
         return rp_api_error_set(e, RP_APIERR_INVALID, "prompt", "the prompt is empty");
     }
     if (n >= p->n_ctx) {
         rp_free(ids);
+        rp_gen_free(g);
         return rp_api_error_set(e, RP_APIERR_CONTEXT, req->type == RP_REQ_COMPLETION ? "prompt"
                                                                                      : "messages",
                                 "the prompt is %d tokens, but the model's context window is %d "
                                 "tokens; shorten the prompt",
                                 n, p->n_ctx);
     }
-    rp_gen *g = gen_alloc(p, req);
-    if (!g) {
-        rp_free(ids);
-        return rp_api_error_set(e, RP_APIERR_INTERNAL, NULL, "out of memory");
+    if (g->call_prefix && g->parser) {
+        rp_err perr;
+        rp_output_parser_feed(g->parser, g->call_prefix, strlen(g->call_prefix), &perr);
     }
     int room = p->n_ctx - n;
     rp_gen_request gr = {
@@ -281,6 +388,7 @@ rp_status rp_gen_start(rp_pipeline *p, const rp_chat_request *req, rp_gen **out,
     };
     g->n_prompt = n;
     rp_err err = {0};
+    g->done_received = 0;
     st = rp_engine_submit(p->engine, &gr, on_event, g, &g->id, &err);
     rp_free(ids);
     if (st != RP_OK) {
@@ -302,11 +410,61 @@ void rp_gen_cancel(rp_gen *g)
         rp_engine_cancel(g->p->engine, g->id);
 }
 
-/* The one place visible text goes. The output parsers (chat/output_parser.h) will sit here
- * and split it into content, reasoning and tool-call deltas. */
+static rp_status add_piece(rp_gen *g, rp_piece_kind kind, int index, const char *text,
+                           size_t len, const char *id, const char *name)
+{
+    if (g->n_recs == g->cap_recs) {
+        int cap = g->cap_recs ? 2 * g->cap_recs : 8;
+        piece_rec *r = rp_realloc(g->recs, (size_t)cap * sizeof *r);
+        if (!r)
+            return RP_ERR_NOMEM;
+        g->recs = r;
+        g->cap_recs = cap;
+    }
+    piece_rec *r = &g->recs[g->n_recs];
+    *r = (piece_rec){.kind = kind, .index = index, .off = g->piece_text.len, .len = len};
+    rp_status st = rp_buf_append(&g->piece_text, text ? text : "", len);
+    if (st == RP_OK && kind == RP_PIECE_TOOL_START) {
+        r->id_off = g->piece_text.len;
+        st = rp_buf_append(&g->piece_text, id, strlen(id) + 1);
+        r->name_off = g->piece_text.len;
+        if (st == RP_OK)
+            st = rp_buf_append(&g->piece_text, name, strlen(name) + 1);
+    }
+    if (st == RP_OK && kind == RP_PIECE_CONTENT)
+        st = rp_buf_append(&g->visible, text, len);
+    if (st == RP_OK)
+        g->n_recs++;
+    return st;
+}
+
+static rp_status parser_event(void *user, const rp_parse_event *ev)
+{
+    static const rp_piece_kind kinds[] = {
+        [RP_PARSE_CONTENT] = RP_PIECE_CONTENT,       [RP_PARSE_REASONING] = RP_PIECE_REASONING,
+        [RP_PARSE_TOOL_START] = RP_PIECE_TOOL_START, [RP_PARSE_TOOL_ARGS] = RP_PIECE_TOOL_ARGS,
+        [RP_PARSE_TOOL_END] = RP_PIECE_TOOL_END,
+    };
+    return add_piece(user, kinds[ev->kind], ev->index, ev->text, ev->len, ev->id, ev->name);
+}
+
+/* Text that passed the stop strings: to the output parser, or straight to content. */
+static rp_status release(rp_gen *g, const char *text, size_t len)
+{
+    if (len == 0)
+        return RP_OK;
+    if (!g->parser)
+        return add_piece(g, RP_PIECE_CONTENT, 0, text, len, NULL, NULL);
+    rp_err err;
+    return rp_output_parser_feed(g->parser, text, len, &err);
+}
+
+/* Every piece of detokenized text enters here (design note 4). */
 static rp_status emit_text(rp_gen *g, const char *text, size_t len)
 {
-    return rp_stopper_feed(&g->stopper, text, len, &g->visible);
+    rp_buf_reset(&g->stopped);
+    rp_status st = rp_stopper_feed(&g->stopper, text, len, &g->stopped);
+    return st != RP_OK ? st : release(g, g->stopped.data, g->stopped.len);
 }
 
 static json_t *token_entry(const rp_tokenizer *tok, int32_t id, float lp)
@@ -354,8 +512,13 @@ static void handle_done(rp_gen *g, const rp_event *ev)
         rp_buf_reset(&g->raw);
         rp_detok_flush(g->detok, &g->raw);
         emit_text(g, g->raw.data ? g->raw.data : "", g->raw.len);
-        rp_stopper_flush(&g->stopper, &g->visible);
+        rp_buf_reset(&g->stopped);
+        rp_stopper_flush(&g->stopper, &g->stopped);
+        release(g, g->stopped.data, g->stopped.len);
     }
+    rp_err perr;
+    if (g->parser)
+        rp_output_parser_finish(g->parser, &perr);
     if (g->stopper.matched >= 0) {
         f->finish = RP_GEN_FINISH_STOP_SEQUENCE;
         f->stop_sequence = g->stops[g->stopper.matched];
@@ -364,6 +527,9 @@ static void handle_done(rp_gen *g, const rp_event *ev)
         if (f->finish == RP_GEN_FINISH_ERROR)
             rp_api_error_from_err(&f->err, &ev->err);
     }
+    if (g->parser && rp_output_parser_n_calls(g->parser) > 0 &&
+        (f->finish == RP_GEN_FINISH_STOP || f->finish == RP_GEN_FINISH_STOP_SEQUENCE))
+        f->finish = RP_GEN_FINISH_TOOL_CALLS;
     f->n_prompt = g->n_prompt;
     f->n_completion = g->n_completion;
 }
@@ -423,6 +589,8 @@ rp_gen_step rp_gen_next(rp_gen *g, int timeout_ms, rp_gen_output *out)
         return RP_GEN_DONE;
     }
     rp_buf_reset(&g->visible);
+    rp_buf_reset(&g->piece_text);
+    g->n_recs = 0;
     json_decref(g->logprobs);
     g->logprobs = NULL;
     int done = 0;
@@ -438,8 +606,27 @@ rp_gen_step rp_gen_next(rp_gen *g, int timeout_ms, rp_gen_output *out)
         rp_free(n);
         n = next;
     }
-    if (g->visible.len > 0 || g->logprobs) {
-        out->text = g->visible.data;
+    if (g->n_recs > 0 || g->logprobs) {
+        if (g->n_recs > g->cap_pieces) {
+            rp_gen_piece *pc = rp_realloc(g->pieces, (size_t)g->n_recs * sizeof *pc);
+            if (!pc)
+                g->n_recs = 0; /* out of memory: this step's pieces are lost, text too */
+            else {
+                g->pieces = pc;
+                g->cap_pieces = g->n_recs;
+            }
+        }
+        for (int i = 0; i < g->n_recs; i++) { /* design note 5 */
+            const piece_rec *r = &g->recs[i];
+            const char *base = g->piece_text.data;
+            g->pieces[i] = (rp_gen_piece){
+                .kind = r->kind, .index = r->index, .text = base + r->off, .len = r->len,
+                .id = r->kind == RP_PIECE_TOOL_START ? base + r->id_off : NULL,
+                .name = r->kind == RP_PIECE_TOOL_START ? base + r->name_off : NULL};
+        }
+        out->pieces = g->pieces;
+        out->n_pieces = g->n_recs;
+        out->text = g->visible.data ? g->visible.data : "";
         out->len = g->visible.len;
         out->logprobs = g->logprobs;
         g->finished = done; /* DONE is reported by the next call */
@@ -478,8 +665,64 @@ void rp_gen_free(rp_gen *g)
         rp_free(g->stops[i]);
     rp_buf_deinit(&g->visible);
     rp_buf_deinit(&g->raw);
+    rp_buf_deinit(&g->stopped);
+    rp_buf_deinit(&g->piece_text);
+    rp_output_parser_free(g->parser);
+    rp_free(g->call_prefix);
+    rp_free(g->recs);
+    rp_free(g->pieces);
     json_decref(g->logprobs);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     rp_free(g);
+}
+
+rp_status rp_gen_message_add(rp_gen_message *m, const rp_gen_output *d)
+{
+    rp_status st = RP_OK;
+    if (d->logprobs) {
+        if (!m->logprobs && !(m->logprobs = json_array()))
+            return RP_ERR_NOMEM;
+        json_array_extend(m->logprobs, d->logprobs);
+    }
+    for (int i = 0; i < d->n_pieces && st == RP_OK; i++) {
+        const rp_gen_piece *pc = &d->pieces[i];
+        json_t *call;
+        switch (pc->kind) {
+        case RP_PIECE_CONTENT: st = rp_buf_append(&m->content, pc->text, pc->len); break;
+        case RP_PIECE_REASONING: st = rp_buf_append(&m->reasoning, pc->text, pc->len); break;
+        case RP_PIECE_TOOL_START:
+            if (!m->tool_calls && !(m->tool_calls = json_array()))
+                return RP_ERR_NOMEM;
+            call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", pc->id, "type", "function",
+                             "function", "name", pc->name, "arguments", "");
+            st = call && !json_array_append_new(m->tool_calls, call) ? RP_OK : RP_ERR_NOMEM;
+            break;
+        case RP_PIECE_TOOL_ARGS: {
+            json_t *fn = json_object_get(json_array_get(m->tool_calls, (size_t)pc->index),
+                                         "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (!args)
+                break;
+            rp_buf b = {0};
+            if (rp_buf_append(&b, json_string_value(args), json_string_length(args)) ||
+                rp_buf_append(&b, pc->text, pc->len) ||
+                json_object_set_new(fn, "arguments", json_stringn(b.data, b.len)))
+                st = RP_ERR_NOMEM;
+            rp_buf_deinit(&b);
+            break;
+        }
+        case RP_PIECE_TOOL_END: break;
+        }
+    }
+    return st;
+}
+
+void rp_gen_message_deinit(rp_gen_message *m)
+{
+    rp_buf_deinit(&m->content);
+    rp_buf_deinit(&m->reasoning);
+    json_decref(m->tool_calls);
+    json_decref(m->logprobs);
+    memset(m, 0, sizeof *m);
 }

@@ -9,9 +9,9 @@
  *   rp_gen_next:  waits (bounded) for engine events and turns tokens into visible text:
  *                 incremental detokenizing (never half a UTF-8 sequence), then the stop
  *                 strings, which hold back any tail that could still become a stop string
- *                 (so no part of a stop string is ever shown), then emit_text() in
- *                 pipeline.c, the one place streamed text goes (the seam for the tool-call and
- *                 reasoning parsers of chat/output_parser.h).
+ *                 (so no part of a stop string is ever shown), then the tool-call and
+ *                 reasoning parser (chat/output_parser.h), which splits it into content,
+ *                 reasoning and tool-call pieces.
  *   rp_gen_free:  cancels the generation if it still runs and waits for the engine's DONE.
  *
  * Ownership: rp_pipeline_new borrows the engine and tokenizer (free the pipeline first);
@@ -31,6 +31,7 @@
 
 #include "api/error.h"
 #include "api/request.h"
+#include "base/buf.h"
 #include "engine/engine.h"
 #include "text/tokenizer.h"
 
@@ -41,6 +42,8 @@ typedef struct rp_pipeline_config {
     const char *served_name; /* the name /v1/models lists */
     const char *alias;       /* a second accepted name (NULL: none) */
     const char *fingerprint; /* system_fingerprint (NULL: derived from the version) */
+    const char *tool_parser;      /* chat/output_parser.h names; NULL: detect from the chat */
+    const char *reasoning_parser; /* template and model type; "none": off */
 } rp_pipeline_config;
 
 rp_status rp_pipeline_new(rp_engine *engine, const rp_tokenizer *tok,
@@ -71,11 +74,30 @@ typedef enum rp_gen_finish {
 
 typedef enum rp_gen_step { RP_GEN_TIMEOUT = 0, RP_GEN_DELTA, RP_GEN_DONE } rp_gen_step;
 
+/* What the output parser made of the text, in order (without a parser: CONTENT only). */
+typedef enum rp_piece_kind {
+    RP_PIECE_CONTENT = 0,
+    RP_PIECE_REASONING,
+    RP_PIECE_TOOL_START, /* index, id, name */
+    RP_PIECE_TOOL_ARGS,  /* index, text: a fragment of the arguments' JSON text */
+    RP_PIECE_TOOL_END,   /* index */
+} rp_piece_kind;
+
+typedef struct rp_gen_piece {
+    rp_piece_kind kind;
+    int index;
+    const char *text;
+    size_t len;
+    const char *id, *name; /* TOOL_START */
+} rp_gen_piece;
+
 typedef struct rp_gen_output {
     /* DELTA */
     const char *text; /* new visible text, complete UTF-8 */
     size_t len;
     json_t *logprobs; /* OpenAI chat-style entries for the tokens since the last delta, or NULL */
+    const rp_gen_piece *pieces; /* everything new, in order; text above is its CONTENT part */
+    int n_pieces;
     /* DONE */
     rp_gen_finish finish;
     const char *stop_sequence; /* STOP_SEQUENCE */
@@ -83,6 +105,18 @@ typedef struct rp_gen_output {
     int n_completion;
     rp_api_error err; /* ERROR */
 } rp_gen_output;
+
+/* A whole message assembled from deltas (non-streamed responses). */
+typedef struct rp_gen_message {
+    rp_buf content;
+    rp_buf reasoning;
+    json_t *tool_calls; /* [{id, type, function:{name, arguments (JSON text)}}], or NULL */
+    json_t *logprobs;   /* chat-style entries when asked for, or NULL */
+} rp_gen_message;
+
+/* Adds a delta's pieces and logprobs to m. Zero-initialise m; deinit frees. */
+rp_status rp_gen_message_add(rp_gen_message *m, const rp_gen_output *delta);
+void rp_gen_message_deinit(rp_gen_message *m);
 
 rp_status rp_gen_start(rp_pipeline *p, const rp_chat_request *req, rp_gen **out, rp_api_error *e);
 /* Waits up to timeout_ms for something to report. After DONE, keeps returning DONE. */

@@ -65,6 +65,8 @@ static rp_status load(const char *dir, const rp_server_config *cfg, serving *sv,
     rp_pipeline_config pcfg = {
         .served_name = cfg->served_name ? cfg->served_name : folder,
         .alias = cfg->served_name && strcmp(cfg->served_name, folder) ? folder : NULL,
+        .tool_parser = cfg->tool_parser,
+        .reasoning_parser = cfg->reasoning_parser,
     };
     if (st == RP_OK)
         st = rp_pipeline_new(sv->engine, sv->tok, &pcfg, &sv->pipeline, err);
@@ -104,6 +106,8 @@ int rp_cmd_serve(int argc, char **argv)
         {"served-model-name", &f.served_model_name, NULL},
         {"threads", &f.threads, NULL},
         {"max-queue", &f.max_queue, NULL},
+        {"tool-call-parser", &f.tool_call_parser, NULL},
+        {"reasoning-parser", &f.reasoning_parser, NULL},
     };
     const char *pos[1];
     int n_pos = 0;

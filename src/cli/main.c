@@ -67,7 +67,8 @@ static const rp_cmd g_commands[] = {
     {"serve", rp_cmd_serve, "serve a model over the OpenAI and Anthropic APIs",
      "rapid serve [MODEL] [--host H] [--port P] [--api-key KEY] [--max-request-bytes N]\n"
      "            [--cors-origins LIST] [--log-level L] [--served-model-name NAME]\n"
-     "            [--threads N] [--max-queue N]\n"
+     "            [--threads N] [--max-queue N] [--tool-call-parser NAME]\n"
+     "            [--reasoning-parser NAME]\n"
      "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
     {"parse", rp_cmd_parse, "raw model output -> assistant message (tool calls, reasoning)",
      "rapid parse [--tool-call-parser NAME] [--reasoning-parser NAME] [--tools TOOLS.json]\n"

@@ -59,5 +59,7 @@ rp_status rp_server_config_resolve(const rp_server_flags *f, rp_server_config *c
     c->max_queue = (int)queue;
     c->keepalive_ms = (int)keepalive;
     c->max_connections = 512;
+    c->tool_parser = pick(f->tool_call_parser, "RAPID_TOOL_CALL_PARSER", NULL);
+    c->reasoning_parser = pick(f->reasoning_parser, "RAPID_REASONING_PARSER", NULL);
     return RP_OK;
 }

@@ -11,6 +11,8 @@
  *   served name        --served-model-name   RAPID_SERVED_MODEL_NAME   the model folder's name
  *   kernel threads     --threads             RAPID_THREADS             0 (one per CPU)
  *   queue bound        --max-queue           RAPID_MAX_QUEUE           64
+ *   tool-call parser   --tool-call-parser    RAPID_TOOL_CALL_PARSER    detected from the template
+ *   reasoning parser   --reasoning-parser    RAPID_REASONING_PARSER    detected ("none": off)
  *   SSE keep-alive     (none)                RAPID_SSE_KEEPALIVE_MS    5000
  *
  * Ownership: strings in rp_server_config are borrowed from the flags or the environment.
@@ -25,7 +27,7 @@
 
 typedef struct rp_server_flags {
     const char *host, *port, *api_key, *max_request_bytes, *cors_origins, *log_level,
-        *served_model_name, *threads, *max_queue;
+        *served_model_name, *threads, *max_queue, *tool_call_parser, *reasoning_parser;
 } rp_server_flags;
 
 typedef struct rp_server_config {
@@ -40,6 +42,8 @@ typedef struct rp_server_config {
     int max_queue;
     int keepalive_ms;
     int max_connections;
+    const char *tool_parser;      /* NULL: detect */
+    const char *reasoning_parser; /* NULL: detect */
 } rp_server_config;
 
 rp_status rp_server_config_resolve(const rp_server_flags *flags, rp_server_config *out,

@@ -109,7 +109,7 @@ void rp_routes_stream_step(http_req *r, rp_gen_step step, rp_gen_output *o)
     int anthropic = r->creq.api == RP_API_ANTHROPIC;
     if (step == RP_GEN_DELTA) {
         if (anthropic)
-            rp_anthropic_stream_text(&r->ant, o->text, o->len, rp_http_emit, r);
+            rp_anthropic_stream_delta(&r->ant, o, rp_http_emit, r);
         else
             rp_openai_stream_delta(&r->oai, o, rp_http_emit, r);
         return;
@@ -126,15 +126,13 @@ void rp_routes_stream_step(http_req *r, rp_gen_step step, rp_gen_output *o)
 /* Runs a non-streamed generation to its end; MHD_NO when the client left. */
 static enum MHD_Result run_to_end(http_req *r, rp_pipeline *p)
 {
-    rp_buf text = {0};
-    json_t *logprobs = r->creq.logprobs ? json_array() : NULL;
+    rp_gen_message msg = {0};
     rp_gen_output o;
     for (;;) {
         if (rp_http_client_gone(r)) {
             r->disconnected = 1;
             rp_gen_cancel(r->gen);
-            rp_buf_deinit(&text);
-            json_decref(logprobs);
+            rp_gen_message_deinit(&msg);
             return MHD_NO;
         }
         if (atomic_load(&r->srv->stopping))
@@ -142,11 +140,8 @@ static enum MHD_Result run_to_end(http_req *r, rp_pipeline *p)
         rp_gen_step step = rp_gen_next(r->gen, WAIT_MS, &o);
         if (step == RP_GEN_DONE)
             break;
-        if (step == RP_GEN_DELTA) {
-            rp_buf_append(&text, o.text, o.len);
-            if (logprobs && o.logprobs)
-                json_array_extend(logprobs, o.logprobs);
-        }
+        if (step == RP_GEN_DELTA)
+            rp_gen_message_add(&msg, &o);
     }
     shutdown_as_error(&o);
     r->n_out = o.n_completion;
@@ -156,13 +151,12 @@ static enum MHD_Result run_to_end(http_req *r, rp_pipeline *p)
     } else {
         const char *model = rp_pipeline_model_name(p);
         char *body = r->creq.api == RP_API_ANTHROPIC
-                         ? rp_anthropic_response(model, text.data, text.len, &o)
-                         : rp_openai_response(&r->creq, model, rp_pipeline_fingerprint(p),
-                                              text.data, text.len, logprobs, &o);
+                         ? rp_anthropic_response(model, &msg, &o)
+                         : rp_openai_response(&r->creq, model, rp_pipeline_fingerprint(p), &msg,
+                                              &o);
         res = respond_owned(r, 200, body);
     }
-    rp_buf_deinit(&text);
-    json_decref(logprobs);
+    rp_gen_message_deinit(&msg);
     return res;
 }
 

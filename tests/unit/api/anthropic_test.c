@@ -135,7 +135,10 @@ Test(anthropic, response_body)
 {
     rp_gen_output done = {.finish = RP_GEN_FINISH_STOP_SEQUENCE, .stop_sequence = "END",
                           .n_prompt = 3, .n_completion = 2};
-    char *s = rp_anthropic_response("m", "hi", 2, &done);
+    rp_gen_message msg = {0};
+    rp_buf_puts(&msg.content, "hi");
+    char *s = rp_anthropic_response("m", &msg, &done);
+    rp_gen_message_deinit(&msg);
     json_t *j = json_loads(s, 0, NULL);
     rp_free(s);
     cr_assert_str_eq(json_string_value(json_object_get(j, "type")), "message");
@@ -144,4 +147,38 @@ Test(anthropic, response_body)
     json_t *c = json_array_get(json_object_get(j, "content"), 0);
     cr_assert_str_eq(json_string_value(json_object_get(c, "text")), "hi");
     json_decref(j);
+}
+
+Test(anthropic, tool_use_pieces)
+{
+    rp_gen_piece pcs[] = {
+        {.kind = RP_PIECE_CONTENT, .text = "ok", .len = 2},
+        {.kind = RP_PIECE_TOOL_START, .index = 0, .id = "toolu_1", .name = "f"},
+        {.kind = RP_PIECE_TOOL_ARGS, .index = 0, .text = "{\"a\":1}", .len = 7},
+        {.kind = RP_PIECE_TOOL_END, .index = 0},
+    };
+    rp_gen_output d = {.pieces = pcs, .n_pieces = 4};
+    rp_anthropic_stream s;
+    rp_anthropic_stream_init(&s, "m", 4);
+    rp_buf b = {0};
+    cr_assert_eq(rp_anthropic_stream_delta(&s, &d, collect, &b), RP_OK);
+    rp_gen_output done = {.finish = RP_GEN_FINISH_TOOL_CALLS, .n_completion = 3};
+    rp_anthropic_stream_finish(&s, &done, collect, &b);
+    cr_assert_str_eq(b.data, "message_start content_block_start ping content_block_delta "
+                             "content_block_stop content_block_start content_block_delta "
+                             "content_block_stop message_delta message_stop ");
+    rp_buf_deinit(&b);
+
+    rp_gen_message m = {0};
+    cr_assert_eq(rp_gen_message_add(&m, &d), RP_OK);
+    char *body = rp_anthropic_response("m", &m, &done);
+    json_t *j = json_loads(body, 0, NULL);
+    rp_free(body);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "stop_reason")), "tool_use");
+    json_t *tu = json_array_get(json_object_get(j, "content"), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(tu, "type")), "tool_use");
+    cr_assert_str_eq(json_string_value(json_object_get(tu, "id")), "toolu_1");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(tu, "input"), "a")), 1);
+    json_decref(j);
+    rp_gen_message_deinit(&m);
 }

@@ -166,7 +166,8 @@ Test(openai, stream_chunks)
     rp_openai_stream s;
     rp_openai_stream_init(&s, &r, "m", "fp");
     rp_buf b = {0};
-    rp_gen_output d = {.text = "hi", .len = 2};
+    rp_gen_piece pc = {.kind = RP_PIECE_CONTENT, .text = "hi", .len = 2};
+    rp_gen_output d = {.text = "hi", .len = 2, .pieces = &pc, .n_pieces = 1};
     cr_assert_eq(rp_openai_stream_delta(&s, &d, collect, &b), RP_OK);
     rp_gen_output done = {.finish = RP_GEN_FINISH_LENGTH, .n_prompt = 3, .n_completion = 1};
     cr_assert_eq(rp_openai_stream_finish(&s, &done, collect, &b), RP_OK);
@@ -190,7 +191,10 @@ Test(openai, response_body)
     rp_chat_request r;
     rp_chat_request_init(&r, RP_REQ_CHAT);
     rp_gen_output done = {.finish = RP_GEN_FINISH_STOP_SEQUENCE, .n_prompt = 5, .n_completion = 2};
-    char *s = rp_openai_response(&r, "m", "fp", "ab", 2, NULL, &done);
+    rp_gen_message msg = {0};
+    rp_buf_puts(&msg.content, "ab");
+    char *s = rp_openai_response(&r, "m", "fp", &msg, &done);
+    rp_gen_message_deinit(&msg);
     json_t *j = json_loads(s, 0, NULL);
     rp_free(s);
     cr_assert_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion");
@@ -201,5 +205,46 @@ Test(openai, response_body)
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 7);
     cr_assert_str_eq(json_string_value(json_object_get(j, "system_fingerprint")), "fp");
     json_decref(j);
+    rp_chat_request_deinit(&r);
+}
+
+/* A tool call through the pieces: stream deltas and the assembled message. */
+Test(openai, tool_call_pieces)
+{
+    rp_gen_piece pcs[] = {
+        {.kind = RP_PIECE_REASONING, .text = "think", .len = 5},
+        {.kind = RP_PIECE_TOOL_START, .index = 0, .id = "call_1", .name = "f"},
+        {.kind = RP_PIECE_TOOL_ARGS, .index = 0, .text = "{\"a\":", .len = 5},
+        {.kind = RP_PIECE_TOOL_ARGS, .index = 0, .text = "1}", .len = 2},
+        {.kind = RP_PIECE_TOOL_END, .index = 0},
+    };
+    rp_gen_output d = {.pieces = pcs, .n_pieces = 5, .text = "", .len = 0};
+    rp_chat_request r;
+    rp_chat_request_init(&r, RP_REQ_CHAT);
+    rp_openai_stream s;
+    rp_openai_stream_init(&s, &r, "m", "fp");
+    rp_buf b = {0};
+    cr_assert_eq(rp_openai_stream_delta(&s, &d, collect, &b), RP_OK);
+    cr_assert(strstr(b.data, "\"reasoning_content\":\"think\""));
+    cr_assert(strstr(b.data, "\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":"
+                             "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]"));
+    cr_assert(strstr(b.data, "\"arguments\":\"1}\""));
+    rp_buf_deinit(&b);
+
+    rp_gen_message m = {0};
+    cr_assert_eq(rp_gen_message_add(&m, &d), RP_OK);
+    rp_gen_output done = {.finish = RP_GEN_FINISH_TOOL_CALLS, .n_prompt = 1, .n_completion = 1};
+    char *body = rp_openai_response(&r, "m", "fp", &m, &done);
+    json_t *j = json_loads(body, 0, NULL);
+    rp_free(body);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(c, "message");
+    cr_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "tool_calls");
+    cr_assert(json_is_null(json_object_get(msg, "content")));
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "think");
+    json_t *fn = json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function");
+    cr_assert_str_eq(json_string_value(json_object_get(fn, "arguments")), "{\"a\":1}");
+    json_decref(j);
+    rp_gen_message_deinit(&m);
     rp_chat_request_deinit(&r);
 }
