@@ -87,6 +87,23 @@ test('SSE keep-alive comments while a stream waits for its first token', async (
   assert.equal((await srv.stop()).code, 0, srv.log);
 });
 
+test('a full queue answers 503 with Retry-After in each shape', async (t) => {
+  const srv = await startServer(['--max-queue', '1']);
+  t.after(() => srv.stop());
+  const send = (i) => (i % 2
+    ? post(srv, '/v1/messages', { model: 'default', messages, max_tokens: 40 }, { 'anthropic-version': '2023-06-01' })
+    : post(srv, '/v1/chat/completions', { messages, max_tokens: 40 }));
+  const all = await Promise.all(Array.from({ length: 14 }, (_, i) => send(i)));
+  const busy = all.filter((r) => r.status === 503);
+  assert.ok(busy.length >= 1, `some request saw the full queue: ${all.map((r) => r.status)}`);
+  for (const r of all) assert.ok(r.status === 200 || r.status === 503, r.text);
+  for (const r of busy) {
+    assert.ok(r.headers.get('retry-after'));
+    assert.ok(r.json.error && (r.json.type === 'error' ? r.json.error.type === 'overloaded_error' : r.json.error.type === 'server_error'), r.text);
+  }
+  assert.equal((await srv.stop()).code, 0, srv.log);
+});
+
 test('/health is 503 while loading, then 200; API routes 503 meanwhile', async (t) => {
   const srv = await startServer([], { RAPID_TEST_LOAD_DELAY_MS: '1500' }, { wait: false });
   t.after(() => srv.stop());
