@@ -43,7 +43,7 @@ def bf16(a):
 
 def main():
     out, tokdir = sys.argv[1], sys.argv[2]
-    tmp = out + ".tmp"
+    tmp = "%s.tmp%d" % (out, os.getpid())  # parallel test jobs may generate it at once
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     tok_cfg = json.load(open(os.path.join(tokdir, "tokenizer_config.json")))
@@ -93,8 +93,10 @@ def main():
     tok_cfg["model_max_length"] = CTX
     json.dump(tok_cfg, open(os.path.join(tmp, "tokenizer_config.json"), "w"), ensure_ascii=False)
     shutil.copy(os.path.join(tokdir, "tokenizer.json"), os.path.join(tmp, "tokenizer.json"))
-    shutil.rmtree(out, ignore_errors=True)
-    os.rename(tmp, out)
+    try:
+        os.rename(tmp, out)
+    except OSError:  # another job finished first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
