@@ -30,6 +30,8 @@ int rp_cmd_bench(int argc, char **argv);
 int rp_cmd_tokenize(int argc, char **argv);
 int rp_cmd_detokenize(int argc, char **argv);
 int rp_cmd_perplexity(int argc, char **argv);
+int rp_cmd_serve(int argc, char **argv);
+int rp_cmd_template(int argc, char **argv);
 int rp_cmd_parse(int argc, char **argv);
 
 #endif

@@ -29,6 +29,8 @@ static const rp_cmd g_commands[] = {
      "            [--concurrency N] [--runs N] [--json]\n"
      "  Against a running server (default http://127.0.0.1:8000): TTFT, prefill and decode\n"
      "  tok/s per run, and the aggregate of N concurrent streams."},
+    {"template", rp_cmd_template, "render a chat template against a JSON context",
+     "rapid template (--template FILE.jinja | --model DIR) [--context CTX.json] [--now SECONDS]"},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
     {"models", rp_cmd_models, "list catalog models and aliases (downloaded, size, memory)",
@@ -62,6 +64,12 @@ static const rp_cmd g_commands[] = {
      "  PATH: a tokenizer.json, a model directory or a .gguf file"},
     {"detokenize", rp_cmd_detokenize, "print the text of token ids",
      "rapid detokenize --tokenizer PATH --ids 1,2,3 [--skip-special]"},
+    {"serve", rp_cmd_serve, "serve a model over the OpenAI and Anthropic APIs",
+     "rapid serve [MODEL] [--host H] [--port P] [--api-key KEY] [--max-request-bytes N]\n"
+     "            [--cors-origins LIST] [--log-level L] [--served-model-name NAME]\n"
+     "            [--threads N] [--max-queue N] [--tool-call-parser NAME]\n"
+     "            [--reasoning-parser NAME]\n"
+     "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
     {"parse", rp_cmd_parse, "raw model output -> assistant message (tool calls, reasoning)",
      "rapid parse [--tool-call-parser NAME] [--reasoning-parser NAME] [--tools TOOLS.json]\n"
      "            [--chunk N] [--think-opened] [--stable-ids] --text-file F\n"

@@ -1,0 +1,11 @@
+# libFuzzer targets (configure with clang and -DRP_FUZZ=ON; scripts/fuzz.sh does it).
+option(RP_FUZZ "Build the libFuzzer targets (clang only)" OFF)
+if(RP_FUZZ)
+  target_compile_options(rapid_core PRIVATE -fsanitize=fuzzer-no-link)
+  foreach(t openai_request_fuzz anthropic_request_fuzz)
+    add_executable(${t} tests/fuzz/${t}.c)
+    target_link_libraries(${t} PRIVATE rapid_core)
+    target_compile_options(${t} PRIVATE -fsanitize=fuzzer)
+    target_link_options(${t} PRIVATE -fsanitize=fuzzer)
+  endforeach()
+endif()

@@ -1,0 +1,1 @@
+rp_add_unit_test(server_sse_test tests/unit/server/sse_test.c)
