@@ -38,6 +38,21 @@ static rp_status strtab_grow(tk_strtab *t, int n)
     return RP_OK;
 }
 
+rp_status tk_strtab_reserve(tk_strtab *t, int n_entries, size_t pool_bytes)
+{
+    rp_status st = strtab_grow(t, n_entries);
+    if (st)
+        return st;
+    if (pool_bytes > t->pool_cap) {
+        char *p = rp_realloc(t->pool, pool_bytes);
+        if (!p)
+            return RP_ERR_NOMEM;
+        t->pool = p;
+        t->pool_cap = pool_bytes;
+    }
+    return RP_OK;
+}
+
 rp_status tk_strtab_set(tk_strtab *t, int i, const char *s, size_t n)
 {
     if (i < 0 || n >= UINT32_MAX / 2)
@@ -89,43 +104,51 @@ void tk_strtab_free(tk_strtab *t)
 
 /* ---- string map ------------------------------------------------------------------------ */
 
+/* A slot holds the hash, the table index and the string's place in the pool, so a lookup
+ * touches the slot and the pool bytes only. */
+
 rp_status tk_strmap_init(tk_strmap *m, uint32_t n_expected)
 {
     uint32_t cap = 64;
     while (cap < n_expected * 2u + 16u)
         cap *= 2;
-    m->hash = rp_alloc_tagged((size_t)cap * sizeof(uint32_t), RP_TAG_TEXT);
-    m->val = rp_alloc_tagged((size_t)cap * sizeof(int32_t), RP_TAG_TEXT);
-    if (!m->hash || !m->val)
+    m->slots = rp_calloc(cap, sizeof(tk_strslot)); /* val 0 = empty (stored + 1) */
+    if (!m->slots)
         return RP_ERR_NOMEM;
-    memset(m->val, 0xff, (size_t)cap * sizeof(int32_t));
     m->cap = cap;
     m->n = 0;
     return RP_OK;
 }
 
-static rp_status strmap_rehash(tk_strmap *m, const tk_strtab *t)
+static rp_status strmap_rehash(tk_strmap *m)
 {
     tk_strmap nm;
     rp_status st = tk_strmap_init(&nm, m->cap);
-    if (st) {
-        tk_strmap_free(&nm);
+    if (st)
         return st;
-    }
     for (uint32_t i = 0; i < m->cap; i++) {
-        if (m->val[i] < 0)
+        if (!m->slots[i].val)
             continue;
-        uint32_t j = m->hash[i] & (nm.cap - 1);
-        while (nm.val[j] >= 0)
+        uint32_t j = m->slots[i].hash & (nm.cap - 1);
+        while (nm.slots[j].val)
             j = (j + 1) & (nm.cap - 1);
-        nm.val[j] = m->val[i];
-        nm.hash[j] = m->hash[i];
+        nm.slots[j] = m->slots[i];
         nm.n++;
     }
-    (void)t;
     tk_strmap_free(m);
     *m = nm;
     return RP_OK;
+}
+
+static inline int key_eq(const char *a, const char *b, size_t n)
+{
+    if (n <= 8) {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i])
+                return 0;
+        return 1;
+    }
+    return memcmp(a, b, n) == 0;
 }
 
 rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i)
@@ -135,23 +158,19 @@ rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i)
     if (!s)
         return RP_ERR_INVALID;
     if ((m->n + 1) * 2 > m->cap) {
-        rp_status st = strmap_rehash(m, t);
+        rp_status st = strmap_rehash(m);
         if (st)
             return st;
     }
     uint32_t h = (uint32_t)tk_hash_bytes(s, n);
     uint32_t j = h & (m->cap - 1);
-    while (m->val[j] >= 0) {
-        if (m->hash[j] == h) {
-            size_t n2 = 0;
-            const char *s2 = tk_strtab_get(t, m->val[j], &n2);
-            if (n2 == n && memcmp(s, s2, n) == 0)
-                return RP_OK; /* keep the first */
-        }
+    while (m->slots[j].val) {
+        const tk_strslot *sl = &m->slots[j];
+        if (sl->hash == h && sl->len == n && key_eq(t->pool + sl->off, s, n))
+            return RP_OK; /* keep the first */
         j = (j + 1) & (m->cap - 1);
     }
-    m->val[j] = i;
-    m->hash[j] = h;
+    m->slots[j] = (tk_strslot){h, i + 1, t->off[i], (uint32_t)n};
     m->n++;
     return RP_OK;
 }
@@ -162,21 +181,19 @@ int32_t tk_strmap_get(const tk_strmap *m, const tk_strtab *t, const char *s, siz
         return -1;
     uint32_t h = (uint32_t)tk_hash_bytes(s, n);
     uint32_t j = h & (m->cap - 1);
-    while (m->val[j] >= 0) {
-        if (m->hash[j] == h) {
-            int32_t v = m->val[j];
-            if (t->len[v] == n && memcmp(t->pool + t->off[v], s, n) == 0)
-                return v;
-        }
+    for (;;) {
+        const tk_strslot *sl = &m->slots[j];
+        if (!sl->val)
+            return -1;
+        if (sl->hash == h && sl->len == n && key_eq(t->pool + sl->off, s, n))
+            return sl->val - 1;
         j = (j + 1) & (m->cap - 1);
     }
-    return -1;
 }
 
 void tk_strmap_free(tk_strmap *m)
 {
-    rp_free(m->hash);
-    rp_free(m->val);
+    rp_free(m->slots);
     memset(m, 0, sizeof(*m));
 }
 
@@ -195,11 +212,9 @@ rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected)
     uint32_t cap = 64;
     while (cap < n_expected * 2u + 16u)
         cap *= 2;
-    m->slots = rp_alloc_tagged((size_t)cap * sizeof(tk_merge), RP_TAG_TEXT);
+    m->slots = rp_calloc(cap, sizeof(tk_merge)); /* key 0 = empty (keys are stored + 1) */
     if (!m->slots)
         return RP_ERR_NOMEM;
-    for (uint32_t i = 0; i < cap; i++)
-        m->slots[i].key = UINT64_MAX;
     m->cap = cap;
     m->n = 0;
     return RP_OK;
@@ -212,10 +227,10 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
         if (tk_mergemap_init(&nm, m->cap))
             return RP_ERR_NOMEM;
         for (uint32_t i = 0; i < m->cap; i++) {
-            if (m->slots[i].key == UINT64_MAX)
+            if (m->slots[i].key == 0)
                 continue;
             uint32_t j = mix64(m->slots[i].key) & (nm.cap - 1);
-            while (nm.slots[j].key != UINT64_MAX)
+            while (nm.slots[j].key != 0)
                 j = (j + 1) & (nm.cap - 1);
             nm.slots[j] = m->slots[i];
             nm.n++;
@@ -223,9 +238,9 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
         tk_mergemap_free(m);
         *m = nm;
     }
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     uint32_t j = mix64(key) & (m->cap - 1);
-    while (m->slots[j].key != UINT64_MAX) {
+    while (m->slots[j].key != 0) {
         if (m->slots[j].key == key) {
             if (rank < m->slots[j].rank) {
                 m->slots[j].rank = rank;
@@ -244,13 +259,13 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
 
 const tk_merge *tk_mergemap_get(const tk_mergemap *m, int32_t a, int32_t b)
 {
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     uint32_t j = mix64(key) & (m->cap - 1);
     for (;;) {
         const tk_merge *s = &m->slots[j];
         if (s->key == key)
             return s;
-        if (s->key == UINT64_MAX)
+        if (s->key == 0)
             return NULL;
         j = (j + 1) & (m->cap - 1);
     }
@@ -278,77 +293,69 @@ rp_status tk_ids_push(tk_ids *ids, int32_t id)
 
 /* ---- word cache ------------------------------------------------------------------------ */
 
+/* Per encode call: piece bytes -> ids, for pieces up to CACHE_MAX_KEY bytes. Slots are
+ * single structs so that a probe costs one cache line; keys and ids live in pools. */
 #define CACHE_MAX_KEY 48
 #define CACHE_MAX_SLOTS (1u << 17)
 
-static int cache_get(tk_scratch *sc, const char *s, size_t n, uint64_t h, tk_ids *out, int *hit)
+static rp_status cache_get(tk_scratch *sc, const char *s, size_t n, uint64_t h, tk_ids *out,
+                           int *hit)
 {
     *hit = 0;
     if (!sc->c_cap)
         return RP_OK;
     uint32_t j = (uint32_t)h & (sc->c_cap - 1);
-    while (sc->c_n[j] != UINT32_MAX) {
-        if (sc->c_hash[j] == h) {
-            const char *k = sc->c_keys.data + sc->c_key_off[j];
-            if ((uint8_t)k[0] == n && memcmp(k + 1, s, n) == 0) {
-                for (uint32_t i = 0; i < sc->c_n[j]; i++)
-                    if (tk_ids_push(out, sc->c_ids[sc->c_off[j] + i]))
-                        return RP_ERR_NOMEM;
-                *hit = 1;
-                return RP_OK;
+    for (;;) {
+        const tk_cslot *c = &sc->cache[j];
+        if (!c->n_ids)
+            return RP_OK;
+        if (c->hash == h && c->key_len == n && memcmp(sc->c_keys.data + c->key_off, s, n) == 0) {
+            if (out->n + c->n_ids > out->cap) {
+                int cap = out->cap ? out->cap : 64;
+                while (cap < out->n + c->n_ids)
+                    cap *= 2;
+                int32_t *v = rp_realloc(out->v, (size_t)cap * sizeof(int32_t));
+                if (!v)
+                    return RP_ERR_NOMEM;
+                out->v = v;
+                out->cap = cap;
             }
+            memcpy(out->v + out->n, sc->c_ids + c->ids_off, (size_t)c->n_ids * sizeof(int32_t));
+            out->n += c->n_ids;
+            *hit = 1;
+            return RP_OK;
         }
         j = (j + 1) & (sc->c_cap - 1);
     }
-    return RP_OK;
 }
 
-static rp_status cache_init(tk_scratch *sc, uint32_t cap)
+static int cache_resize(tk_scratch *sc, uint32_t cap)
 {
-    sc->c_hash = rp_alloc((size_t)cap * sizeof(uint64_t));
-    sc->c_off = rp_alloc((size_t)cap * sizeof(uint32_t));
-    sc->c_n = rp_alloc((size_t)cap * sizeof(uint32_t));
-    sc->c_key_off = rp_alloc((size_t)cap * sizeof(uint32_t));
-    if (!sc->c_hash || !sc->c_off || !sc->c_n || !sc->c_key_off)
-        return RP_ERR_NOMEM;
-    memset(sc->c_n, 0xff, (size_t)cap * sizeof(uint32_t));
+    tk_cslot *nc = rp_calloc(cap, sizeof(tk_cslot));
+    if (!nc)
+        return -1;
+    for (uint32_t i = 0; i < sc->c_cap; i++) {
+        if (!sc->cache[i].n_ids)
+            continue;
+        uint32_t j = (uint32_t)sc->cache[i].hash & (cap - 1);
+        while (nc[j].n_ids)
+            j = (j + 1) & (cap - 1);
+        nc[j] = sc->cache[i];
+    }
+    rp_free(sc->cache);
+    sc->cache = nc;
     sc->c_cap = cap;
-    sc->c_used = 0;
-    return RP_OK;
+    return 0;
 }
 
 static void cache_put(tk_scratch *sc, const char *s, size_t n, uint64_t h, const int32_t *ids,
                       int n_ids)
 {
-    if (!sc->c_cap) {
-        if (cache_init(sc, 4096))
-            return;
-    }
+    if (n_ids <= 0 || n_ids > 0xFFFF)
+        return;
     if ((sc->c_used + 1) * 2 > sc->c_cap) {
-        if (sc->c_cap >= CACHE_MAX_SLOTS)
+        if (sc->c_cap >= CACHE_MAX_SLOTS || cache_resize(sc, sc->c_cap ? sc->c_cap * 2 : 4096))
             return;
-        /* grow: rebuild the slot arrays (keys and ids pools stay) */
-        tk_scratch old = *sc;
-        sc->c_hash = NULL, sc->c_off = NULL, sc->c_n = NULL, sc->c_key_off = NULL;
-        if (cache_init(sc, old.c_cap * 2)) {
-            rp_free(sc->c_hash), rp_free(sc->c_off), rp_free(sc->c_n), rp_free(sc->c_key_off);
-            sc->c_hash = old.c_hash, sc->c_off = old.c_off, sc->c_n = old.c_n;
-            sc->c_key_off = old.c_key_off, sc->c_cap = old.c_cap, sc->c_used = old.c_used;
-            return;
-        }
-        for (uint32_t i = 0; i < old.c_cap; i++) {
-            if (old.c_n[i] == UINT32_MAX)
-                continue;
-            uint32_t j = (uint32_t)old.c_hash[i] & (sc->c_cap - 1);
-            while (sc->c_n[j] != UINT32_MAX)
-                j = (j + 1) & (sc->c_cap - 1);
-            sc->c_hash[j] = old.c_hash[i];
-            sc->c_off[j] = old.c_off[i];
-            sc->c_n[j] = old.c_n[i];
-            sc->c_key_off[j] = old.c_key_off[i];
-            sc->c_used++;
-        }
-        rp_free(old.c_hash), rp_free(old.c_off), rp_free(old.c_n), rp_free(old.c_key_off);
     }
     if (sc->c_ids_n + (uint32_t)n_ids > sc->c_ids_cap) {
         uint32_t cap = sc->c_ids_cap ? sc->c_ids_cap : 8192;
@@ -361,17 +368,13 @@ static void cache_put(tk_scratch *sc, const char *s, size_t n, uint64_t h, const
         sc->c_ids_cap = cap;
     }
     uint32_t key_off = (uint32_t)sc->c_keys.len;
-    char len8 = (char)(uint8_t)n;
-    if (rp_buf_append(&sc->c_keys, &len8, 1) || rp_buf_append(&sc->c_keys, s, n))
+    if (rp_buf_append(&sc->c_keys, s, n))
         return;
     uint32_t j = (uint32_t)h & (sc->c_cap - 1);
-    while (sc->c_n[j] != UINT32_MAX)
+    while (sc->cache[j].n_ids)
         j = (j + 1) & (sc->c_cap - 1);
     memcpy(sc->c_ids + sc->c_ids_n, ids, (size_t)n_ids * sizeof(int32_t));
-    sc->c_hash[j] = h;
-    sc->c_off[j] = sc->c_ids_n;
-    sc->c_n[j] = (uint32_t)n_ids;
-    sc->c_key_off[j] = key_off;
+    sc->cache[j] = (tk_cslot){h, sc->c_ids_n, key_off, (uint16_t)n_ids, (uint16_t)n};
     sc->c_ids_n += (uint32_t)n_ids;
     sc->c_used++;
 }
@@ -383,10 +386,7 @@ void tk_scratch_free(tk_scratch *sc)
     rp_free(sc->b.v);
     if (sc->md)
         pcre2_match_data_free(sc->md);
-    rp_free(sc->c_hash);
-    rp_free(sc->c_off);
-    rp_free(sc->c_n);
-    rp_free(sc->c_key_off);
+    rp_free(sc->cache);
     rp_buf_deinit(&sc->c_keys);
     rp_free(sc->c_ids);
     rp_free(sc->sym_id);
@@ -504,25 +504,46 @@ static rp_status bpe_initial(const rp_tokenizer *tok, tk_scratch *sc, const char
     return RP_OK;
 }
 
+/* Short words: the rank of every adjacent pair is kept in an array, so each merge costs a
+ * scan of that array and two lookups for the new neighbours. */
 static void merge_small(const rp_tokenizer *tok, int32_t *ids, int *pn)
 {
     int n = *pn;
+    int32_t rank[64], merged[64];
+    for (int i = 0; i + 1 < n; i++) {
+        const tk_merge *m = tk_mergemap_get(&tok->merges, ids[i], ids[i + 1]);
+        rank[i] = m ? m->rank : INT32_MAX;
+        merged[i] = m ? m->id : -1;
+    }
     while (n > 1) {
-        int32_t best = INT32_MAX, best_id = -1;
+        int32_t best = INT32_MAX;
         int pos = -1;
-        for (int i = 0; i + 1 < n; i++) {
-            const tk_merge *m = tk_mergemap_get(&tok->merges, ids[i], ids[i + 1]);
-            if (m && m->rank < best) {
-                best = m->rank;
-                best_id = m->id;
+        for (int i = 0; i + 1 < n; i++)
+            if (rank[i] < best) {
+                best = rank[i];
                 pos = i;
             }
-        }
         if (pos < 0)
             break;
-        ids[pos] = best_id;
-        memmove(ids + pos + 1, ids + pos + 2, (size_t)(n - pos - 2) * sizeof(int32_t));
+        ids[pos] = merged[pos];
+        int tail = n - pos - 2;
+        memmove(ids + pos + 1, ids + pos + 2, (size_t)tail * sizeof(int32_t));
+        if (tail > 1) {
+            memmove(rank + pos + 1, rank + pos + 2, (size_t)(tail - 1) * sizeof(int32_t));
+            memmove(merged + pos + 1, merged + pos + 2, (size_t)(tail - 1) * sizeof(int32_t));
+        }
         n--;
+        /* pairs (pos-1, pos) and (pos, pos+1) changed */
+        if (pos > 0) {
+            const tk_merge *m = tk_mergemap_get(&tok->merges, ids[pos - 1], ids[pos]);
+            rank[pos - 1] = m ? m->rank : INT32_MAX;
+            merged[pos - 1] = m ? m->id : -1;
+        }
+        if (pos + 1 < n) {
+            const tk_merge *m = tk_mergemap_get(&tok->merges, ids[pos], ids[pos + 1]);
+            rank[pos] = m ? m->rank : INT32_MAX;
+            merged[pos] = m ? m->id : -1;
+        }
     }
     *pn = n;
 }

@@ -141,10 +141,37 @@ static int all_ascii(const char *s, size_t n)
     return 1;
 }
 
+static rp_status normalize_span(const char *s, size_t n, int opts, rp_buf *out);
+
+/* Normalization is local: a boundary before an ASCII character that is followed by another
+ * ASCII character (or the end) cannot be crossed by composition, decomposition or
+ * reordering. ASCII runs are copied; only the spans around other characters go through
+ * utf8proc. */
 static rp_status unicode_normalize(const char *s, size_t n, int opts, rp_buf *out)
 {
     if (all_ascii(s, n))
         return rp_buf_append(out, s, n);
+    rp_status st = rp_buf_reserve(out, n);
+    size_t i = 0;
+    while (!st && i < n) {
+        size_t j = i;
+        while (j < n && (uint8_t)s[j] < 0x80 && (j + 1 == n || (uint8_t)s[j + 1] < 0x80))
+            j++;
+        if (j > i)
+            st = rp_buf_append(out, s + i, j - i);
+        if (st || j >= n)
+            break;
+        size_t k = j + 1;
+        while (k < n && !((uint8_t)s[k] < 0x80 && (k + 1 == n || (uint8_t)s[k + 1] < 0x80)))
+            k++;
+        st = normalize_span(s + j, k - j, opts, out);
+        i = k;
+    }
+    return st;
+}
+
+static rp_status normalize_span(const char *s, size_t n, int opts, rp_buf *out)
+{
     size_t cap = n + 16;
     utf8proc_int32_t *buf = NULL;
     for (;;) {

@@ -25,9 +25,8 @@
 
 /* ---- string -> id hash map (open addressing; keys live elsewhere) ---------------------- */
 
-/* Maps byte strings to int32 values; the key bytes are fetched through a callback-free
- * scheme: each slot stores the value and a 32-bit hash; keys are compared through the
- * string table the map was built over (tk_strtab). */
+/* String tables (id -> bytes) and maps over them (bytes -> id); a map is bound to the
+ * table it was built over, and keys are compared against that table's pool. */
 typedef struct tk_strtab {
     char *pool;      /* all strings, NUL-separated */
     size_t pool_len, pool_cap;
@@ -36,15 +35,22 @@ typedef struct tk_strtab {
     int n;
 } tk_strtab;
 
+typedef struct tk_strslot {
+    uint32_t hash;
+    int32_t val; /* table index + 1; 0 = empty */
+    uint32_t off, len;
+} tk_strslot;
+
 typedef struct tk_strmap {
-    uint32_t *hash;  /* [cap] */
-    int32_t *val;    /* [cap] index into the string table, -1 empty */
-    uint32_t cap;    /* power of two */
+    tk_strslot *slots; /* [cap] */
+    uint32_t cap;      /* power of two */
     uint32_t n;
 } tk_strmap;
 
 uint64_t tk_hash_bytes(const void *p, size_t n);
 rp_status tk_strtab_set(tk_strtab *t, int i, const char *s, size_t n);
+/* Pre-sizes the table (entries) and its string pool (bytes). */
+rp_status tk_strtab_reserve(tk_strtab *t, int n_entries, size_t pool_bytes);
 const char *tk_strtab_get(const tk_strtab *t, int i, size_t *n);
 void tk_strtab_free(tk_strtab *t);
 rp_status tk_strmap_init(tk_strmap *m, uint32_t n_expected);
@@ -55,7 +61,7 @@ void tk_strmap_free(tk_strmap *m);
 
 /* (id_a, id_b) -> (rank, merged id) */
 typedef struct tk_merge {
-    uint64_t key; /* (a << 32) | b, UINT64_MAX empty */
+    uint64_t key; /* ((a << 32) | b) + 1; 0 = empty */
     int32_t rank;
     int32_t id;
 } tk_merge;
@@ -234,15 +240,20 @@ typedef struct tk_pieces {
     int n, cap;
 } tk_pieces;
 
+typedef struct tk_cslot {
+    uint64_t hash;
+    uint32_t ids_off; /* into c_ids */
+    uint32_t key_off; /* into c_keys */
+    uint16_t n_ids;   /* 0 = empty */
+    uint16_t key_len;
+} tk_cslot;
+
 typedef struct tk_scratch {
     rp_buf store;       /* piece bytes */
     tk_pieces a, b;     /* ping-pong piece lists */
     pcre2_match_data *md;
     /* word cache: piece bytes -> ids */
-    uint64_t *c_hash;
-    uint32_t *c_off;    /* into c_ids (start) */
-    uint32_t *c_n;
-    uint32_t *c_key_off; /* into c_keys */
+    struct tk_cslot *cache;
     uint32_t c_cap, c_used;
     rp_buf c_keys;
     int32_t *c_ids;

@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "base/file.h"
 #include "text/tok_impl.h"
+#include "text/tok_json.h"
 #include "text/unicode.h"
 
 #define GPT2_REGEX                                                                             \
@@ -722,13 +723,64 @@ static int bytelevel_to_raw(const char *s, size_t n, rp_buf *out)
     return 1;
 }
 
-static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
+static rp_status vocab_cb(void *ud, const char *key, size_t n, long long id)
+{
+    rp_tokenizer *tok = ud;
+    if (id < 0 || id > 16 * 1024 * 1024)
+        return RP_ERR_INVALID;
+    if (tk_strtab_set(&tok->strs, (int)id, key, n))
+        return RP_ERR_NOMEM;
+    if (id >= tok->n_vocab)
+        tok->n_vocab = (int)id + 1;
+    return RP_OK;
+}
+
+typedef struct merge_ctx {
+    rp_tokenizer *tok;
+    rp_buf cat;
+    int32_t rank;
+} merge_ctx;
+
+static rp_status merge_cb(void *ud, const char *a, size_t al, const char *b, size_t bl)
+{
+    merge_ctx *mc = ud;
+    rp_tokenizer *tok = mc->tok;
+    int32_t ia = tk_strmap_get(&tok->str_map, &tok->strs, a, al);
+    int32_t ib = tk_strmap_get(&tok->str_map, &tok->strs, b, bl);
+    rp_buf_reset(&mc->cat);
+    if (rp_buf_append(&mc->cat, a, al) || rp_buf_append(&mc->cat, b, bl))
+        return RP_ERR_NOMEM;
+    size_t cl = mc->cat.len;
+    /* with a continuing_subword_prefix, the merged token drops b's prefix */
+    if (tok->cont_prefix_len && bl >= tok->cont_prefix_len &&
+        memcmp(b, tok->cont_prefix, tok->cont_prefix_len) == 0) {
+        memmove(mc->cat.data + al, mc->cat.data + al + tok->cont_prefix_len,
+                bl - tok->cont_prefix_len);
+        cl -= tok->cont_prefix_len;
+    }
+    int32_t im = tk_strmap_get(&tok->str_map, &tok->strs, mc->cat.data, cl);
+    if (ia < 0 || ib < 0 || im < 0)
+        return RP_ERR_INVALID;
+    if (tk_mergemap_put(&tok->merges, ia, ib, mc->rank++, im))
+        return RP_ERR_NOMEM;
+    return RP_OK;
+}
+
+static size_t count_char(const tk_span *s, char c)
+{
+    size_t n = 0;
+    for (const char *p = s->p, *e = s->p + s->n; (p = memchr(p, c, (size_t)(e - p))); p++)
+        n++;
+    return n;
+}
+
+static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
+                            const tk_span *merges, rp_err *err)
 {
     const char *type = json_string_value(json_object_get(m, "type"));
-    json_t *vocab = json_object_get(m, "vocab");
     if (!type) {
         /* old files: infer from the fields */
-        type = json_object_get(m, "merges") ? "BPE" : "WordPiece";
+        type = merges->p ? "BPE" : "WordPiece";
     }
     if (!strcmp(type, "BPE"))
         tok->model = TK_MODEL_BPE;
@@ -736,24 +788,16 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
         tok->model = TK_MODEL_WORDPIECE;
     else
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "model type '%s' is not supported", type);
-    if (!json_is_object(vocab))
-        return rp_err_set(err, RP_ERR_INVALID, "model.vocab is not an object");
-    size_t nv = json_object_size(vocab);
-    if (tk_strmap_init(&tok->str_map, (uint32_t)nv + 1024))
+    if (!vocab->p)
+        return rp_err_set(err, RP_ERR_INVALID, "model.vocab is missing or not an object");
+    size_t nv = count_char(vocab, ':');
+    if (tk_strmap_init(&tok->str_map, (uint32_t)nv + 1024) ||
+        tk_strtab_reserve(&tok->strs, (int)nv + 1024, vocab->n))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    const char *key;
-    json_t *val;
-    size_t klen;
-    json_object_keylen_foreach(vocab, key, klen, val)
-    {
-        json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id > 16 * 1024 * 1024)
-            return rp_err_set(err, RP_ERR_INVALID, "vocab entry with a bad id");
-        if (tk_strtab_set(&tok->strs, (int)id, key, klen))
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        if (id >= tok->n_vocab)
-            tok->n_vocab = (int)id + 1;
-    }
+    rp_status st = tk_json_vocab(vocab, vocab_cb, tok);
+    if (st)
+        return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
+                                                      : "model.vocab is malformed");
     for (int i = 0; i < tok->n_vocab; i++)
         if (tk_strtab_get(&tok->strs, i, NULL) && tk_strmap_put(&tok->str_map, &tok->strs, i))
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
@@ -784,6 +828,8 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
     /* raw table */
     if (tok->byte_level) {
         rp_buf raw = {0};
+        if (tk_strtab_reserve(&tok->raw_tab, tok->n_vocab + 1024, tok->strs.pool_len + 4096))
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
         for (int i = 0; i < tok->n_vocab; i++) {
             size_t n;
             const char *s = tk_strtab_get(&tok->strs, i, &n);
@@ -809,66 +855,17 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
 
     /* merges */
-    json_t *merges = json_object_get(m, "merges");
-    size_t nm = json_array_size(merges);
     if (tok->model == TK_MODEL_BPE) {
+        size_t nm = merges->p ? count_char(merges, ',') + 1 : 0;
         if (tk_mergemap_init(&tok->merges, (uint32_t)nm))
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        rp_buf cat = {0};
-        for (size_t r = 0; r < nm; r++) {
-            json_t *e = json_array_get(merges, r);
-            const char *a, *b;
-            size_t al, bl;
-            if (json_is_string(e)) {
-                const char *s = json_string_value(e);
-                size_t n = json_string_length(e);
-                const char *sp = memchr(s, ' ', n);
-                /* the first space separates the two sides (a side may not hold a space) */
-                if (!sp) {
-                    rp_buf_deinit(&cat);
-                    return rp_err_set(err, RP_ERR_INVALID, "merge %zu has no space", r);
-                }
-                a = s, al = (size_t)(sp - s), b = sp + 1, bl = n - al - 1;
-            } else if (json_array_size(e) == 2) {
-                a = json_string_value(json_array_get(e, 0));
-                b = json_string_value(json_array_get(e, 1));
-                if (!a || !b) {
-                    rp_buf_deinit(&cat);
-                    return rp_err_set(err, RP_ERR_INVALID, "merge %zu is malformed", r);
-                }
-                al = json_string_length(json_array_get(e, 0));
-                bl = json_string_length(json_array_get(e, 1));
-            } else {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_INVALID, "merge %zu is malformed", r);
-            }
-            int32_t ia = tk_strmap_get(&tok->str_map, &tok->strs, a, al);
-            int32_t ib = tk_strmap_get(&tok->str_map, &tok->strs, b, bl);
-            rp_buf_reset(&cat);
-            if (rp_buf_append(&cat, a, al) || rp_buf_append(&cat, b, bl)) {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-            }
-            /* with a continuing_subword_prefix, the merged token drops b's prefix */
-            const char *cs = cat.data;
-            size_t cl = cat.len;
-            if (tok->cont_prefix_len && bl >= tok->cont_prefix_len &&
-                memcmp(b, tok->cont_prefix, tok->cont_prefix_len) == 0) {
-                memmove(cat.data + al, cat.data + al + tok->cont_prefix_len,
-                        bl - tok->cont_prefix_len);
-                cl -= tok->cont_prefix_len;
-            }
-            int32_t im = tk_strmap_get(&tok->str_map, &tok->strs, cs, cl);
-            if (ia < 0 || ib < 0 || im < 0) {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_INVALID, "merge %zu refers to unknown tokens", r);
-            }
-            if (tk_mergemap_put(&tok->merges, ia, ib, (int32_t)r, im)) {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-            }
-        }
-        rp_buf_deinit(&cat);
+        merge_ctx mc = {tok, {0}, 0};
+        st = merges->p ? tk_json_merges(merges, merge_cb, &mc) : RP_OK;
+        rp_buf_deinit(&mc.cat);
+        if (st)
+            return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
+                                                          : "merge %d is malformed or refers to "
+                                                            "unknown tokens", (int)mc.rank);
     } else {
         const char *pf = json_string_value(json_object_get(m, "continuing_subword_prefix"));
         rp_free(tok->cont_prefix);
@@ -1045,16 +1042,47 @@ static rp_status load_config(rp_tokenizer *tok, const char *dir, rp_err *err)
 
 static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
 {
-    char *data;
-    size_t n;
-    rp_status st = rp_file_read(path, &data, &n, err);
+    rp_mmap map;
+    rp_status st = rp_mmap_open(path, &map, err);
     if (st)
         return st;
+    const char *data = map.data;
+    size_t n = map.n_bytes;
+    /* The big members (model.vocab, model.merges) are scanned in place by tok_json.c;
+     * jansson gets the rest, with "{}" / "[]" in their place. */
+    tk_span vocab, merges;
+    tk_json_find_model_parts(data, n, &vocab, &merges);
+    tk_span cut[2] = {vocab, merges};
+    if (cut[1].p && (!cut[0].p || cut[1].p < cut[0].p)) {
+        tk_span t = cut[0];
+        cut[0] = cut[1];
+        cut[1] = t;
+    }
+    char *rest = rp_alloc(n - vocab.n - merges.n + 8);
+    if (!rest) {
+        rp_mmap_close(&map);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    size_t w = 0, r = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!cut[k].p)
+            continue;
+        size_t at = (size_t)(cut[k].p - data);
+        memcpy(rest + w, data + r, at - r);
+        w += at - r;
+        rest[w++] = data[at];
+        rest[w++] = data[at] == '{' ? '}' : ']';
+        r = at + cut[k].n;
+    }
+    memcpy(rest + w, data + r, n - r);
+    w += n - r;
     json_error_t je;
-    json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, &je);
-    rp_free(data);
-    if (!root)
+    json_t *root = json_loadb(rest, w, JSON_ALLOW_NUL, &je);
+    rp_free(rest);
+    if (!root) {
+        rp_mmap_close(&map);
         return rp_err_set(err, RP_ERR_INVALID, "%s:%d: %s", path, je.line, je.text);
+    }
     json_t *pre = json_object_get(root, "pre_tokenizer");
     json_t *norm = json_object_get(root, "normalizer");
     json_t *dec = json_object_get(root, "decoder");
@@ -1075,7 +1103,8 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
         st = load_post(tok, post, err);
     tok->byte_level = tk_pre_has_bytelevel(tok->pre);
     if (!st)
-        st = load_model(tok, json_object_get(root, "model"), err);
+        st = load_model(tok, json_object_get(root, "model"), &vocab, &merges, err);
+    rp_mmap_close(&map);
     json_t *added = json_object_get(root, "added_tokens");
     for (size_t i = 0; !st && i < json_array_size(added); i++) {
         json_t *a = json_array_get(added, i);
