@@ -18,6 +18,31 @@ uint64_t tk_hash_bytes(const void *p, size_t n)
     return XXH3_64bits(p, n);
 }
 
+/* Pieces are short: an inlined hash of up to 16 bytes (two loads, one multiply-mix each),
+ * XXH3 beyond. */
+static inline uint64_t short_hash(const char *s, size_t n)
+{
+    if (n > 16)
+        return XXH3_64bits(s, n);
+    uint64_t a = 0, b = 0;
+    if (n >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t x, y;
+        memcpy(&x, s, 4);
+        memcpy(&y, s + n - 4, 4);
+        a = x, b = y;
+    } else if (n > 0) {
+        a = (uint8_t)s[0] | ((uint64_t)(uint8_t)s[n / 2] << 8) | ((uint64_t)(uint8_t)s[n - 1] << 16);
+    }
+    uint64_t h = (a ^ 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
+    h ^= (b + n) * 0x94D049BB133111EBULL;
+    h ^= h >> 31;
+    h *= 0xD6E8FEB86659FD93ULL;
+    return h ^ (h >> 32);
+}
+
 /* ---- string table ---------------------------------------------------------------------- */
 
 static rp_status strtab_grow(tk_strtab *t, int n)
@@ -304,12 +329,13 @@ static rp_status cache_get(tk_scratch *sc, const char *s, size_t n, uint64_t h, 
     *hit = 0;
     if (!sc->c_cap)
         return RP_OK;
-    uint32_t j = (uint32_t)h & (sc->c_cap - 1);
+    uint32_t j = (uint32_t)(h >> 32) & (sc->c_cap - 1);
     for (;;) {
         const tk_cslot *c = &sc->cache[j];
         if (!c->n_ids)
             return RP_OK;
-        if (c->hash == h && c->key_len == n && memcmp(sc->c_keys.data + c->key_off, s, n) == 0) {
+        if (c->hash == (uint32_t)(h >> 32) && c->key_len == n &&
+            key_eq(sc->c_keys.data + c->key_off, s, n)) {
             if (out->n + c->n_ids > out->cap) {
                 int cap = out->cap ? out->cap : 64;
                 while (cap < out->n + c->n_ids)
@@ -320,7 +346,11 @@ static rp_status cache_get(tk_scratch *sc, const char *s, size_t n, uint64_t h, 
                 out->v = v;
                 out->cap = cap;
             }
-            memcpy(out->v + out->n, sc->c_ids + c->ids_off, (size_t)c->n_ids * sizeof(int32_t));
+            if (c->n_ids == 1)
+                out->v[out->n] = (int32_t)c->ids_off; /* a single id is kept in the slot */
+            else
+                memcpy(out->v + out->n, sc->c_ids + c->ids_off,
+                       (size_t)c->n_ids * sizeof(int32_t));
             out->n += c->n_ids;
             *hit = 1;
             return RP_OK;
@@ -337,7 +367,7 @@ static int cache_resize(tk_scratch *sc, uint32_t cap)
     for (uint32_t i = 0; i < sc->c_cap; i++) {
         if (!sc->cache[i].n_ids)
             continue;
-        uint32_t j = (uint32_t)sc->cache[i].hash & (cap - 1);
+        uint32_t j = sc->cache[i].hash & (cap - 1);
         while (nc[j].n_ids)
             j = (j + 1) & (cap - 1);
         nc[j] = sc->cache[i];
@@ -357,7 +387,7 @@ static void cache_put(tk_scratch *sc, const char *s, size_t n, uint64_t h, const
         if (sc->c_cap >= CACHE_MAX_SLOTS || cache_resize(sc, sc->c_cap ? sc->c_cap * 2 : 4096))
             return;
     }
-    if (sc->c_ids_n + (uint32_t)n_ids > sc->c_ids_cap) {
+    if (n_ids > 1 && sc->c_ids_n + (uint32_t)n_ids > sc->c_ids_cap) {
         uint32_t cap = sc->c_ids_cap ? sc->c_ids_cap : 8192;
         while (cap < sc->c_ids_n + (uint32_t)n_ids)
             cap *= 2;
@@ -370,12 +400,17 @@ static void cache_put(tk_scratch *sc, const char *s, size_t n, uint64_t h, const
     uint32_t key_off = (uint32_t)sc->c_keys.len;
     if (rp_buf_append(&sc->c_keys, s, n))
         return;
-    uint32_t j = (uint32_t)h & (sc->c_cap - 1);
+    uint32_t j = (uint32_t)(h >> 32) & (sc->c_cap - 1);
     while (sc->cache[j].n_ids)
         j = (j + 1) & (sc->c_cap - 1);
-    memcpy(sc->c_ids + sc->c_ids_n, ids, (size_t)n_ids * sizeof(int32_t));
-    sc->cache[j] = (tk_cslot){h, sc->c_ids_n, key_off, (uint16_t)n_ids, (uint16_t)n};
-    sc->c_ids_n += (uint32_t)n_ids;
+    uint32_t ids_off = (uint32_t)ids[0];
+    if (n_ids > 1) {
+        memcpy(sc->c_ids + sc->c_ids_n, ids, (size_t)n_ids * sizeof(int32_t));
+        ids_off = sc->c_ids_n;
+        sc->c_ids_n += (uint32_t)n_ids;
+    }
+    sc->cache[j] = (tk_cslot){(uint32_t)(h >> 32), ids_off, key_off, (uint16_t)n_ids,
+                              (uint16_t)n};
     sc->c_used++;
 }
 
@@ -711,7 +746,7 @@ rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s
         return wordpiece_word(tok, s, n, out);
     if (n > CACHE_MAX_KEY)
         return bpe_word(tok, sc, s, n, out);
-    uint64_t h = tk_hash_bytes(s, n);
+    uint64_t h = short_hash(s, n);
     int hit;
     rp_status st = cache_get(sc, s, n, h, out, &hit);
     if (st || hit)

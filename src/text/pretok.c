@@ -91,7 +91,7 @@ void tk_pattern_free(tk_pattern *p)
 }
 
 /* Finds the next match at or after pos. Returns 1 with [*ms, *me), 0 when none. */
-static int pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
+int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
                         size_t pos, size_t *ms, size_t *me)
 {
     if (!p->re) {
@@ -260,7 +260,7 @@ static rp_status replace_all(const tk_pattern *p, const char *content, size_t co
     }
     size_t pos = 0, ms, me;
     rp_status st = RP_OK;
-    while (!st && pattern_next(p, md, s, n, pos, &ms, &me)) {
+    while (!st && tk_pattern_next(p, md, s, n, pos, &ms, &me)) {
         st = rp_buf_append(out, s + pos, ms - pos);
         if (!st)
             st = rp_buf_append(out, content, content_len);
@@ -511,7 +511,7 @@ static rp_status events_pattern(const tk_pattern *p, pcre2_match_data *md, const
 {
     size_t pos = 0, ms, me;
     rp_status st = RP_OK;
-    while (!st && pattern_next(p, md, s, n, pos, &ms, &me)) {
+    while (!st && tk_pattern_next(p, md, s, n, pos, &ms, &me)) {
         if (ms > pos)
             st = evs_push(e, base + (uint32_t)pos, base + (uint32_t)ms, 0);
         if (!st)
@@ -651,6 +651,25 @@ rp_status tk_pretokenize(const tk_pre *p, tk_scratch *sc, int section_first)
         return RP_OK;
     uint32_t base = sc->a.n ? sc->a.v[0].off : 0;
     return pre_one(p, sc, section_first, base);
+}
+
+const tk_pattern *tk_pre_single_regex(const tk_pre *p)
+{
+    if (!p)
+        return NULL;
+    if (p->kind == TK_PRE_SPLIT && p->behavior == TK_SPLIT_ISOLATED && !p->invert && p->pat.re)
+        return &p->pat;
+    if (p->kind == TK_PRE_BYTELEVEL && !p->add_prefix_space && p->use_regex && p->pat.re)
+        return &p->pat;
+    if (p->kind == TK_PRE_SEQ) {
+        /* [Split Isolated, ByteLevel without regex and prefix]: the ByteLevel step is free */
+        if (p->n_sub == 2 && p->sub[1].kind == TK_PRE_BYTELEVEL && !p->sub[1].use_regex &&
+            !p->sub[1].add_prefix_space)
+            return tk_pre_single_regex(&p->sub[0]);
+        if (p->n_sub == 1)
+            return tk_pre_single_regex(&p->sub[0]);
+    }
+    return NULL;
 }
 
 int tk_pre_has_bytelevel(const tk_pre *p)

@@ -212,6 +212,7 @@ struct rp_tokenizer {
     /* pipeline */
     tk_norm *norm;
     tk_pre *pre;
+    const tk_pattern *pre_fast; /* tk_pre_single_regex(pre) */
     tk_dec *dec;
     tk_post_item *post;    /* TemplateProcessing single, NULL = none */
     int n_post;
@@ -241,8 +242,8 @@ typedef struct tk_pieces {
 } tk_pieces;
 
 typedef struct tk_cslot {
-    uint64_t hash;
-    uint32_t ids_off; /* into c_ids */
+    uint32_t hash;    /* high half of the 64-bit hash (also picks the slot) */
+    uint32_t ids_off; /* into c_ids; the id itself when n_ids == 1 */
     uint32_t key_off; /* into c_keys */
     uint16_t n_ids;   /* 0 = empty */
     uint16_t key_len;
@@ -284,6 +285,12 @@ void tk_norm_free(tk_norm *n);
 void tk_pre_free(tk_pre *p);
 void tk_dec_free(tk_dec *d);
 int tk_pre_has_bytelevel(const tk_pre *p);
+/* Next match of p in s[pos..n): 1 with [*ms, *me), 0 when none (md: match data for regexes). */
+int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
+                    size_t pos, size_t *ms, size_t *me);
+/* The regex when the whole pre-tokenizer is one Isolated split by it (encode's fast path:
+ * matches go straight to the model), else NULL. */
+const tk_pattern *tk_pre_single_regex(const tk_pre *p);
 
 /* bpe.c */
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,

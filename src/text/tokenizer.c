@@ -271,6 +271,20 @@ static rp_status split_added(const rp_tokenizer *tok, const tk_trie *t, const ch
 static rp_status encode_text(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                              int section_first, tk_ids *out)
 {
+    if (tok->pre_fast) {
+        size_t pos = 0, ms, me;
+        rp_status st = RP_OK;
+        while (!st && tk_pattern_next(tok->pre_fast, sc->md, s, n, pos, &ms, &me)) {
+            if (ms > pos)
+                st = tk_model_encode(tok, sc, s + pos, ms - pos, out);
+            if (!st)
+                st = tk_model_encode(tok, sc, s + ms, me - ms, out);
+            pos = me;
+        }
+        if (!st && pos < n)
+            st = tk_model_encode(tok, sc, s + pos, n - pos, out);
+        return st;
+    }
     rp_buf_reset(&sc->store);
     rp_status st = rp_buf_append(&sc->store, s, n);
     if (st)
@@ -910,6 +924,7 @@ static rp_status add_added(rp_tokenizer *tok, int32_t id, const char *content, s
 /* Called by both loaders once tokens, added tokens and flags are set: derived tables. */
 rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
 {
+    tok->pre_fast = tk_pre_single_regex(tok->pre);
     for (int b = 0; b < 256; b++) {
         tok->byte_ids[b] = -1;
         if (tok->byte_level) {
