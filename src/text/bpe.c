@@ -6,6 +6,7 @@
  * leftmost first on ties, until no pair has a rank (exactly HF's merge loop). Short words
  * use a scan; long ones a binary heap over a linked list, O(n log n).
  */
+#include <stdatomic.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -737,6 +738,103 @@ static rp_status wordpiece_word(const rp_tokenizer *tok, const char *s, size_t n
     return RP_OK;
 }
 
+/* ---- shared word cache ----------------------------------------------------------------- */
+
+/* One per tokenizer, shared by all threads: direct-mapped entries of one cache line, each a
+ * seqlock (seq odd while written, 0 never written) over relaxed atomic words, so readers
+ * never block and never see a torn entry. Pieces up to 16 bytes with up to 4 ids. */
+struct tk_shared_cache {
+    tk_sentry e[TK_SHARED_CACHE_N];
+};
+
+tk_shared_cache *tk_shared_cache_new(void)
+{
+    tk_shared_cache *c = rp_alloc_aligned(sizeof(tk_shared_cache), RP_TAG_TEXT);
+    if (!c)
+        return NULL;
+    memset(c, 0, sizeof(*c));
+    return c;
+}
+
+void tk_shared_cache_free(tk_shared_cache *c)
+{
+    if (c)
+        rp_free_aligned(c);
+}
+
+static void key_words(const char *s, size_t n, uint64_t k[2])
+{
+    k[0] = k[1] = 0;
+    memcpy(k, s, n); /* n <= 16 */
+}
+
+static int entry_get(const tk_sentry *e, const char *s, size_t n, uint64_t h, tk_ids *out)
+{
+    uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 == 0 || (s1 & 1))
+        return 0;
+    uint64_t eh = atomic_load_explicit(&e->w[0], memory_order_relaxed);
+    uint64_t meta = atomic_load_explicit(&e->w[1], memory_order_relaxed);
+    uint64_t k0 = atomic_load_explicit(&e->w[2], memory_order_relaxed);
+    uint64_t k1 = atomic_load_explicit(&e->w[3], memory_order_relaxed);
+    uint64_t i0 = atomic_load_explicit(&e->w[4], memory_order_relaxed);
+    uint64_t i1 = atomic_load_explicit(&e->w[5], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+        return 0;
+    uint64_t k[2];
+    key_words(s, n, k);
+    if (eh != h || (meta & 0xFF) != n || k0 != k[0] || k1 != k[1])
+        return 0;
+    int n_ids = (int)(meta >> 8);
+    if (n_ids < 1 || n_ids > 4)
+        return 0;
+    uint32_t ids[4] = {(uint32_t)i0, (uint32_t)(i0 >> 32), (uint32_t)i1, (uint32_t)(i1 >> 32)};
+    for (int i = 0; i < n_ids; i++)
+        if (tk_ids_push(out, (int32_t)ids[i]))
+            return -1;
+    return 1;
+}
+
+/* Two-way sets: a piece may sit in either entry of its pair. */
+static int shared_get(const tk_shared_cache *c, const char *s, size_t n, uint64_t h, tk_ids *out)
+{
+    uint32_t i = (uint32_t)h & (TK_SHARED_CACHE_N - 2);
+    int r = entry_get(&c->e[i], s, n, h, out);
+    return r ? r : entry_get(&c->e[i + 1], s, n, h, out);
+}
+
+static void shared_put(tk_shared_cache *c, const char *s, size_t n, uint64_t h,
+                       const int32_t *ids, int n_ids)
+{
+    if (n_ids < 1 || n_ids > 4)
+        return;
+    uint32_t i = (uint32_t)h & (TK_SHARED_CACHE_N - 2);
+    /* an empty entry of the pair first, else the one picked by another hash bit */
+    if (atomic_load_explicit(&c->e[i].seq, memory_order_relaxed) != 0)
+        i += atomic_load_explicit(&c->e[i + 1].seq, memory_order_relaxed) == 0 ? 1
+                                                                               : (h >> 40) & 1;
+    tk_sentry *e = &c->e[i];
+    uint64_t s0 = atomic_load_explicit(&e->seq, memory_order_relaxed);
+    if ((s0 & 1) || !atomic_compare_exchange_strong_explicit(&e->seq, &s0, s0 + 1,
+                                                              memory_order_acq_rel,
+                                                              memory_order_relaxed))
+        return; /* another writer is on it: skip */
+    atomic_thread_fence(memory_order_release);
+    uint64_t k[2];
+    key_words(s, n, k);
+    uint32_t v[4] = {0, 0, 0, 0};
+    for (int i = 0; i < n_ids; i++)
+        v[i] = (uint32_t)ids[i];
+    atomic_store_explicit(&e->w[0], h, memory_order_relaxed);
+    atomic_store_explicit(&e->w[1], (uint64_t)n | ((uint64_t)n_ids << 8), memory_order_relaxed);
+    atomic_store_explicit(&e->w[2], k[0], memory_order_relaxed);
+    atomic_store_explicit(&e->w[3], k[1], memory_order_relaxed);
+    atomic_store_explicit(&e->w[4], v[0] | ((uint64_t)v[1] << 32), memory_order_relaxed);
+    atomic_store_explicit(&e->w[5], v[2] | ((uint64_t)v[3] << 32), memory_order_relaxed);
+    atomic_store_explicit(&e->seq, s0 + 2, memory_order_release);
+}
+
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                           tk_ids *out)
 {
@@ -747,6 +845,13 @@ rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s
     if (n > CACHE_MAX_KEY)
         return bpe_word(tok, sc, s, n, out);
     uint64_t h = short_hash(s, n);
+    /* shared cache first (pieces <= 16 bytes), then this call's cache, then BPE */
+    int shared = n <= 16 && tok->shared_cache;
+    if (shared) {
+        int r = shared_get(tok->shared_cache, s, n, h, out);
+        if (r)
+            return r < 0 ? RP_ERR_NOMEM : RP_OK;
+    }
     int hit;
     rp_status st = cache_get(sc, s, n, h, out, &hit);
     if (st || hit)
@@ -754,6 +859,8 @@ rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s
     int before = out->n;
     if ((st = bpe_word(tok, sc, s, n, out)))
         return st;
+    if (shared && out->n - before <= 4)
+        shared_put(tok->shared_cache, s, n, h, out->v + before, out->n - before);
     cache_put(sc, s, n, h, out->v + before, out->n - before);
     return RP_OK;
 }

@@ -181,6 +181,17 @@ typedef struct tk_trie {
 
 typedef enum tk_model_kind { TK_MODEL_BPE, TK_MODEL_WORDPIECE } tk_model_kind;
 
+/* The shared word cache (bpe.c): the one piece of mutable state in a loaded tokenizer,
+ * lock-free and safe from any number of threads. */
+#define TK_SHARED_CACHE_N 65536
+typedef struct tk_sentry {
+    _Atomic uint64_t seq;
+    _Atomic uint64_t w[7]; /* hash, len | n_ids << 8, key[2], ids[2], pad */
+} tk_sentry;
+typedef struct tk_shared_cache tk_shared_cache;
+tk_shared_cache *tk_shared_cache_new(void);
+void tk_shared_cache_free(tk_shared_cache *c);
+
 struct rp_tokenizer {
     tk_model_kind model;
     /* Token strings: `strs` is the HF form (byte-level alphabet for byte-level models);
@@ -197,6 +208,7 @@ struct rp_tokenizer {
 
     /* BPE */
     tk_mergemap merges;
+    tk_shared_cache *shared_cache; /* NULL: per-call caching only */
     int byte_level;
     int byte_fallback;
     int ignore_merges;

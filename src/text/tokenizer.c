@@ -925,6 +925,8 @@ static rp_status add_added(rp_tokenizer *tok, int32_t id, const char *content, s
 rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
 {
     tok->pre_fast = tk_pre_single_regex(tok->pre);
+    if (tok->model == TK_MODEL_BPE && !(tok->shared_cache = tk_shared_cache_new()))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int b = 0; b < 256; b++) {
         tok->byte_ids[b] = -1;
         if (tok->byte_level) {
@@ -1223,6 +1225,7 @@ void rp_tokenizer_free(rp_tokenizer *tok)
     rp_free(tok->is_special_tab);
     rp_free(tok->is_added_tab);
     tk_mergemap_free(&tok->merges);
+    tk_shared_cache_free(tok->shared_cache);
     rp_free(tok->cont_prefix);
     rp_free(tok->eow_suffix);
     tk_norm_free(tok->norm);

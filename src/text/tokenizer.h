@@ -11,8 +11,9 @@
  * Ownership: rp_tokenizer_load -> rp_tokenizer_free. Arrays and strings returned through out
  *            parameters are heap-allocated (rp_free). Borrowed strings (token_str, the chat
  *            template) live as long as the tokenizer.
- * Threading: a loaded tokenizer is immutable: encode/decode from any number of threads.
- *            An rp_detok belongs to one thread.
+ * Threading: a loaded tokenizer is immutable to its users: encode/decode from any number of
+ *            threads (encode fills an internal lock-free word cache). An rp_detok belongs to
+ *            one thread.
  * Errors:    RP_ERR_NOT_FOUND, RP_ERR_INVALID (malformed file, named), RP_ERR_UNSUPPORTED
  *            (a model/normalizer/pre-tokenizer type it does not know, named), RP_ERR_NOMEM.
  */

@@ -10,3 +10,4 @@ rp_add_script_test(tokenizer_golden_gguf golden
 # Benchmark driver (scripts/bench-tokenizer.sh), not a test.
 add_executable(tok_bench tests/golden/tokenizer/tok_bench.c)
 target_link_libraries(tok_bench PRIVATE rapid_core)
+rp_add_script_test(tokenizer_cli integration bash ${CMAKE_SOURCE_DIR}/tests/golden/tokenizer/run_cli.sh)

@@ -264,11 +264,13 @@ Test(pretok, regex_split_digits_punct_whitespace)
                    "]}}");
     expect_ids(tok, "ab12 !? c", 0, IDS(0, 1, 2, 3));
     rp_tokenizer_free(tok);
-    /* \s in a tokenizer.json regex means Unicode White_Space (NBSP included) */
+    /* \s in a tokenizer.json regex is Oniguruma's: Unicode White_Space, NBSP and NEL
+     * included (JavaScript's \s, used by transformers.js, lacks NEL) */
     tok = load_str("{\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0,"
-                   "\"b\":1,\"\xc2\xa0\":2},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Split\","
-                   "\"pattern\":{\"Regex\":\"\\\\s+\"},\"behavior\":\"Isolated\"}}");
+                   "\"b\":1,\"\xc2\xa0\":2,\"\xc2\x85\":3},\"merges\":[]},\"pre_tokenizer\":{"
+                   "\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\s+\"},\"behavior\":\"Isolated\"}}");
     expect_ids(tok, "a\xc2\xa0" "b", 0, IDS(0, 2, 1));
+    expect_ids(tok, "a\xc2\x85" "b", 0, IDS(0, 3, 1));
     rp_tokenizer_free(tok);
     cleanup_dir();
 }
@@ -555,5 +557,65 @@ Test(oom, load_and_encode_survive_every_failed_allocation)
         rp_alloc_fail_after(0);
     }
     cr_expect(ok);
+    cleanup_dir();
+}
+
+/* ---- threads --------------------------------------------------------------------------- */
+
+#include <pthread.h>
+
+typedef struct thread_job {
+    const rp_tokenizer *tok;
+    const rp_tokenizer *ref;
+    unsigned seed;
+    int mismatches;
+} thread_job;
+
+static void *encode_many(void *arg)
+{
+    thread_job *j = arg;
+    const char alpha[] = "hi !";
+    for (int r = 0; r < 3000; r++) {
+        char text[24];
+        int n = 1 + (int)(rand_r(&j->seed) % 20);
+        for (int i = 0; i < n; i++)
+            text[i] = alpha[rand_r(&j->seed) % 4];
+        int32_t *a, *b;
+        int na, nb;
+        rp_err err;
+        if (rp_tokenizer_encode(j->tok, text, (size_t)n, 0, &a, &na, &err) ||
+            rp_tokenizer_encode(j->ref, text, (size_t)n, 0, &b, &nb, &err)) {
+            j->mismatches++;
+            continue;
+        }
+        if (na != nb || memcmp(a, b, (size_t)na * sizeof(int32_t)) != 0)
+            j->mismatches++;
+        rp_free(a);
+        rp_free(b);
+    }
+    return NULL;
+}
+
+Test(threads, concurrent_encode_shares_the_word_cache_safely)
+{
+    const char *json =
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"h\":0,\"i\":1,\"\xc4\xa0\":2,"
+        "\"\xc4\xa0h\":3,\"\xc4\xa0hi\":4,\"!\":5,\"hi\":6,\"ii\":7},\"merges\":[\"\xc4\xa0 h\","
+        "\"\xc4\xa0h i\",\"h i\",\"i i\"]},"
+        "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}}";
+    rp_tokenizer *tok = load_str(json);
+    rp_tokenizer *ref = load_str(json);
+    pthread_t th[4];
+    thread_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (thread_job){tok, ref, (unsigned)i * 7919u + 1, 0};
+        cr_assert_eq(pthread_create(&th[i], NULL, encode_many, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect_eq(jobs[i].mismatches, 0);
+    }
+    rp_tokenizer_free(tok);
+    rp_tokenizer_free(ref);
     cleanup_dir();
 }
