@@ -19,31 +19,6 @@ uint64_t tk_hash_bytes(const void *p, size_t n)
     return XXH3_64bits(p, n);
 }
 
-/* Pieces are short: an inlined hash of up to 16 bytes (two loads, one multiply-mix each),
- * XXH3 beyond. */
-static inline uint64_t short_hash(const char *s, size_t n)
-{
-    if (n > 16)
-        return XXH3_64bits(s, n);
-    uint64_t a = 0, b = 0;
-    if (n >= 8) {
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-    } else if (n >= 4) {
-        uint32_t x, y;
-        memcpy(&x, s, 4);
-        memcpy(&y, s + n - 4, 4);
-        a = x, b = y;
-    } else if (n > 0) {
-        a = (uint8_t)s[0] | ((uint64_t)(uint8_t)s[n / 2] << 8) | ((uint64_t)(uint8_t)s[n - 1] << 16);
-    }
-    uint64_t h = (a ^ 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
-    h ^= (b + n) * 0x94D049BB133111EBULL;
-    h ^= h >> 31;
-    h *= 0xD6E8FEB86659FD93ULL;
-    return h ^ (h >> 32);
-}
-
 /* ---- string table ---------------------------------------------------------------------- */
 
 static rp_status strtab_grow(tk_strtab *t, int n)
@@ -128,6 +103,31 @@ void tk_strtab_free(tk_strtab *t)
     memset(t, 0, sizeof(*t));
 }
 
+/* Pieces are short: an inlined hash of up to 16 bytes (two loads, one multiply-mix each),
+ * XXH3 beyond. */
+static inline uint64_t short_hash(const char *s, size_t n)
+{
+    if (n > 16)
+        return XXH3_64bits(s, n);
+    uint64_t a = 0, b = 0;
+    if (n >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t x, y;
+        memcpy(&x, s, 4);
+        memcpy(&y, s + n - 4, 4);
+        a = x, b = y;
+    } else if (n > 0) {
+        a = (uint8_t)s[0] | ((uint64_t)(uint8_t)s[n / 2] << 8) | ((uint64_t)(uint8_t)s[n - 1] << 16);
+    }
+    uint64_t h = (a ^ 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
+    h ^= (b + n) * 0x94D049BB133111EBULL;
+    h ^= h >> 31;
+    h *= 0xD6E8FEB86659FD93ULL;
+    return h ^ (h >> 32);
+}
+
 /* ---- string map ------------------------------------------------------------------------ */
 
 /* A slot holds the hash, the table index and the string's place in the pool, so a lookup
@@ -136,7 +136,7 @@ void tk_strtab_free(tk_strtab *t)
 rp_status tk_strmap_init(tk_strmap *m, uint32_t n_expected)
 {
     uint32_t cap = 64;
-    while (cap < n_expected * 2u + 16u)
+    while (cap < n_expected + n_expected / 2 + 16u) /* load <= 2/3: a smaller table caches */
         cap *= 2;
     m->slots = rp_calloc(cap, sizeof(tk_strslot)); /* val 0 = empty (stored + 1) */
     if (!m->slots)
@@ -183,12 +183,12 @@ rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i)
     const char *s = tk_strtab_get(t, i, &n);
     if (!s)
         return RP_ERR_INVALID;
-    if ((m->n + 1) * 2 > m->cap) {
+    if ((m->n + 1) * 3 > m->cap * 2) {
         rp_status st = strmap_rehash(m);
         if (st)
             return st;
     }
-    uint32_t h = (uint32_t)tk_hash_bytes(s, n);
+    uint32_t h = (uint32_t)short_hash(s, n);
     uint32_t j = h & (m->cap - 1);
     while (m->slots[j].val) {
         const tk_strslot *sl = &m->slots[j];
@@ -205,7 +205,7 @@ int32_t tk_strmap_get(const tk_strmap *m, const tk_strtab *t, const char *s, siz
 {
     if (!m->cap)
         return -1;
-    uint32_t h = (uint32_t)tk_hash_bytes(s, n);
+    uint32_t h = (uint32_t)short_hash(s, n);
     uint32_t j = h & (m->cap - 1);
     for (;;) {
         const tk_strslot *sl = &m->slots[j];
