@@ -6,7 +6,9 @@
  * is normalized, normalized added tokens are matched on that, and what remains goes through
  * the pre-tokenizer and the model. The post-processor runs only with add_special.
  */
+#include <dirent.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -1151,6 +1153,43 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* 1 when the file starts with the GGUF magic. */
+static int is_gguf(const char *path)
+{
+    if (ends_with(path, ".gguf"))
+        return 1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    char m[4] = {0};
+    size_t n = fread(m, 1, 4, f);
+    fclose(f);
+    return n == 4 && memcmp(m, "GGUF", 4) == 0;
+}
+
+/* The one .gguf file in dir (heap path), or NULL when there are none or several. */
+static char *single_gguf(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    char *found = NULL;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!ends_with(e->d_name, ".gguf"))
+            continue;
+        if (n++ == 0)
+            found = rp_path_join(dir, e->d_name);
+    }
+    closedir(d);
+    if (n != 1) {
+        rp_free(found);
+        return NULL;
+    }
+    return found;
+}
+
 static char *dir_of(const char *path)
 {
     const char *sl = strrchr(path, '/');
@@ -1179,11 +1218,19 @@ rp_status rp_tokenizer_load(const char *path, rp_tokenizer **out, rp_err *err)
             goto done;
         }
         if (!rp_path_exists(json_path)) {
-            st = rp_err_set(err, RP_ERR_NOT_FOUND, "%s: no tokenizer.json in the directory",
-                            path);
+            char *g = single_gguf(path);
+            if (g) {
+                st = tk_load_gguf(tok, g, err);
+                rp_free(g);
+                if (!st)
+                    st = tk_finish_load(tok, err);
+                goto done;
+            }
+            st = rp_err_set(err, RP_ERR_NOT_FOUND,
+                            "%s: no tokenizer.json (nor a single .gguf) in the directory", path);
             goto done;
         }
-    } else if (ends_with(path, ".gguf")) {
+    } else if (is_gguf(path)) {
         st = tk_load_gguf(tok, path, err);
         if (!st)
             st = tk_finish_load(tok, err);

@@ -30,6 +30,10 @@ gs=$("$RAPID" tokenize --tokenizer "$gguf" --text "Hello world" --add-special)
 [ "$gs" = "[1,15043,3186]" ] || fail "gguf tokenize --add-special: $gs"
 back=$("$RAPID" detokenize --tokenizer "$gguf" --ids 1,15043,3186 --skip-special)
 [ "$back" = "Hello world" ] || fail "gguf detokenize: '$back'"
+# a model directory holding one .gguf
+mkdir "$work/model" && ln -s "$gguf" "$work/model/model.gguf"
+gd=$("$RAPID" tokenize --tokenizer "$work/model" --text "Hello world")
+[ "$gd" = "$g" ] || fail "gguf model directory: $gd"
 # usage errors exit 2, runtime errors 1
 set +e
 "$RAPID" tokenize --text x >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing --tokenizer is not a usage error"
