@@ -237,6 +237,11 @@ struct rp_tokenizer {
 
     /* config */
     int32_t bos_id, eos_id;
+    int32_t eog[16];  /* end-of-generation ids */
+    int n_eog;
+    int32_t gguf_eot, gguf_eom;
+    int32_t gen_eos[8]; /* generation_config.json eos_token_id */
+    int n_gen_eos;
     char *bos_str, *eos_str;
     char *chat_template;
     char **tmpl_names, **tmpl_texts;

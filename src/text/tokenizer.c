@@ -923,6 +923,8 @@ static rp_status add_added(rp_tokenizer *tok, int32_t id, const char *content, s
     return RP_OK;
 }
 
+static void eog_finish(rp_tokenizer *tok);
+
 /* Called by both loaders once tokens, added tokens and flags are set: derived tables. */
 rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
 {
@@ -958,6 +960,7 @@ rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
         tok->bos_id = rp_tokenizer_token_id(tok, tok->bos_str);
     if (tok->eos_str && tok->eos_id < 0)
         tok->eos_id = rp_tokenizer_token_id(tok, tok->eos_str);
+    eog_finish(tok);
     if (tok->bos_id >= 0 && !tok->bos_str) {
         const char *s = rp_tokenizer_token_str(tok, tok->bos_id);
         tok->bos_str = s ? rp_strdup(s) : NULL;
@@ -967,6 +970,35 @@ rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
         tok->eos_str = s ? rp_strdup(s) : NULL;
     }
     return RP_OK;
+}
+
+static void eog_add(rp_tokenizer *tok, int32_t id)
+{
+    if (id < 0 || id >= tok->n_vocab || tok->n_eog >= (int)RP_ARRAY_LEN(tok->eog))
+        return;
+    for (int i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id)
+            return;
+    tok->eog[tok->n_eog++] = id;
+}
+
+/* After the vocabulary and config are in: the end-of-generation set. */
+static void eog_finish(rp_tokenizer *tok)
+{
+    static const char *const names[] = {
+        "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|return|>", "<|call|>",
+        "<|end_of_text|>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<|endoftext|>", "<turn|>", "<eos>"};
+    eog_add(tok, tok->eos_id);
+    for (int i = 0; i < tok->n_gen_eos; i++)
+        eog_add(tok, tok->gen_eos[i]);
+    eog_add(tok, tok->gguf_eot);
+    eog_add(tok, tok->gguf_eom);
+    for (size_t i = 0; i < RP_ARRAY_LEN(names); i++) {
+        int32_t id = rp_tokenizer_token_id(tok, names[i]);
+        if (id >= 0 && tok->is_special_tab[id])
+            eog_add(tok, id);
+    }
 }
 
 static char *config_token(json_t *v)
@@ -999,8 +1031,29 @@ static rp_status add_template(rp_tokenizer *tok, const char *name, const char *t
     return RP_OK;
 }
 
+/* generation_config.json: eos_token_id (an int or a list) joins the EOG set. */
+static void load_generation_config(rp_tokenizer *tok, const char *dir)
+{
+    char *path = rp_path_join(dir, "generation_config.json");
+    if (!path)
+        return;
+    json_error_t je;
+    json_t *c = rp_path_exists(path) ? json_load_file(path, 0, &je) : NULL;
+    rp_free(path);
+    if (!c)
+        return;
+    json_t *e = json_object_get(c, "eos_token_id");
+    if (json_is_integer(e))
+        tok->gen_eos[tok->n_gen_eos++] = (int32_t)json_integer_value(e);
+    for (size_t i = 0; json_is_array(e) && i < json_array_size(e) && tok->n_gen_eos < 8; i++)
+        if (json_is_integer(json_array_get(e, i)))
+            tok->gen_eos[tok->n_gen_eos++] = (int32_t)json_integer_value(json_array_get(e, i));
+    json_decref(c);
+}
+
 static rp_status load_config(rp_tokenizer *tok, const char *dir, rp_err *err)
 {
+    load_generation_config(tok, dir);
     char *path = rp_path_join(dir, "tokenizer_config.json");
     if (!path)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
@@ -1206,7 +1259,7 @@ rp_status rp_tokenizer_load(const char *path, rp_tokenizer **out, rp_err *err)
     rp_tokenizer *tok = rp_calloc(1, sizeof(*tok));
     if (!tok)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    tok->bos_id = tok->eos_id = tok->unk_id = -1;
+    tok->bos_id = tok->eos_id = tok->unk_id = tok->gguf_eot = tok->gguf_eom = -1;
     tok->raw = &tok->strs;
     rp_status st;
     char *json_path = NULL, *dir = NULL;
@@ -1328,6 +1381,20 @@ const char *rp_tokenizer_token_str(const rp_tokenizer *tok, int32_t id)
 int rp_tokenizer_is_special(const rp_tokenizer *tok, int32_t id)
 {
     return id >= 0 && id < tok->n_vocab && tok->is_special_tab[id];
+}
+
+int rp_tokenizer_eog_ids(const rp_tokenizer *tok, const int32_t **ids)
+{
+    *ids = tok->eog;
+    return tok->n_eog;
+}
+
+int rp_tokenizer_is_eog(const rp_tokenizer *tok, int32_t id)
+{
+    for (int i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id)
+            return 1;
+    return 0;
 }
 
 int32_t rp_tokenizer_bos_id(const rp_tokenizer *tok)

@@ -48,6 +48,13 @@ int32_t rp_tokenizer_bos_id(const rp_tokenizer *tok);
 int32_t rp_tokenizer_eos_id(const rp_tokenizer *tok);
 const char *rp_tokenizer_bos_str(const rp_tokenizer *tok);
 const char *rp_tokenizer_eos_str(const rp_tokenizer *tok);
+/* End-of-generation ids: the EOS id, generation_config.json's eos_token_id (int or list),
+ * GGUF eot/eom ids, and the special tokens that end a turn in the common chat formats
+ * (<|im_end|>, <|eot_id|>, <|eom_id|>, <end_of_turn>, <|return|>, <|call|>, ...) when the
+ * vocabulary has them. Borrowed array (lives as long as the tokenizer); returns the count. */
+int rp_tokenizer_eog_ids(const rp_tokenizer *tok, const int32_t **ids);
+int rp_tokenizer_is_eog(const rp_tokenizer *tok, int32_t id);
+
 /* The chat template: name NULL = the default one; "tool_use" etc. for named templates.
  * Sources: tokenizer_config.json chat_template (string or list), chat_template.jinja, GGUF
  * tokenizer.chat_template. NULL when the model has none. */

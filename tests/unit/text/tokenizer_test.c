@@ -519,6 +519,18 @@ Test(config, tokenizer_config_and_templates)
     cr_expect_str_eq(rp_tokenizer_eos_str(tok), "</s>");
     cr_expect_str_eq(rp_tokenizer_chat_template(tok, NULL), "D");
     cr_expect_str_eq(rp_tokenizer_chat_template(tok, "tool_use"), "T");
+    const int32_t *eog;
+    cr_expect_eq(rp_tokenizer_eog_ids(tok, &eog), 1);
+    cr_expect_eq(eog[0], 2);
+    cr_expect(rp_tokenizer_is_eog(tok, 2) && !rp_tokenizer_is_eog(tok, 1));
+    rp_tokenizer_free(tok);
+    /* generation_config.json adds its eos ids */
+    snprintf(path, sizeof(path), "%s/generation_config.json", g_dir);
+    const char *gen = "{\"eos_token_id\":[2,0]}";
+    cr_assert_eq(rp_file_write(path, gen, strlen(gen), &err), RP_OK);
+    cr_assert_eq(rp_tokenizer_load(g_dir, &tok, &err), RP_OK, "%s", err.msg);
+    cr_expect_eq(rp_tokenizer_eog_ids(tok, &eog), 2);
+    cr_expect(rp_tokenizer_is_eog(tok, 0));
     rp_tokenizer_free(tok);
     snprintf(path, sizeof(path), "%s/chat_template.jinja", g_dir);
     cr_assert_eq(rp_file_write(path, "J", 1, &err), RP_OK);
