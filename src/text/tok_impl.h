@@ -7,7 +7,8 @@
  * alphabet is undone at load), so the byte-level step costs nothing at encode time.
  *
  * Ownership: everything hangs off rp_tokenizer and is freed by rp_tokenizer_free.
- * Threading: immutable after load; per-call scratch lives in tk_scratch.
+ * Threading: immutable after load except the shared word cache (lock-free, bpe.c); per-call
+ *            scratch lives in tk_scratch.
  * Errors:    rp_status + rp_err, as the public header says.
  */
 #ifndef RP_TEXT_TOK_IMPL_H
@@ -243,7 +244,6 @@ struct rp_tokenizer {
     int32_t gen_eos[8]; /* generation_config.json eos_token_id */
     int n_gen_eos;
     char *bos_str, *eos_str;
-    char *chat_template;
     char **tmpl_names, **tmpl_texts;
     int n_tmpl;
 };

@@ -22,12 +22,9 @@
 
 /* ---- added-token trie ------------------------------------------------------------------ */
 
-typedef struct trie_build_node {
-    int32_t child[2]; /* unused: build uses a sorted edge list instead */
-} trie_build_node;
-
-/* Builds the trie by inserting tokens one by one into a node array with per-node sorted
- * edge lists kept in a temporary (byte, child) array; finalised into contiguous edges. */
+/* The trie is built by inserting tokens into a node array, with a temporary hash of
+ * (node, byte) -> child; the edges are then sorted into contiguous per-node runs that
+ * lookups binary-search. */
 typedef struct tedge {
     int32_t parent;
     uint8_t byte;
@@ -77,8 +74,6 @@ rp_status tk_trie_build(tk_trie *t, const rp_tokenizer *tok, int normalized)
     t->n_nodes = 1;
     t->nodes[0].added = -1;
     int n_edges = 0;
-    /* Insertion with a linear child search over the edge list would be quadratic; instead
-     * use a hash of (parent, byte) -> child built on the fly. */
     uint32_t hcap = 64;
     while (hcap < total * 2)
         hcap *= 2;
@@ -292,7 +287,6 @@ static rp_status encode_text(const rp_tokenizer *tok, tk_scratch *sc, const char
     if (st)
         return st;
     sc->a.n = 0;
-    sc->a.v = sc->a.v;
     if (n == 0)
         return RP_OK;
     if (sc->a.cap == 0) {
@@ -1344,7 +1338,6 @@ void rp_tokenizer_free(rp_tokenizer *tok)
     tk_trie_free(&tok->trie_norm);
     rp_free(tok->bos_str);
     rp_free(tok->eos_str);
-    rp_free(tok->chat_template);
     for (int i = 0; i < tok->n_tmpl; i++) {
         rp_free(tok->tmpl_names[i]);
         rp_free(tok->tmpl_texts[i]);
