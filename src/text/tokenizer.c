@@ -981,7 +981,7 @@ static void eog_finish(rp_tokenizer *tok)
 {
     static const char *const names[] = {
         "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|return|>", "<|call|>",
-        "<|end_of_text|>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<|end_of_text|>", "<\357\275\234end\342\226\201of\342\226\201sentence\357\275\234>", /* DeepSeek */
         "<|endoftext|>", "<turn|>", "<eos>"};
     eog_add(tok, tok->eos_id);
     for (int i = 0; i < tok->n_gen_eos; i++)
