@@ -8,6 +8,16 @@
  * exactly: added tokens are matched in the text first, then normalizer, pre-tokenizer, model,
  * post-processor (only with add_special).
  *
+ * Paths: a tokenizer.json (tokenizer_config.json, generation_config.json and
+ * chat_template.jinja are read from its directory when present), a directory holding
+ * tokenizer.json or a single .gguf, or a GGUF file (recognised by its magic).
+ * Details that differ from other implementations, on purpose:
+ *  - encode takes valid UTF-8 only (else RP_ERR_INVALID), as HF takes a Rust &str;
+ *  - \s in tokenizer.json regexes is Oniguruma's (Unicode White_Space, NEL included), so
+ *    ids follow HF `tokenizers` where transformers.js (JavaScript \s) differs;
+ *  - decode is HF `tokenizers` decode: no clean_up_tokenization_spaces pass (lossless);
+ *  - BOS/EOS in add_special mode come from the post-processor, as HF encode does.
+ *
  * Ownership: rp_tokenizer_load -> rp_tokenizer_free. Arrays and strings returned through out
  *            parameters are heap-allocated (rp_free). Borrowed strings (token_str, the chat
  *            template) live as long as the tokenizer.
