@@ -835,8 +835,84 @@ static void shared_put(tk_shared_cache *c, const char *s, size_t n, uint64_t h,
     atomic_store_explicit(&e->seq, s0 + 2, memory_order_release);
 }
 
+static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
+                             tk_ids *out);
+
+#define META "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+static int is_meta(const char *s)
+{
+    return s[0] == '\xe2' && s[1] == '\x96' && s[2] == '\x81';
+}
+
+/* A boundary before the U+2581 at s[p] (preceded by another character) is crossed only by
+ * the vocabulary's few "bad" tokens, those holding U+2581 after another character. */
+static int meta_boundary_safe(const rp_tokenizer *tok, const char *s, size_t n, size_t p)
+{
+    for (int i = 0; i < tok->n_spm_bad; i++) {
+        size_t l = 0;
+        const char *t = tk_strtab_get(tok->raw, tok->spm_bad[i], &l);
+        for (size_t j = 1; j + 3 <= l; j++) {
+            if (!is_meta(t + j) || j > p || p - j + l > n)
+                continue;
+            if (memcmp(s + p - j, t, l) == 0)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+void tk_spm_split_init(rp_tokenizer *tok)
+{
+    tok->spm_split = 0;
+    tok->n_spm_bad = 0;
+    if (tok->model != TK_MODEL_BPE || tok->byte_level ||
+        tk_strmap_get(&tok->raw_map, tok->raw, META, 3) < 0)
+        return;
+    for (int i = 0; i < tok->n_vocab; i++) {
+        size_t l;
+        const char *t = tk_strtab_get(tok->raw, i, &l);
+        if (!t)
+            continue;
+        for (size_t j = 1; j + 3 <= l; j++) {
+            if (!is_meta(t + j))
+                continue;
+            if (j >= 3 && is_meta(t + j - 3))
+                continue;
+            if (tok->n_spm_bad == (int)RP_ARRAY_LEN(tok->spm_bad))
+                return; /* too many: no splitting */
+            tok->spm_bad[tok->n_spm_bad++] = i;
+            break;
+        }
+    }
+    tok->spm_split = 1;
+}
+
+/* SentencePiece-style BPE has no pre-tokenizer: the model sees whole sections. Merges never
+ * cross a boundary before U+2581 (after another character) that no vocabulary token spans,
+ * so the model runs on the pieces between such boundaries: identical ids, linear time, and
+ * the word caches work. */
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                           tk_ids *out)
+{
+    if (!tok->spm_split || n < 4)
+        return model_piece(tok, sc, s, n, out);
+    size_t start = 0;
+    for (size_t p = 1; p + 3 <= n; p++) {
+        if (!is_meta(s + p) || (p >= 3 && is_meta(s + p - 3)) ||
+            (tok->n_spm_bad && !meta_boundary_safe(tok, s, n, p)))
+            continue;
+        rp_status st = model_piece(tok, sc, s + start, p - start, out);
+        if (st)
+            return st;
+        start = p;
+        p += 2;
+    }
+    return model_piece(tok, sc, s + start, n - start, out);
+}
+
+static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
+                             tk_ids *out)
 {
     if (n == 0)
         return RP_OK;

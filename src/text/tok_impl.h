@@ -210,6 +210,9 @@ struct rp_tokenizer {
     /* BPE */
     tk_mergemap merges;
     tk_shared_cache *shared_cache; /* NULL: per-call caching only */
+    int spm_split;          /* split words before U+2581 (see tk_model_encode) */
+    int32_t spm_bad[64];    /* tokens holding U+2581 after another character */
+    int n_spm_bad;
     int byte_level;
     int byte_fallback;
     int ignore_merges;
@@ -313,6 +316,7 @@ const tk_pattern *tk_pre_single_regex(const tk_pre *p);
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                           tk_ids *out);
 void tk_scratch_free(tk_scratch *sc);
+void tk_spm_split_init(rp_tokenizer *tok);
 
 /* detok.c */
 rp_status tk_decode_tokens(const rp_tokenizer *tok, const int32_t *ids, int n,

@@ -923,6 +923,7 @@ static void eog_finish(rp_tokenizer *tok);
 rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
 {
     tok->pre_fast = tk_pre_single_regex(tok->pre);
+    tk_spm_split_init(tok);
     if (tok->model == TK_MODEL_BPE && !(tok->shared_cache = tk_shared_cache_new()))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int b = 0; b < 256; b++) {
