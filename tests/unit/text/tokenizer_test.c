@@ -137,6 +137,23 @@ Test(bpe, byte_fallback_and_unk)
     cleanup_dir();
 }
 
+Test(bpe, sentencepiece_boundaries_split_only_where_no_token_spans)
+{
+    /* "a\u2581" and "a\u2581b" hold U+2581 after another character: the boundary before
+     * "\u2581b" in "\u2581aa\u2581b" must not be cut (whole-word BPE gives [\u2581a, a\u2581b]);
+     * the one in "\u2581b\u2581b" may be */
+    rp_tokenizer *tok = load_str(
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"\xe2\x96\x81\":0,\"a\":1,\"b\":2,"
+        "\"\xe2\x96\x81" "a\":3,\"a\xe2\x96\x81\":4,\"a\xe2\x96\x81" "b\":5,\"\xe2\x96\x81" "b\":6},"
+        "\"merges\":[\"a \xe2\x96\x81\",\"a\xe2\x96\x81 b\",\"\xe2\x96\x81 a\",\"\xe2\x96\x81 b\"]}}");
+    expect_ids(tok, "\xe2\x96\x81" "aa\xe2\x96\x81" "b", 0, IDS(3, 5));
+    expect_ids(tok, "\xe2\x96\x81" "b\xe2\x96\x81" "b", 0, IDS(6, 6));
+    /* a\u2581 (rank 0) first: [\u2581, a\u2581, \u2581b] */
+    expect_ids(tok, "\xe2\x96\x81" "a\xe2\x96\x81\xe2\x96\x81" "b", 0, IDS(0, 4, 6));
+    rp_tokenizer_free(tok);
+    cleanup_dir();
+}
+
 /* ---- added tokens ---------------------------------------------------------------------- */
 
 static const char *k_added_vocab =
