@@ -6,6 +6,7 @@
  * leftmost first on ties, until no pair has a rank (exactly HF's merge loop). Short words
  * use a scan; long ones a binary heap over a linked list, O(n log n).
  */
+#include <stdatomic.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -35,6 +36,21 @@ static rp_status strtab_grow(tk_strtab *t, int n)
     for (int i = t->n; i < n; i++)
         t->off[i] = 0, t->len[i] = UINT32_MAX;
     t->n = n;
+    return RP_OK;
+}
+
+rp_status tk_strtab_reserve(tk_strtab *t, int n_entries, size_t pool_bytes)
+{
+    rp_status st = strtab_grow(t, n_entries);
+    if (st)
+        return st;
+    if (pool_bytes > t->pool_cap) {
+        char *p = rp_realloc(t->pool, pool_bytes);
+        if (!p)
+            return RP_ERR_NOMEM;
+        t->pool = p;
+        t->pool_cap = pool_bytes;
+    }
     return RP_OK;
 }
 
@@ -87,45 +103,78 @@ void tk_strtab_free(tk_strtab *t)
     memset(t, 0, sizeof(*t));
 }
 
+/* Pieces are short: an inlined hash of up to 16 bytes (two loads, one multiply-mix each),
+ * XXH3 beyond. */
+static inline uint64_t short_hash(const char *s, size_t n)
+{
+    if (n > 16)
+        return XXH3_64bits(s, n);
+    uint64_t a = 0, b = 0;
+    if (n >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t x, y;
+        memcpy(&x, s, 4);
+        memcpy(&y, s + n - 4, 4);
+        a = x, b = y;
+    } else if (n > 0) {
+        a = (uint8_t)s[0] | ((uint64_t)(uint8_t)s[n / 2] << 8) | ((uint64_t)(uint8_t)s[n - 1] << 16);
+    }
+    uint64_t h = (a ^ 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
+    h ^= (b + n) * 0x94D049BB133111EBULL;
+    h ^= h >> 31;
+    h *= 0xD6E8FEB86659FD93ULL;
+    return h ^ (h >> 32);
+}
+
 /* ---- string map ------------------------------------------------------------------------ */
+
+/* A slot holds the hash, the table index and the string's place in the pool, so a lookup
+ * touches the slot and the pool bytes only. */
 
 rp_status tk_strmap_init(tk_strmap *m, uint32_t n_expected)
 {
     uint32_t cap = 64;
-    while (cap < n_expected * 2u + 16u)
+    while (cap < n_expected + n_expected / 2 + 16u) /* load <= 2/3: a smaller table caches */
         cap *= 2;
-    m->hash = rp_alloc_tagged((size_t)cap * sizeof(uint32_t), RP_TAG_TEXT);
-    m->val = rp_alloc_tagged((size_t)cap * sizeof(int32_t), RP_TAG_TEXT);
-    if (!m->hash || !m->val)
+    m->slots = rp_calloc(cap, sizeof(tk_strslot)); /* val 0 = empty (stored + 1) */
+    if (!m->slots)
         return RP_ERR_NOMEM;
-    memset(m->val, 0xff, (size_t)cap * sizeof(int32_t));
     m->cap = cap;
     m->n = 0;
     return RP_OK;
 }
 
-static rp_status strmap_rehash(tk_strmap *m, const tk_strtab *t)
+static rp_status strmap_rehash(tk_strmap *m)
 {
     tk_strmap nm;
     rp_status st = tk_strmap_init(&nm, m->cap);
-    if (st) {
-        tk_strmap_free(&nm);
+    if (st)
         return st;
-    }
     for (uint32_t i = 0; i < m->cap; i++) {
-        if (m->val[i] < 0)
+        if (!m->slots[i].val)
             continue;
-        uint32_t j = m->hash[i] & (nm.cap - 1);
-        while (nm.val[j] >= 0)
+        uint32_t j = m->slots[i].hash & (nm.cap - 1);
+        while (nm.slots[j].val)
             j = (j + 1) & (nm.cap - 1);
-        nm.val[j] = m->val[i];
-        nm.hash[j] = m->hash[i];
+        nm.slots[j] = m->slots[i];
         nm.n++;
     }
-    (void)t;
     tk_strmap_free(m);
     *m = nm;
     return RP_OK;
+}
+
+static inline int key_eq(const char *a, const char *b, size_t n)
+{
+    if (n <= 8) {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i])
+                return 0;
+        return 1;
+    }
+    return memcmp(a, b, n) == 0;
 }
 
 rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i)
@@ -134,24 +183,20 @@ rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i)
     const char *s = tk_strtab_get(t, i, &n);
     if (!s)
         return RP_ERR_INVALID;
-    if ((m->n + 1) * 2 > m->cap) {
-        rp_status st = strmap_rehash(m, t);
+    if ((m->n + 1) * 3 > m->cap * 2) {
+        rp_status st = strmap_rehash(m);
         if (st)
             return st;
     }
-    uint32_t h = (uint32_t)tk_hash_bytes(s, n);
+    uint32_t h = (uint32_t)short_hash(s, n);
     uint32_t j = h & (m->cap - 1);
-    while (m->val[j] >= 0) {
-        if (m->hash[j] == h) {
-            size_t n2 = 0;
-            const char *s2 = tk_strtab_get(t, m->val[j], &n2);
-            if (n2 == n && memcmp(s, s2, n) == 0)
-                return RP_OK; /* keep the first */
-        }
+    while (m->slots[j].val) {
+        const tk_strslot *sl = &m->slots[j];
+        if (sl->hash == h && sl->len == n && key_eq(t->pool + sl->off, s, n))
+            return RP_OK; /* keep the first */
         j = (j + 1) & (m->cap - 1);
     }
-    m->val[j] = i;
-    m->hash[j] = h;
+    m->slots[j] = (tk_strslot){h, i + 1, t->off[i], (uint32_t)n};
     m->n++;
     return RP_OK;
 }
@@ -160,23 +205,21 @@ int32_t tk_strmap_get(const tk_strmap *m, const tk_strtab *t, const char *s, siz
 {
     if (!m->cap)
         return -1;
-    uint32_t h = (uint32_t)tk_hash_bytes(s, n);
+    uint32_t h = (uint32_t)short_hash(s, n);
     uint32_t j = h & (m->cap - 1);
-    while (m->val[j] >= 0) {
-        if (m->hash[j] == h) {
-            int32_t v = m->val[j];
-            if (t->len[v] == n && memcmp(t->pool + t->off[v], s, n) == 0)
-                return v;
-        }
+    for (;;) {
+        const tk_strslot *sl = &m->slots[j];
+        if (!sl->val)
+            return -1;
+        if (sl->hash == h && sl->len == n && key_eq(t->pool + sl->off, s, n))
+            return sl->val - 1;
         j = (j + 1) & (m->cap - 1);
     }
-    return -1;
 }
 
 void tk_strmap_free(tk_strmap *m)
 {
-    rp_free(m->hash);
-    rp_free(m->val);
+    rp_free(m->slots);
     memset(m, 0, sizeof(*m));
 }
 
@@ -195,11 +238,9 @@ rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected)
     uint32_t cap = 64;
     while (cap < n_expected * 2u + 16u)
         cap *= 2;
-    m->slots = rp_alloc_tagged((size_t)cap * sizeof(tk_merge), RP_TAG_TEXT);
+    m->slots = rp_calloc(cap, sizeof(tk_merge)); /* key 0 = empty (keys are stored + 1) */
     if (!m->slots)
         return RP_ERR_NOMEM;
-    for (uint32_t i = 0; i < cap; i++)
-        m->slots[i].key = UINT64_MAX;
     m->cap = cap;
     m->n = 0;
     return RP_OK;
@@ -212,10 +253,10 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
         if (tk_mergemap_init(&nm, m->cap))
             return RP_ERR_NOMEM;
         for (uint32_t i = 0; i < m->cap; i++) {
-            if (m->slots[i].key == UINT64_MAX)
+            if (m->slots[i].key == 0)
                 continue;
             uint32_t j = mix64(m->slots[i].key) & (nm.cap - 1);
-            while (nm.slots[j].key != UINT64_MAX)
+            while (nm.slots[j].key != 0)
                 j = (j + 1) & (nm.cap - 1);
             nm.slots[j] = m->slots[i];
             nm.n++;
@@ -223,9 +264,9 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
         tk_mergemap_free(m);
         *m = nm;
     }
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     uint32_t j = mix64(key) & (m->cap - 1);
-    while (m->slots[j].key != UINT64_MAX) {
+    while (m->slots[j].key != 0) {
         if (m->slots[j].key == key) {
             if (rank < m->slots[j].rank) {
                 m->slots[j].rank = rank;
@@ -244,13 +285,13 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
 
 const tk_merge *tk_mergemap_get(const tk_mergemap *m, int32_t a, int32_t b)
 {
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     uint32_t j = mix64(key) & (m->cap - 1);
     for (;;) {
         const tk_merge *s = &m->slots[j];
         if (s->key == key)
             return s;
-        if (s->key == UINT64_MAX)
+        if (s->key == 0)
             return NULL;
         j = (j + 1) & (m->cap - 1);
     }
@@ -278,79 +319,76 @@ rp_status tk_ids_push(tk_ids *ids, int32_t id)
 
 /* ---- word cache ------------------------------------------------------------------------ */
 
+/* Per encode call: piece bytes -> ids, for pieces up to CACHE_MAX_KEY bytes. Slots are
+ * single structs so that a probe costs one cache line; keys and ids live in pools. */
 #define CACHE_MAX_KEY 48
 #define CACHE_MAX_SLOTS (1u << 17)
 
-static int cache_get(tk_scratch *sc, const char *s, size_t n, uint64_t h, tk_ids *out, int *hit)
+static rp_status cache_get(tk_scratch *sc, const char *s, size_t n, uint64_t h, tk_ids *out,
+                           int *hit)
 {
     *hit = 0;
     if (!sc->c_cap)
         return RP_OK;
-    uint32_t j = (uint32_t)h & (sc->c_cap - 1);
-    while (sc->c_n[j] != UINT32_MAX) {
-        if (sc->c_hash[j] == h) {
-            const char *k = sc->c_keys.data + sc->c_key_off[j];
-            if ((uint8_t)k[0] == n && memcmp(k + 1, s, n) == 0) {
-                for (uint32_t i = 0; i < sc->c_n[j]; i++)
-                    if (tk_ids_push(out, sc->c_ids[sc->c_off[j] + i]))
-                        return RP_ERR_NOMEM;
-                *hit = 1;
-                return RP_OK;
+    uint32_t j = (uint32_t)(h >> 32) & (sc->c_cap - 1);
+    for (;;) {
+        const tk_cslot *c = &sc->cache[j];
+        if (!c->n_ids)
+            return RP_OK;
+        if (c->hash == (uint32_t)(h >> 32) && c->key_len == n &&
+            key_eq(sc->c_keys.data + c->key_off, s, n)) {
+            if (out->n + c->n_ids > out->cap) {
+                int cap = out->cap ? out->cap : 64;
+                while (cap < out->n + c->n_ids)
+                    cap *= 2;
+                int32_t *v = rp_realloc(out->v, (size_t)cap * sizeof(int32_t));
+                if (!v)
+                    return RP_ERR_NOMEM;
+                out->v = v;
+                out->cap = cap;
             }
+            if (c->n_ids == 1)
+                out->v[out->n] = (int32_t)c->ids_off; /* a single id is kept in the slot */
+            else
+                memcpy(out->v + out->n, sc->c_ids + c->ids_off,
+                       (size_t)c->n_ids * sizeof(int32_t));
+            out->n += c->n_ids;
+            *hit = 1;
+            return RP_OK;
         }
         j = (j + 1) & (sc->c_cap - 1);
     }
-    return RP_OK;
 }
 
-static rp_status cache_init(tk_scratch *sc, uint32_t cap)
+static int cache_resize(tk_scratch *sc, uint32_t cap)
 {
-    sc->c_hash = rp_alloc((size_t)cap * sizeof(uint64_t));
-    sc->c_off = rp_alloc((size_t)cap * sizeof(uint32_t));
-    sc->c_n = rp_alloc((size_t)cap * sizeof(uint32_t));
-    sc->c_key_off = rp_alloc((size_t)cap * sizeof(uint32_t));
-    if (!sc->c_hash || !sc->c_off || !sc->c_n || !sc->c_key_off)
-        return RP_ERR_NOMEM;
-    memset(sc->c_n, 0xff, (size_t)cap * sizeof(uint32_t));
+    tk_cslot *nc = rp_calloc(cap, sizeof(tk_cslot));
+    if (!nc)
+        return -1;
+    for (uint32_t i = 0; i < sc->c_cap; i++) {
+        if (!sc->cache[i].n_ids)
+            continue;
+        uint32_t j = sc->cache[i].hash & (cap - 1);
+        while (nc[j].n_ids)
+            j = (j + 1) & (cap - 1);
+        nc[j] = sc->cache[i];
+    }
+    rp_free(sc->cache);
+    sc->cache = nc;
     sc->c_cap = cap;
-    sc->c_used = 0;
-    return RP_OK;
+    return 0;
 }
 
 static void cache_put(tk_scratch *sc, const char *s, size_t n, uint64_t h, const int32_t *ids,
                       int n_ids)
 {
-    if (!sc->c_cap) {
-        if (cache_init(sc, 4096))
-            return;
-    }
+    if (n_ids <= 0 || n_ids > 0xFFFF)
+        return;
     if ((sc->c_used + 1) * 2 > sc->c_cap) {
-        if (sc->c_cap >= CACHE_MAX_SLOTS)
+        if (sc->c_cap >= CACHE_MAX_SLOTS || cache_resize(sc, sc->c_cap ? sc->c_cap * 2 : 4096))
             return;
-        /* grow: rebuild the slot arrays (keys and ids pools stay) */
-        tk_scratch old = *sc;
-        sc->c_hash = NULL, sc->c_off = NULL, sc->c_n = NULL, sc->c_key_off = NULL;
-        if (cache_init(sc, old.c_cap * 2)) {
-            rp_free(sc->c_hash), rp_free(sc->c_off), rp_free(sc->c_n), rp_free(sc->c_key_off);
-            sc->c_hash = old.c_hash, sc->c_off = old.c_off, sc->c_n = old.c_n;
-            sc->c_key_off = old.c_key_off, sc->c_cap = old.c_cap, sc->c_used = old.c_used;
-            return;
-        }
-        for (uint32_t i = 0; i < old.c_cap; i++) {
-            if (old.c_n[i] == UINT32_MAX)
-                continue;
-            uint32_t j = (uint32_t)old.c_hash[i] & (sc->c_cap - 1);
-            while (sc->c_n[j] != UINT32_MAX)
-                j = (j + 1) & (sc->c_cap - 1);
-            sc->c_hash[j] = old.c_hash[i];
-            sc->c_off[j] = old.c_off[i];
-            sc->c_n[j] = old.c_n[i];
-            sc->c_key_off[j] = old.c_key_off[i];
-            sc->c_used++;
-        }
-        rp_free(old.c_hash), rp_free(old.c_off), rp_free(old.c_n), rp_free(old.c_key_off);
     }
-    if (sc->c_ids_n + (uint32_t)n_ids > sc->c_ids_cap) {
+    if (n_ids > 1 && sc->c_ids_n + (uint32_t)n_ids > sc->c_ids_cap) {
         uint32_t cap = sc->c_ids_cap ? sc->c_ids_cap : 8192;
         while (cap < sc->c_ids_n + (uint32_t)n_ids)
             cap *= 2;
@@ -361,18 +399,19 @@ static void cache_put(tk_scratch *sc, const char *s, size_t n, uint64_t h, const
         sc->c_ids_cap = cap;
     }
     uint32_t key_off = (uint32_t)sc->c_keys.len;
-    char len8 = (char)(uint8_t)n;
-    if (rp_buf_append(&sc->c_keys, &len8, 1) || rp_buf_append(&sc->c_keys, s, n))
+    if (rp_buf_append(&sc->c_keys, s, n))
         return;
-    uint32_t j = (uint32_t)h & (sc->c_cap - 1);
-    while (sc->c_n[j] != UINT32_MAX)
+    uint32_t j = (uint32_t)(h >> 32) & (sc->c_cap - 1);
+    while (sc->cache[j].n_ids)
         j = (j + 1) & (sc->c_cap - 1);
-    memcpy(sc->c_ids + sc->c_ids_n, ids, (size_t)n_ids * sizeof(int32_t));
-    sc->c_hash[j] = h;
-    sc->c_off[j] = sc->c_ids_n;
-    sc->c_n[j] = (uint32_t)n_ids;
-    sc->c_key_off[j] = key_off;
-    sc->c_ids_n += (uint32_t)n_ids;
+    uint32_t ids_off = (uint32_t)ids[0];
+    if (n_ids > 1) {
+        memcpy(sc->c_ids + sc->c_ids_n, ids, (size_t)n_ids * sizeof(int32_t));
+        ids_off = sc->c_ids_n;
+        sc->c_ids_n += (uint32_t)n_ids;
+    }
+    sc->cache[j] = (tk_cslot){(uint32_t)(h >> 32), ids_off, key_off, (uint16_t)n_ids,
+                              (uint16_t)n};
     sc->c_used++;
 }
 
@@ -383,10 +422,7 @@ void tk_scratch_free(tk_scratch *sc)
     rp_free(sc->b.v);
     if (sc->md)
         pcre2_match_data_free(sc->md);
-    rp_free(sc->c_hash);
-    rp_free(sc->c_off);
-    rp_free(sc->c_n);
-    rp_free(sc->c_key_off);
+    rp_free(sc->cache);
     rp_buf_deinit(&sc->c_keys);
     rp_free(sc->c_ids);
     rp_free(sc->sym_id);
@@ -504,25 +540,46 @@ static rp_status bpe_initial(const rp_tokenizer *tok, tk_scratch *sc, const char
     return RP_OK;
 }
 
+/* Short words: the rank of every adjacent pair is kept in an array, so each merge costs a
+ * scan of that array and two lookups for the new neighbours. */
 static void merge_small(const rp_tokenizer *tok, int32_t *ids, int *pn)
 {
     int n = *pn;
+    int32_t rank[64], merged[64];
+    for (int i = 0; i + 1 < n; i++) {
+        const tk_merge *m = tk_mergemap_get(&tok->merges, ids[i], ids[i + 1]);
+        rank[i] = m ? m->rank : INT32_MAX;
+        merged[i] = m ? m->id : -1;
+    }
     while (n > 1) {
-        int32_t best = INT32_MAX, best_id = -1;
+        int32_t best = INT32_MAX;
         int pos = -1;
-        for (int i = 0; i + 1 < n; i++) {
-            const tk_merge *m = tk_mergemap_get(&tok->merges, ids[i], ids[i + 1]);
-            if (m && m->rank < best) {
-                best = m->rank;
-                best_id = m->id;
+        for (int i = 0; i + 1 < n; i++)
+            if (rank[i] < best) {
+                best = rank[i];
                 pos = i;
             }
-        }
         if (pos < 0)
             break;
-        ids[pos] = best_id;
-        memmove(ids + pos + 1, ids + pos + 2, (size_t)(n - pos - 2) * sizeof(int32_t));
+        ids[pos] = merged[pos];
+        int tail = n - pos - 2;
+        memmove(ids + pos + 1, ids + pos + 2, (size_t)tail * sizeof(int32_t));
+        if (tail > 1) {
+            memmove(rank + pos + 1, rank + pos + 2, (size_t)(tail - 1) * sizeof(int32_t));
+            memmove(merged + pos + 1, merged + pos + 2, (size_t)(tail - 1) * sizeof(int32_t));
+        }
         n--;
+        /* pairs (pos-1, pos) and (pos, pos+1) changed */
+        if (pos > 0) {
+            const tk_merge *m = tk_mergemap_get(&tok->merges, ids[pos - 1], ids[pos]);
+            rank[pos - 1] = m ? m->rank : INT32_MAX;
+            merged[pos - 1] = m ? m->id : -1;
+        }
+        if (pos + 1 < n) {
+            const tk_merge *m = tk_mergemap_get(&tok->merges, ids[pos], ids[pos + 1]);
+            rank[pos] = m ? m->rank : INT32_MAX;
+            merged[pos] = m ? m->id : -1;
+        }
     }
     *pn = n;
 }
@@ -681,8 +738,181 @@ static rp_status wordpiece_word(const rp_tokenizer *tok, const char *s, size_t n
     return RP_OK;
 }
 
+/* ---- shared word cache ----------------------------------------------------------------- */
+
+/* One per tokenizer, shared by all threads: direct-mapped entries of one cache line, each a
+ * seqlock (seq odd while written, 0 never written) over relaxed atomic words, so readers
+ * never block and never see a torn entry. Pieces up to 16 bytes with up to 4 ids. */
+struct tk_shared_cache {
+    tk_sentry e[TK_SHARED_CACHE_N];
+};
+
+tk_shared_cache *tk_shared_cache_new(void)
+{
+    tk_shared_cache *c = rp_alloc_aligned(sizeof(tk_shared_cache), RP_TAG_TEXT);
+    if (!c)
+        return NULL;
+    memset(c, 0, sizeof(*c));
+    return c;
+}
+
+void tk_shared_cache_free(tk_shared_cache *c)
+{
+    if (c)
+        rp_free_aligned(c);
+}
+
+static void key_words(const char *s, size_t n, uint64_t k[2])
+{
+    k[0] = k[1] = 0;
+    memcpy(k, s, n); /* n <= 16 */
+}
+
+static int entry_get(const tk_sentry *e, const char *s, size_t n, uint64_t h, tk_ids *out)
+{
+    uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 == 0 || (s1 & 1))
+        return 0;
+    uint64_t eh = atomic_load_explicit(&e->w[0], memory_order_relaxed);
+    uint64_t meta = atomic_load_explicit(&e->w[1], memory_order_relaxed);
+    uint64_t k0 = atomic_load_explicit(&e->w[2], memory_order_relaxed);
+    uint64_t k1 = atomic_load_explicit(&e->w[3], memory_order_relaxed);
+    uint64_t i0 = atomic_load_explicit(&e->w[4], memory_order_relaxed);
+    uint64_t i1 = atomic_load_explicit(&e->w[5], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+        return 0;
+    uint64_t k[2];
+    key_words(s, n, k);
+    if (eh != h || (meta & 0xFF) != n || k0 != k[0] || k1 != k[1])
+        return 0;
+    int n_ids = (int)(meta >> 8);
+    if (n_ids < 1 || n_ids > 4)
+        return 0;
+    uint32_t ids[4] = {(uint32_t)i0, (uint32_t)(i0 >> 32), (uint32_t)i1, (uint32_t)(i1 >> 32)};
+    for (int i = 0; i < n_ids; i++)
+        if (tk_ids_push(out, (int32_t)ids[i]))
+            return -1;
+    return 1;
+}
+
+/* Two-way sets: a piece may sit in either entry of its pair. */
+static int shared_get(const tk_shared_cache *c, const char *s, size_t n, uint64_t h, tk_ids *out)
+{
+    uint32_t i = (uint32_t)h & (TK_SHARED_CACHE_N - 2);
+    int r = entry_get(&c->e[i], s, n, h, out);
+    return r ? r : entry_get(&c->e[i + 1], s, n, h, out);
+}
+
+static void shared_put(tk_shared_cache *c, const char *s, size_t n, uint64_t h,
+                       const int32_t *ids, int n_ids)
+{
+    if (n_ids < 1 || n_ids > 4)
+        return;
+    uint32_t i = (uint32_t)h & (TK_SHARED_CACHE_N - 2);
+    /* an empty entry of the pair first, else the one picked by another hash bit */
+    if (atomic_load_explicit(&c->e[i].seq, memory_order_relaxed) != 0)
+        i += atomic_load_explicit(&c->e[i + 1].seq, memory_order_relaxed) == 0 ? 1
+                                                                               : (h >> 40) & 1;
+    tk_sentry *e = &c->e[i];
+    uint64_t s0 = atomic_load_explicit(&e->seq, memory_order_relaxed);
+    if ((s0 & 1) || !atomic_compare_exchange_strong_explicit(&e->seq, &s0, s0 + 1,
+                                                              memory_order_acq_rel,
+                                                              memory_order_relaxed))
+        return; /* another writer is on it: skip */
+    atomic_thread_fence(memory_order_release);
+    uint64_t k[2];
+    key_words(s, n, k);
+    uint32_t v[4] = {0, 0, 0, 0};
+    for (int i = 0; i < n_ids; i++)
+        v[i] = (uint32_t)ids[i];
+    atomic_store_explicit(&e->w[0], h, memory_order_relaxed);
+    atomic_store_explicit(&e->w[1], (uint64_t)n | ((uint64_t)n_ids << 8), memory_order_relaxed);
+    atomic_store_explicit(&e->w[2], k[0], memory_order_relaxed);
+    atomic_store_explicit(&e->w[3], k[1], memory_order_relaxed);
+    atomic_store_explicit(&e->w[4], v[0] | ((uint64_t)v[1] << 32), memory_order_relaxed);
+    atomic_store_explicit(&e->w[5], v[2] | ((uint64_t)v[3] << 32), memory_order_relaxed);
+    atomic_store_explicit(&e->seq, s0 + 2, memory_order_release);
+}
+
+static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
+                             tk_ids *out);
+
+#define META "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+static int is_meta(const char *s)
+{
+    return s[0] == '\xe2' && s[1] == '\x96' && s[2] == '\x81';
+}
+
+/* A boundary before the U+2581 at s[p] (preceded by another character) is crossed only by
+ * the vocabulary's few "bad" tokens, those holding U+2581 after another character. */
+static int meta_boundary_safe(const rp_tokenizer *tok, const char *s, size_t n, size_t p)
+{
+    for (int i = 0; i < tok->n_spm_bad; i++) {
+        size_t l = 0;
+        const char *t = tk_strtab_get(tok->raw, tok->spm_bad[i], &l);
+        for (size_t j = 1; j + 3 <= l; j++) {
+            if (!is_meta(t + j) || j > p || p - j + l > n)
+                continue;
+            if (memcmp(s + p - j, t, l) == 0)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+void tk_spm_split_init(rp_tokenizer *tok)
+{
+    tok->spm_split = 0;
+    tok->n_spm_bad = 0;
+    if (tok->model != TK_MODEL_BPE || tok->byte_level ||
+        tk_strmap_get(&tok->raw_map, tok->raw, META, 3) < 0)
+        return;
+    for (int i = 0; i < tok->n_vocab; i++) {
+        size_t l;
+        const char *t = tk_strtab_get(tok->raw, i, &l);
+        if (!t)
+            continue;
+        for (size_t j = 1; j + 3 <= l; j++) {
+            if (!is_meta(t + j))
+                continue;
+            if (j >= 3 && is_meta(t + j - 3))
+                continue;
+            if (tok->n_spm_bad == (int)RP_ARRAY_LEN(tok->spm_bad))
+                return; /* too many: no splitting */
+            tok->spm_bad[tok->n_spm_bad++] = i;
+            break;
+        }
+    }
+    tok->spm_split = 1;
+}
+
+/* SentencePiece-style BPE has no pre-tokenizer: the model sees whole sections. Merges never
+ * cross a boundary before U+2581 (after another character) that no vocabulary token spans,
+ * so the model runs on the pieces between such boundaries: identical ids, linear time, and
+ * the word caches work. */
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                           tk_ids *out)
+{
+    if (!tok->spm_split || n < 4)
+        return model_piece(tok, sc, s, n, out);
+    size_t start = 0;
+    for (size_t p = 1; p + 3 <= n; p++) {
+        if (!is_meta(s + p) || (p >= 3 && is_meta(s + p - 3)) ||
+            (tok->n_spm_bad && !meta_boundary_safe(tok, s, n, p)))
+            continue;
+        rp_status st = model_piece(tok, sc, s + start, p - start, out);
+        if (st)
+            return st;
+        start = p;
+        p += 2;
+    }
+    return model_piece(tok, sc, s + start, n - start, out);
+}
+
+static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
+                             tk_ids *out)
 {
     if (n == 0)
         return RP_OK;
@@ -690,7 +920,14 @@ rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s
         return wordpiece_word(tok, s, n, out);
     if (n > CACHE_MAX_KEY)
         return bpe_word(tok, sc, s, n, out);
-    uint64_t h = tk_hash_bytes(s, n);
+    uint64_t h = short_hash(s, n);
+    /* shared cache first (pieces <= 16 bytes), then this call's cache, then BPE */
+    int shared = n <= 16 && tok->shared_cache;
+    if (shared) {
+        int r = shared_get(tok->shared_cache, s, n, h, out);
+        if (r)
+            return r < 0 ? RP_ERR_NOMEM : RP_OK;
+    }
     int hit;
     rp_status st = cache_get(sc, s, n, h, out, &hit);
     if (st || hit)
@@ -698,6 +935,8 @@ rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s
     int before = out->n;
     if ((st = bpe_word(tok, sc, s, n, out)))
         return st;
+    if (shared && out->n - before <= 4)
+        shared_put(tok->shared_cache, s, n, h, out->v + before, out->n - before);
     cache_put(sc, s, n, h, out->v + before, out->n - before);
     return RP_OK;
 }

@@ -373,6 +373,20 @@ static int ends_with_fffd(const rp_buf *b)
     return b->len >= 3 && memcmp(b->data + b->len - 3, "\xef\xbf\xbd", 3) == 0;
 }
 
+/* Where the new text starts in cur: after prefix. When the decoder rewrote earlier text
+ * (a byte-fallback run turned invalid by a later byte makes earlier bytes U+FFFD), what is
+ * out cannot be retracted: continue at the first character boundary at or after the old
+ * length, so the output stays valid UTF-8. */
+static size_t emit_from(const rp_buf *cur, const rp_buf *prefix)
+{
+    size_t k = prefix->len;
+    if (k <= cur->len && memcmp(cur->data, prefix->data ? prefix->data : "", k) == 0)
+        return k;
+    while (k < cur->len && ((uint8_t)cur->data[k] & 0xC0) == 0x80)
+        k++;
+    return k < cur->len ? k : cur->len;
+}
+
 rp_status rp_detok_feed(rp_detok *d, int32_t id, rp_buf *out)
 {
     if (d->n == d->cap) {
@@ -390,12 +404,7 @@ rp_status rp_detok_feed(rp_detok *d, int32_t id, rp_buf *out)
         return st;
     if (d->cur.len <= d->prefix.len || ends_with_fffd(&d->cur))
         return RP_OK;
-    /* common prefix (normally all of prefix) */
-    size_t k = 0;
-    while (k < d->prefix.len && d->cur.data[k] == d->prefix.data[k])
-        k++;
-    if (k < d->prefix.len)
-        k = d->prefix.len; /* decoder rewrote earlier text: never retract, emit the tail */
+    size_t k = emit_from(&d->cur, &d->prefix);
     if ((st = rp_buf_append(out, d->cur.data + k, d->cur.len - k)))
         return st;
     int new_prefix_index = d->n - d->prefix_index;
@@ -413,8 +422,10 @@ rp_status rp_detok_flush(rp_detok *d, rp_buf *out)
     if (d->n) {
         rp_buf_reset(&d->cur);
         st = tk_decode_tokens(d->tok, d->ids, d->n, d->skip_special, &d->cur);
-        if (!st && d->cur.len > d->prefix.len)
-            st = rp_buf_append(out, d->cur.data + d->prefix.len, d->cur.len - d->prefix.len);
+        if (!st && d->cur.len > d->prefix.len) {
+            size_t k = emit_from(&d->cur, &d->prefix);
+            st = rp_buf_append(out, d->cur.data + k, d->cur.len - k);
+        }
     }
     d->n = 0;
     d->prefix_index = 0;

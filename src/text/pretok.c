@@ -91,7 +91,7 @@ void tk_pattern_free(tk_pattern *p)
 }
 
 /* Finds the next match at or after pos. Returns 1 with [*ms, *me), 0 when none. */
-static int pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
+int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
                         size_t pos, size_t *ms, size_t *me)
 {
     if (!p->re) {
@@ -141,10 +141,37 @@ static int all_ascii(const char *s, size_t n)
     return 1;
 }
 
+static rp_status normalize_span(const char *s, size_t n, int opts, rp_buf *out);
+
+/* Normalization is local: a boundary before an ASCII character that is followed by another
+ * ASCII character (or the end) cannot be crossed by composition, decomposition or
+ * reordering. ASCII runs are copied; only the spans around other characters go through
+ * utf8proc. */
 static rp_status unicode_normalize(const char *s, size_t n, int opts, rp_buf *out)
 {
     if (all_ascii(s, n))
         return rp_buf_append(out, s, n);
+    rp_status st = rp_buf_reserve(out, n);
+    size_t i = 0;
+    while (!st && i < n) {
+        size_t j = i;
+        while (j < n && (uint8_t)s[j] < 0x80 && (j + 1 == n || (uint8_t)s[j + 1] < 0x80))
+            j++;
+        if (j > i)
+            st = rp_buf_append(out, s + i, j - i);
+        if (st || j >= n)
+            break;
+        size_t k = j + 1;
+        while (k < n && !((uint8_t)s[k] < 0x80 && (k + 1 == n || (uint8_t)s[k + 1] < 0x80)))
+            k++;
+        st = normalize_span(s + j, k - j, opts, out);
+        i = k;
+    }
+    return st;
+}
+
+static rp_status normalize_span(const char *s, size_t n, int opts, rp_buf *out)
+{
     size_t cap = n + 16;
     utf8proc_int32_t *buf = NULL;
     for (;;) {
@@ -233,7 +260,7 @@ static rp_status replace_all(const tk_pattern *p, const char *content, size_t co
     }
     size_t pos = 0, ms, me;
     rp_status st = RP_OK;
-    while (!st && pattern_next(p, md, s, n, pos, &ms, &me)) {
+    while (!st && tk_pattern_next(p, md, s, n, pos, &ms, &me)) {
         st = rp_buf_append(out, s + pos, ms - pos);
         if (!st)
             st = rp_buf_append(out, content, content_len);
@@ -484,7 +511,7 @@ static rp_status events_pattern(const tk_pattern *p, pcre2_match_data *md, const
 {
     size_t pos = 0, ms, me;
     rp_status st = RP_OK;
-    while (!st && pattern_next(p, md, s, n, pos, &ms, &me)) {
+    while (!st && tk_pattern_next(p, md, s, n, pos, &ms, &me)) {
         if (ms > pos)
             st = evs_push(e, base + (uint32_t)pos, base + (uint32_t)ms, 0);
         if (!st)
@@ -624,6 +651,25 @@ rp_status tk_pretokenize(const tk_pre *p, tk_scratch *sc, int section_first)
         return RP_OK;
     uint32_t base = sc->a.n ? sc->a.v[0].off : 0;
     return pre_one(p, sc, section_first, base);
+}
+
+const tk_pattern *tk_pre_single_regex(const tk_pre *p)
+{
+    if (!p)
+        return NULL;
+    if (p->kind == TK_PRE_SPLIT && p->behavior == TK_SPLIT_ISOLATED && !p->invert && p->pat.re)
+        return &p->pat;
+    if (p->kind == TK_PRE_BYTELEVEL && !p->add_prefix_space && p->use_regex && p->pat.re)
+        return &p->pat;
+    if (p->kind == TK_PRE_SEQ) {
+        /* [Split Isolated, ByteLevel without regex and prefix]: the ByteLevel step is free */
+        if (p->n_sub == 2 && p->sub[1].kind == TK_PRE_BYTELEVEL && !p->sub[1].use_regex &&
+            !p->sub[1].add_prefix_space)
+            return tk_pre_single_regex(&p->sub[0]);
+        if (p->n_sub == 1)
+            return tk_pre_single_regex(&p->sub[0]);
+    }
+    return NULL;
 }
 
 int tk_pre_has_bytelevel(const tk_pre *p)

@@ -3,6 +3,7 @@ list(APPEND RP_SOURCES
   src/text/detok.c
   src/text/pretok.c
   src/text/tok_gguf.c
+  src/text/tok_json.c
   src/text/tokenizer.c
   src/text/unicode.c
 )

@@ -449,6 +449,8 @@ rp_status tk_load_gguf(rp_tokenizer *tok, const char *path, rp_err *err)
     tok->unk_id = get_id(g, "tokenizer.ggml.unknown_token_id");
     tok->bos_id = get_id(g, "tokenizer.ggml.bos_token_id");
     tok->eos_id = get_id(g, "tokenizer.ggml.eos_token_id");
+    tok->gguf_eot = get_id(g, "tokenizer.ggml.eot_token_id");
+    tok->gguf_eom = get_id(g, "tokenizer.ggml.eom_token_id");
 
     if (!strcmp(mname, "gpt2")) {
         tok->model = TK_MODEL_BPE;

@@ -7,7 +7,8 @@
  * alphabet is undone at load), so the byte-level step costs nothing at encode time.
  *
  * Ownership: everything hangs off rp_tokenizer and is freed by rp_tokenizer_free.
- * Threading: immutable after load; per-call scratch lives in tk_scratch.
+ * Threading: immutable after load except the shared word cache (lock-free, bpe.c); per-call
+ *            scratch lives in tk_scratch.
  * Errors:    rp_status + rp_err, as the public header says.
  */
 #ifndef RP_TEXT_TOK_IMPL_H
@@ -25,9 +26,8 @@
 
 /* ---- string -> id hash map (open addressing; keys live elsewhere) ---------------------- */
 
-/* Maps byte strings to int32 values; the key bytes are fetched through a callback-free
- * scheme: each slot stores the value and a 32-bit hash; keys are compared through the
- * string table the map was built over (tk_strtab). */
+/* String tables (id -> bytes) and maps over them (bytes -> id); a map is bound to the
+ * table it was built over, and keys are compared against that table's pool. */
 typedef struct tk_strtab {
     char *pool;      /* all strings, NUL-separated */
     size_t pool_len, pool_cap;
@@ -36,15 +36,22 @@ typedef struct tk_strtab {
     int n;
 } tk_strtab;
 
+typedef struct tk_strslot {
+    uint32_t hash;
+    int32_t val; /* table index + 1; 0 = empty */
+    uint32_t off, len;
+} tk_strslot;
+
 typedef struct tk_strmap {
-    uint32_t *hash;  /* [cap] */
-    int32_t *val;    /* [cap] index into the string table, -1 empty */
-    uint32_t cap;    /* power of two */
+    tk_strslot *slots; /* [cap] */
+    uint32_t cap;      /* power of two */
     uint32_t n;
 } tk_strmap;
 
 uint64_t tk_hash_bytes(const void *p, size_t n);
 rp_status tk_strtab_set(tk_strtab *t, int i, const char *s, size_t n);
+/* Pre-sizes the table (entries) and its string pool (bytes). */
+rp_status tk_strtab_reserve(tk_strtab *t, int n_entries, size_t pool_bytes);
 const char *tk_strtab_get(const tk_strtab *t, int i, size_t *n);
 void tk_strtab_free(tk_strtab *t);
 rp_status tk_strmap_init(tk_strmap *m, uint32_t n_expected);
@@ -55,7 +62,7 @@ void tk_strmap_free(tk_strmap *m);
 
 /* (id_a, id_b) -> (rank, merged id) */
 typedef struct tk_merge {
-    uint64_t key; /* (a << 32) | b, UINT64_MAX empty */
+    uint64_t key; /* ((a << 32) | b) + 1; 0 = empty */
     int32_t rank;
     int32_t id;
 } tk_merge;
@@ -175,6 +182,17 @@ typedef struct tk_trie {
 
 typedef enum tk_model_kind { TK_MODEL_BPE, TK_MODEL_WORDPIECE } tk_model_kind;
 
+/* The shared word cache (bpe.c): the one piece of mutable state in a loaded tokenizer,
+ * lock-free and safe from any number of threads. */
+#define TK_SHARED_CACHE_N 65536
+typedef struct tk_sentry {
+    _Atomic uint64_t seq;
+    _Atomic uint64_t w[7]; /* hash, len | n_ids << 8, key[2], ids[2], pad */
+} tk_sentry;
+typedef struct tk_shared_cache tk_shared_cache;
+tk_shared_cache *tk_shared_cache_new(void);
+void tk_shared_cache_free(tk_shared_cache *c);
+
 struct rp_tokenizer {
     tk_model_kind model;
     /* Token strings: `strs` is the HF form (byte-level alphabet for byte-level models);
@@ -191,6 +209,10 @@ struct rp_tokenizer {
 
     /* BPE */
     tk_mergemap merges;
+    tk_shared_cache *shared_cache; /* NULL: per-call caching only */
+    int spm_split;          /* split words before U+2581 (see tk_model_encode) */
+    int32_t spm_bad[64];    /* tokens holding U+2581 after another character */
+    int n_spm_bad;
     int byte_level;
     int byte_fallback;
     int ignore_merges;
@@ -206,6 +228,7 @@ struct rp_tokenizer {
     /* pipeline */
     tk_norm *norm;
     tk_pre *pre;
+    const tk_pattern *pre_fast; /* tk_pre_single_regex(pre) */
     tk_dec *dec;
     tk_post_item *post;    /* TemplateProcessing single, NULL = none */
     int n_post;
@@ -218,8 +241,12 @@ struct rp_tokenizer {
 
     /* config */
     int32_t bos_id, eos_id;
+    int32_t eog[16];  /* end-of-generation ids */
+    int n_eog;
+    int32_t gguf_eot, gguf_eom;
+    int32_t gen_eos[8]; /* generation_config.json eos_token_id */
+    int n_gen_eos;
     char *bos_str, *eos_str;
-    char *chat_template;
     char **tmpl_names, **tmpl_texts;
     int n_tmpl;
 };
@@ -234,15 +261,20 @@ typedef struct tk_pieces {
     int n, cap;
 } tk_pieces;
 
+typedef struct tk_cslot {
+    uint32_t hash;    /* high half of the 64-bit hash (also picks the slot) */
+    uint32_t ids_off; /* into c_ids; the id itself when n_ids == 1 */
+    uint32_t key_off; /* into c_keys */
+    uint16_t n_ids;   /* 0 = empty */
+    uint16_t key_len;
+} tk_cslot;
+
 typedef struct tk_scratch {
     rp_buf store;       /* piece bytes */
     tk_pieces a, b;     /* ping-pong piece lists */
     pcre2_match_data *md;
     /* word cache: piece bytes -> ids */
-    uint64_t *c_hash;
-    uint32_t *c_off;    /* into c_ids (start) */
-    uint32_t *c_n;
-    uint32_t *c_key_off; /* into c_keys */
+    struct tk_cslot *cache;
     uint32_t c_cap, c_used;
     rp_buf c_keys;
     int32_t *c_ids;
@@ -273,11 +305,18 @@ void tk_norm_free(tk_norm *n);
 void tk_pre_free(tk_pre *p);
 void tk_dec_free(tk_dec *d);
 int tk_pre_has_bytelevel(const tk_pre *p);
+/* Next match of p in s[pos..n): 1 with [*ms, *me), 0 when none (md: match data for regexes). */
+int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
+                    size_t pos, size_t *ms, size_t *me);
+/* The regex when the whole pre-tokenizer is one Isolated split by it (encode's fast path:
+ * matches go straight to the model), else NULL. */
+const tk_pattern *tk_pre_single_regex(const tk_pre *p);
 
 /* bpe.c */
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                           tk_ids *out);
 void tk_scratch_free(tk_scratch *sc);
+void tk_spm_split_init(rp_tokenizer *tok);
 
 /* detok.c */
 rp_status tk_decode_tokens(const rp_tokenizer *tok, const int32_t *ids, int n,

@@ -6,12 +6,15 @@
  * is normalized, normalized added tokens are matched on that, and what remains goes through
  * the pre-tokenizer and the model. The post-processor runs only with add_special.
  */
+#include <dirent.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/file.h"
 #include "text/tok_impl.h"
+#include "text/tok_json.h"
 #include "text/unicode.h"
 
 #define GPT2_REGEX                                                                             \
@@ -19,12 +22,9 @@
 
 /* ---- added-token trie ------------------------------------------------------------------ */
 
-typedef struct trie_build_node {
-    int32_t child[2]; /* unused: build uses a sorted edge list instead */
-} trie_build_node;
-
-/* Builds the trie by inserting tokens one by one into a node array with per-node sorted
- * edge lists kept in a temporary (byte, child) array; finalised into contiguous edges. */
+/* The trie is built by inserting tokens into a node array, with a temporary hash of
+ * (node, byte) -> child; the edges are then sorted into contiguous per-node runs that
+ * lookups binary-search. */
 typedef struct tedge {
     int32_t parent;
     uint8_t byte;
@@ -74,8 +74,6 @@ rp_status tk_trie_build(tk_trie *t, const rp_tokenizer *tok, int normalized)
     t->n_nodes = 1;
     t->nodes[0].added = -1;
     int n_edges = 0;
-    /* Insertion with a linear child search over the edge list would be quadratic; instead
-     * use a hash of (parent, byte) -> child built on the fly. */
     uint32_t hcap = 64;
     while (hcap < total * 2)
         hcap *= 2;
@@ -270,12 +268,25 @@ static rp_status split_added(const rp_tokenizer *tok, const tk_trie *t, const ch
 static rp_status encode_text(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                              int section_first, tk_ids *out)
 {
+    if (tok->pre_fast) {
+        size_t pos = 0, ms, me;
+        rp_status st = RP_OK;
+        while (!st && tk_pattern_next(tok->pre_fast, sc->md, s, n, pos, &ms, &me)) {
+            if (ms > pos)
+                st = tk_model_encode(tok, sc, s + pos, ms - pos, out);
+            if (!st)
+                st = tk_model_encode(tok, sc, s + ms, me - ms, out);
+            pos = me;
+        }
+        if (!st && pos < n)
+            st = tk_model_encode(tok, sc, s + pos, n - pos, out);
+        return st;
+    }
     rp_buf_reset(&sc->store);
     rp_status st = rp_buf_append(&sc->store, s, n);
     if (st)
         return st;
     sc->a.n = 0;
-    sc->a.v = sc->a.v;
     if (n == 0)
         return RP_OK;
     if (sc->a.cap == 0) {
@@ -722,13 +733,64 @@ static int bytelevel_to_raw(const char *s, size_t n, rp_buf *out)
     return 1;
 }
 
-static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
+static rp_status vocab_cb(void *ud, const char *key, size_t n, long long id)
+{
+    rp_tokenizer *tok = ud;
+    if (id < 0 || id > 16 * 1024 * 1024)
+        return RP_ERR_INVALID;
+    if (tk_strtab_set(&tok->strs, (int)id, key, n))
+        return RP_ERR_NOMEM;
+    if (id >= tok->n_vocab)
+        tok->n_vocab = (int)id + 1;
+    return RP_OK;
+}
+
+typedef struct merge_ctx {
+    rp_tokenizer *tok;
+    rp_buf cat;
+    int32_t rank;
+} merge_ctx;
+
+static rp_status merge_cb(void *ud, const char *a, size_t al, const char *b, size_t bl)
+{
+    merge_ctx *mc = ud;
+    rp_tokenizer *tok = mc->tok;
+    int32_t ia = tk_strmap_get(&tok->str_map, &tok->strs, a, al);
+    int32_t ib = tk_strmap_get(&tok->str_map, &tok->strs, b, bl);
+    rp_buf_reset(&mc->cat);
+    if (rp_buf_append(&mc->cat, a, al) || rp_buf_append(&mc->cat, b, bl))
+        return RP_ERR_NOMEM;
+    size_t cl = mc->cat.len;
+    /* with a continuing_subword_prefix, the merged token drops b's prefix */
+    if (tok->cont_prefix_len && bl >= tok->cont_prefix_len &&
+        memcmp(b, tok->cont_prefix, tok->cont_prefix_len) == 0) {
+        memmove(mc->cat.data + al, mc->cat.data + al + tok->cont_prefix_len,
+                bl - tok->cont_prefix_len);
+        cl -= tok->cont_prefix_len;
+    }
+    int32_t im = tk_strmap_get(&tok->str_map, &tok->strs, mc->cat.data, cl);
+    if (ia < 0 || ib < 0 || im < 0)
+        return RP_ERR_INVALID;
+    if (tk_mergemap_put(&tok->merges, ia, ib, mc->rank++, im))
+        return RP_ERR_NOMEM;
+    return RP_OK;
+}
+
+static size_t count_char(const tk_span *s, char c)
+{
+    size_t n = 0;
+    for (const char *p = s->p, *e = s->p + s->n; (p = memchr(p, c, (size_t)(e - p))); p++)
+        n++;
+    return n;
+}
+
+static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
+                            const tk_span *merges, rp_err *err)
 {
     const char *type = json_string_value(json_object_get(m, "type"));
-    json_t *vocab = json_object_get(m, "vocab");
     if (!type) {
         /* old files: infer from the fields */
-        type = json_object_get(m, "merges") ? "BPE" : "WordPiece";
+        type = merges->p ? "BPE" : "WordPiece";
     }
     if (!strcmp(type, "BPE"))
         tok->model = TK_MODEL_BPE;
@@ -736,24 +798,16 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
         tok->model = TK_MODEL_WORDPIECE;
     else
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "model type '%s' is not supported", type);
-    if (!json_is_object(vocab))
-        return rp_err_set(err, RP_ERR_INVALID, "model.vocab is not an object");
-    size_t nv = json_object_size(vocab);
-    if (tk_strmap_init(&tok->str_map, (uint32_t)nv + 1024))
+    if (!vocab->p)
+        return rp_err_set(err, RP_ERR_INVALID, "model.vocab is missing or not an object");
+    size_t nv = count_char(vocab, ':');
+    if (tk_strmap_init(&tok->str_map, (uint32_t)nv + 1024) ||
+        tk_strtab_reserve(&tok->strs, (int)nv + 1024, vocab->n))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    const char *key;
-    json_t *val;
-    size_t klen;
-    json_object_keylen_foreach(vocab, key, klen, val)
-    {
-        json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id > 16 * 1024 * 1024)
-            return rp_err_set(err, RP_ERR_INVALID, "vocab entry with a bad id");
-        if (tk_strtab_set(&tok->strs, (int)id, key, klen))
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        if (id >= tok->n_vocab)
-            tok->n_vocab = (int)id + 1;
-    }
+    rp_status st = tk_json_vocab(vocab, vocab_cb, tok);
+    if (st)
+        return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
+                                                      : "model.vocab is malformed");
     for (int i = 0; i < tok->n_vocab; i++)
         if (tk_strtab_get(&tok->strs, i, NULL) && tk_strmap_put(&tok->str_map, &tok->strs, i))
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
@@ -784,6 +838,8 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
     /* raw table */
     if (tok->byte_level) {
         rp_buf raw = {0};
+        if (tk_strtab_reserve(&tok->raw_tab, tok->n_vocab + 1024, tok->strs.pool_len + 4096))
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
         for (int i = 0; i < tok->n_vocab; i++) {
             size_t n;
             const char *s = tk_strtab_get(&tok->strs, i, &n);
@@ -809,66 +865,17 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, rp_err *err)
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
 
     /* merges */
-    json_t *merges = json_object_get(m, "merges");
-    size_t nm = json_array_size(merges);
     if (tok->model == TK_MODEL_BPE) {
+        size_t nm = merges->p ? count_char(merges, ',') + 1 : 0;
         if (tk_mergemap_init(&tok->merges, (uint32_t)nm))
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        rp_buf cat = {0};
-        for (size_t r = 0; r < nm; r++) {
-            json_t *e = json_array_get(merges, r);
-            const char *a, *b;
-            size_t al, bl;
-            if (json_is_string(e)) {
-                const char *s = json_string_value(e);
-                size_t n = json_string_length(e);
-                const char *sp = memchr(s, ' ', n);
-                /* the first space separates the two sides (a side may not hold a space) */
-                if (!sp) {
-                    rp_buf_deinit(&cat);
-                    return rp_err_set(err, RP_ERR_INVALID, "merge %zu has no space", r);
-                }
-                a = s, al = (size_t)(sp - s), b = sp + 1, bl = n - al - 1;
-            } else if (json_array_size(e) == 2) {
-                a = json_string_value(json_array_get(e, 0));
-                b = json_string_value(json_array_get(e, 1));
-                if (!a || !b) {
-                    rp_buf_deinit(&cat);
-                    return rp_err_set(err, RP_ERR_INVALID, "merge %zu is malformed", r);
-                }
-                al = json_string_length(json_array_get(e, 0));
-                bl = json_string_length(json_array_get(e, 1));
-            } else {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_INVALID, "merge %zu is malformed", r);
-            }
-            int32_t ia = tk_strmap_get(&tok->str_map, &tok->strs, a, al);
-            int32_t ib = tk_strmap_get(&tok->str_map, &tok->strs, b, bl);
-            rp_buf_reset(&cat);
-            if (rp_buf_append(&cat, a, al) || rp_buf_append(&cat, b, bl)) {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-            }
-            /* with a continuing_subword_prefix, the merged token drops b's prefix */
-            const char *cs = cat.data;
-            size_t cl = cat.len;
-            if (tok->cont_prefix_len && bl >= tok->cont_prefix_len &&
-                memcmp(b, tok->cont_prefix, tok->cont_prefix_len) == 0) {
-                memmove(cat.data + al, cat.data + al + tok->cont_prefix_len,
-                        bl - tok->cont_prefix_len);
-                cl -= tok->cont_prefix_len;
-            }
-            int32_t im = tk_strmap_get(&tok->str_map, &tok->strs, cs, cl);
-            if (ia < 0 || ib < 0 || im < 0) {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_INVALID, "merge %zu refers to unknown tokens", r);
-            }
-            if (tk_mergemap_put(&tok->merges, ia, ib, (int32_t)r, im)) {
-                rp_buf_deinit(&cat);
-                return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-            }
-        }
-        rp_buf_deinit(&cat);
+        merge_ctx mc = {tok, {0}, 0};
+        st = merges->p ? tk_json_merges(merges, merge_cb, &mc) : RP_OK;
+        rp_buf_deinit(&mc.cat);
+        if (st)
+            return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
+                                                          : "merge %d is malformed or refers to "
+                                                            "unknown tokens", (int)mc.rank);
     } else {
         const char *pf = json_string_value(json_object_get(m, "continuing_subword_prefix"));
         rp_free(tok->cont_prefix);
@@ -910,9 +917,15 @@ static rp_status add_added(rp_tokenizer *tok, int32_t id, const char *content, s
     return RP_OK;
 }
 
+static void eog_finish(rp_tokenizer *tok);
+
 /* Called by both loaders once tokens, added tokens and flags are set: derived tables. */
 rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
 {
+    tok->pre_fast = tk_pre_single_regex(tok->pre);
+    tk_spm_split_init(tok);
+    if (tok->model == TK_MODEL_BPE && !(tok->shared_cache = tk_shared_cache_new()))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int b = 0; b < 256; b++) {
         tok->byte_ids[b] = -1;
         if (tok->byte_level) {
@@ -942,6 +955,7 @@ rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
         tok->bos_id = rp_tokenizer_token_id(tok, tok->bos_str);
     if (tok->eos_str && tok->eos_id < 0)
         tok->eos_id = rp_tokenizer_token_id(tok, tok->eos_str);
+    eog_finish(tok);
     if (tok->bos_id >= 0 && !tok->bos_str) {
         const char *s = rp_tokenizer_token_str(tok, tok->bos_id);
         tok->bos_str = s ? rp_strdup(s) : NULL;
@@ -951,6 +965,35 @@ rp_status tk_finish_load(rp_tokenizer *tok, rp_err *err)
         tok->eos_str = s ? rp_strdup(s) : NULL;
     }
     return RP_OK;
+}
+
+static void eog_add(rp_tokenizer *tok, int32_t id)
+{
+    if (id < 0 || id >= tok->n_vocab || tok->n_eog >= (int)RP_ARRAY_LEN(tok->eog))
+        return;
+    for (int i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id)
+            return;
+    tok->eog[tok->n_eog++] = id;
+}
+
+/* After the vocabulary and config are in: the end-of-generation set. */
+static void eog_finish(rp_tokenizer *tok)
+{
+    static const char *const names[] = {
+        "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|return|>", "<|call|>",
+        "<|end_of_text|>", "<\357\275\234end\342\226\201of\342\226\201sentence\357\275\234>", /* DeepSeek */
+        "<|endoftext|>", "<turn|>", "<eos>"};
+    eog_add(tok, tok->eos_id);
+    for (int i = 0; i < tok->n_gen_eos; i++)
+        eog_add(tok, tok->gen_eos[i]);
+    eog_add(tok, tok->gguf_eot);
+    eog_add(tok, tok->gguf_eom);
+    for (size_t i = 0; i < RP_ARRAY_LEN(names); i++) {
+        int32_t id = rp_tokenizer_token_id(tok, names[i]);
+        if (id >= 0 && tok->is_special_tab[id])
+            eog_add(tok, id);
+    }
 }
 
 static char *config_token(json_t *v)
@@ -983,8 +1026,29 @@ static rp_status add_template(rp_tokenizer *tok, const char *name, const char *t
     return RP_OK;
 }
 
+/* generation_config.json: eos_token_id (an int or a list) joins the EOG set. */
+static void load_generation_config(rp_tokenizer *tok, const char *dir)
+{
+    char *path = rp_path_join(dir, "generation_config.json");
+    if (!path)
+        return;
+    json_error_t je;
+    json_t *c = rp_path_exists(path) ? json_load_file(path, 0, &je) : NULL;
+    rp_free(path);
+    if (!c)
+        return;
+    json_t *e = json_object_get(c, "eos_token_id");
+    if (json_is_integer(e))
+        tok->gen_eos[tok->n_gen_eos++] = (int32_t)json_integer_value(e);
+    for (size_t i = 0; json_is_array(e) && i < json_array_size(e) && tok->n_gen_eos < 8; i++)
+        if (json_is_integer(json_array_get(e, i)))
+            tok->gen_eos[tok->n_gen_eos++] = (int32_t)json_integer_value(json_array_get(e, i));
+    json_decref(c);
+}
+
 static rp_status load_config(rp_tokenizer *tok, const char *dir, rp_err *err)
 {
+    load_generation_config(tok, dir);
     char *path = rp_path_join(dir, "tokenizer_config.json");
     if (!path)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
@@ -1045,16 +1109,47 @@ static rp_status load_config(rp_tokenizer *tok, const char *dir, rp_err *err)
 
 static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
 {
-    char *data;
-    size_t n;
-    rp_status st = rp_file_read(path, &data, &n, err);
+    rp_mmap map;
+    rp_status st = rp_mmap_open(path, &map, err);
     if (st)
         return st;
+    const char *data = map.data;
+    size_t n = map.n_bytes;
+    /* The big members (model.vocab, model.merges) are scanned in place by tok_json.c;
+     * jansson gets the rest, with "{}" / "[]" in their place. */
+    tk_span vocab, merges;
+    tk_json_find_model_parts(data, n, &vocab, &merges);
+    tk_span cut[2] = {vocab, merges};
+    if (cut[1].p && (!cut[0].p || cut[1].p < cut[0].p)) {
+        tk_span t = cut[0];
+        cut[0] = cut[1];
+        cut[1] = t;
+    }
+    char *rest = rp_alloc(n - vocab.n - merges.n + 8);
+    if (!rest) {
+        rp_mmap_close(&map);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    size_t w = 0, r = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!cut[k].p)
+            continue;
+        size_t at = (size_t)(cut[k].p - data);
+        memcpy(rest + w, data + r, at - r);
+        w += at - r;
+        rest[w++] = data[at];
+        rest[w++] = data[at] == '{' ? '}' : ']';
+        r = at + cut[k].n;
+    }
+    memcpy(rest + w, data + r, n - r);
+    w += n - r;
     json_error_t je;
-    json_t *root = json_loadb(data, n, JSON_ALLOW_NUL, &je);
-    rp_free(data);
-    if (!root)
+    json_t *root = json_loadb(rest, w, JSON_ALLOW_NUL, &je);
+    rp_free(rest);
+    if (!root) {
+        rp_mmap_close(&map);
         return rp_err_set(err, RP_ERR_INVALID, "%s:%d: %s", path, je.line, je.text);
+    }
     json_t *pre = json_object_get(root, "pre_tokenizer");
     json_t *norm = json_object_get(root, "normalizer");
     json_t *dec = json_object_get(root, "decoder");
@@ -1075,7 +1170,8 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
         st = load_post(tok, post, err);
     tok->byte_level = tk_pre_has_bytelevel(tok->pre);
     if (!st)
-        st = load_model(tok, json_object_get(root, "model"), err);
+        st = load_model(tok, json_object_get(root, "model"), &vocab, &merges, err);
+    rp_mmap_close(&map);
     json_t *added = json_object_get(root, "added_tokens");
     for (size_t i = 0; !st && i < json_array_size(added); i++) {
         json_t *a = json_array_get(added, i);
@@ -1105,6 +1201,43 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* 1 when the file starts with the GGUF magic. */
+static int is_gguf(const char *path)
+{
+    if (ends_with(path, ".gguf"))
+        return 1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    char m[4] = {0};
+    size_t n = fread(m, 1, 4, f);
+    fclose(f);
+    return n == 4 && memcmp(m, "GGUF", 4) == 0;
+}
+
+/* The one .gguf file in dir (heap path), or NULL when there are none or several. */
+static char *single_gguf(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    char *found = NULL;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!ends_with(e->d_name, ".gguf"))
+            continue;
+        if (n++ == 0)
+            found = rp_path_join(dir, e->d_name);
+    }
+    closedir(d);
+    if (n != 1) {
+        rp_free(found);
+        return NULL;
+    }
+    return found;
+}
+
 static char *dir_of(const char *path)
 {
     const char *sl = strrchr(path, '/');
@@ -1121,7 +1254,7 @@ rp_status rp_tokenizer_load(const char *path, rp_tokenizer **out, rp_err *err)
     rp_tokenizer *tok = rp_calloc(1, sizeof(*tok));
     if (!tok)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    tok->bos_id = tok->eos_id = tok->unk_id = -1;
+    tok->bos_id = tok->eos_id = tok->unk_id = tok->gguf_eot = tok->gguf_eom = -1;
     tok->raw = &tok->strs;
     rp_status st;
     char *json_path = NULL, *dir = NULL;
@@ -1133,11 +1266,19 @@ rp_status rp_tokenizer_load(const char *path, rp_tokenizer **out, rp_err *err)
             goto done;
         }
         if (!rp_path_exists(json_path)) {
-            st = rp_err_set(err, RP_ERR_NOT_FOUND, "%s: no tokenizer.json in the directory",
-                            path);
+            char *g = single_gguf(path);
+            if (g) {
+                st = tk_load_gguf(tok, g, err);
+                rp_free(g);
+                if (!st)
+                    st = tk_finish_load(tok, err);
+                goto done;
+            }
+            st = rp_err_set(err, RP_ERR_NOT_FOUND,
+                            "%s: no tokenizer.json (nor a single .gguf) in the directory", path);
             goto done;
         }
-    } else if (ends_with(path, ".gguf")) {
+    } else if (is_gguf(path)) {
         st = tk_load_gguf(tok, path, err);
         if (!st)
             st = tk_finish_load(tok, err);
@@ -1179,6 +1320,7 @@ void rp_tokenizer_free(rp_tokenizer *tok)
     rp_free(tok->is_special_tab);
     rp_free(tok->is_added_tab);
     tk_mergemap_free(&tok->merges);
+    tk_shared_cache_free(tok->shared_cache);
     rp_free(tok->cont_prefix);
     rp_free(tok->eow_suffix);
     tk_norm_free(tok->norm);
@@ -1197,7 +1339,6 @@ void rp_tokenizer_free(rp_tokenizer *tok)
     tk_trie_free(&tok->trie_norm);
     rp_free(tok->bos_str);
     rp_free(tok->eos_str);
-    rp_free(tok->chat_template);
     for (int i = 0; i < tok->n_tmpl; i++) {
         rp_free(tok->tmpl_names[i]);
         rp_free(tok->tmpl_texts[i]);
@@ -1234,6 +1375,20 @@ const char *rp_tokenizer_token_str(const rp_tokenizer *tok, int32_t id)
 int rp_tokenizer_is_special(const rp_tokenizer *tok, int32_t id)
 {
     return id >= 0 && id < tok->n_vocab && tok->is_special_tab[id];
+}
+
+int rp_tokenizer_eog_ids(const rp_tokenizer *tok, const int32_t **ids)
+{
+    *ids = tok->eog;
+    return tok->n_eog;
+}
+
+int rp_tokenizer_is_eog(const rp_tokenizer *tok, int32_t id)
+{
+    for (int i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id)
+            return 1;
+    return 0;
 }
 
 int32_t rp_tokenizer_bos_id(const rp_tokenizer *tok)

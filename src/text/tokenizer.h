@@ -8,11 +8,22 @@
  * exactly: added tokens are matched in the text first, then normalizer, pre-tokenizer, model,
  * post-processor (only with add_special).
  *
+ * Paths: a tokenizer.json (tokenizer_config.json, generation_config.json and
+ * chat_template.jinja are read from its directory when present), a directory holding
+ * tokenizer.json or a single .gguf, or a GGUF file (recognised by its magic).
+ * Details that differ from other implementations, on purpose:
+ *  - encode takes valid UTF-8 only (else RP_ERR_INVALID), as HF takes a Rust &str;
+ *  - \s in tokenizer.json regexes is Oniguruma's (Unicode White_Space, NEL included), so
+ *    ids follow HF `tokenizers` where transformers.js (JavaScript \s) differs;
+ *  - decode is HF `tokenizers` decode: no clean_up_tokenization_spaces pass (lossless);
+ *  - BOS/EOS in add_special mode come from the post-processor, as HF encode does.
+ *
  * Ownership: rp_tokenizer_load -> rp_tokenizer_free. Arrays and strings returned through out
  *            parameters are heap-allocated (rp_free). Borrowed strings (token_str, the chat
  *            template) live as long as the tokenizer.
- * Threading: a loaded tokenizer is immutable: encode/decode from any number of threads.
- *            An rp_detok belongs to one thread.
+ * Threading: a loaded tokenizer is immutable to its users: encode/decode from any number of
+ *            threads (encode fills an internal lock-free word cache). An rp_detok belongs to
+ *            one thread.
  * Errors:    RP_ERR_NOT_FOUND, RP_ERR_INVALID (malformed file, named), RP_ERR_UNSUPPORTED
  *            (a model/normalizer/pre-tokenizer type it does not know, named), RP_ERR_NOMEM.
  */
@@ -47,6 +58,13 @@ int32_t rp_tokenizer_bos_id(const rp_tokenizer *tok);
 int32_t rp_tokenizer_eos_id(const rp_tokenizer *tok);
 const char *rp_tokenizer_bos_str(const rp_tokenizer *tok);
 const char *rp_tokenizer_eos_str(const rp_tokenizer *tok);
+/* End-of-generation ids: the EOS id, generation_config.json's eos_token_id (int or list),
+ * GGUF eot/eom ids, and the special tokens that end a turn in the common chat formats
+ * (<|im_end|>, <|eot_id|>, <|eom_id|>, <end_of_turn>, <|return|>, <|call|>, ...) when the
+ * vocabulary has them. Borrowed array (lives as long as the tokenizer); returns the count. */
+int rp_tokenizer_eog_ids(const rp_tokenizer *tok, const int32_t **ids);
+int rp_tokenizer_is_eog(const rp_tokenizer *tok, int32_t id);
+
 /* The chat template: name NULL = the default one; "tool_use" etc. for named templates.
  * Sources: tokenizer_config.json chat_template (string or list), chat_template.jinja, GGUF
  * tokenizer.chat_template. NULL when the model has none. */

@@ -1,6 +1,7 @@
 /* text/unicode.c - UTF-8 and character classes for the tokenizer (see unicode.h). */
 #include "text/unicode.h"
 
+#include <string.h>
 #include <utf8proc.h>
 
 int rp_utf8_decode(const char *s, size_t n, uint32_t *cp)
@@ -64,6 +65,15 @@ int rp_utf8_valid(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ULL)
+                break;
+            i += 8;
+        }
+        if (i >= n)
+            break;
         if ((uint8_t)s[i] < 0x80) {
             i++;
             continue;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Golden test: our ids vs @lenml/tokenizers for six real tokenizers over texts.json.
+# Golden test: our ids vs @lenml/tokenizers for six real tokenizers, over texts.json plus the
+# distinct texts of llama.cpp's GGUF vocab test inputs (texts.js joins them at test time).
 set -euo pipefail
 check=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -8,14 +9,17 @@ mods=$cache/npm-tok/node_modules/@lenml
 [ -d "$mods/tokenizers" ] || { echo "FAIL: $mods missing: run scripts/setup.d/20-tokenizers.sh"; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+models=$cache/llama.cpp/models
+[ -d "$models" ] || { echo "FAIL: $models missing: run scripts/setup.d/10-llamacpp-data.sh"; exit 1; }
+node "$here/texts.js" "$here/texts.json" "$models" "$work/texts.json"
 status=0
 for name in qwen3 llama3 gemma3 deepseek_v3 gptoss llama2; do
   dir=$mods/tokenizer-$name/models
   [ -f "$dir/tokenizer.json" ] || { echo "FAIL: $dir/tokenizer.json missing"; exit 1; }
-  node "$here/oracle.js" "@lenml/tokenizer-$name" "$here/texts.json" "$work/$name.json"
+  node "$here/oracle.js" "@lenml/tokenizer-$name" "$work/texts.json" "$work/$name.json"
   extra=""
   [ $name = qwen3 ] && extra=--nfc
   [ $name = gemma3 ] || [ $name = llama2 ] && extra=--spm
-  "$check" json "$dir/tokenizer.json" "$here/texts.json" "$work/$name.json" $extra || status=1
+  "$check" json "$dir/tokenizer.json" "$work/texts.json" "$work/$name.json" $extra || status=1
 done
 exit $status

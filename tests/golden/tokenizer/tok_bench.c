@@ -1,0 +1,118 @@
+/* tests/golden/tokenizer/tok_bench.c - tokenizer benchmark (not a test; see
+ * scripts/bench-tokenizer.sh): load time and single-thread encode throughput.
+ *   tok_bench TOKENIZER TEXT_FILE [CHUNK_BYTES]
+ * Encodes the whole file in one call, and again in chunks of CHUNK_BYTES (cut at
+ * newlines; default 4096) as a server sees prompts. Best of several runs; the first pass
+ * (cold word cache) is reported too. Wall and thread CPU time: on a shared machine the CPU
+ * figure is the one that measures the code.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/file.h"
+#include "text/tokenizer.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU time of this thread: on a shared machine wall time mostly measures the neighbours. */
+static double cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: tok_bench TOKENIZER TEXT_FILE [CHUNK_BYTES]\n");
+        return 2;
+    }
+    size_t chunk = argc > 3 ? (size_t)atol(argv[3]) : 4096;
+    rp_err err;
+    char *text;
+    size_t len;
+    if (rp_file_read(argv[2], &text, &len, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    rp_tokenizer *tok = NULL;
+    double best_load = 1e9, best_load_cpu = 1e9;
+    for (int r = 0; r < 5; r++) {
+        if (tok)
+            rp_tokenizer_free(tok);
+        double t0 = now(), c0 = cpu();
+        if (rp_tokenizer_load(argv[1], &tok, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        double dt = now() - t0, dc = cpu() - c0;
+        if (dt < best_load)
+            best_load = dt;
+        if (dc < best_load_cpu)
+            best_load_cpu = dc;
+    }
+    double best_whole = 1e9, best_chunk = 1e9, cpu_whole = 1e9, cpu_chunk = 1e9;
+    double cold_wall = 0, cold_cpu = 0;
+    int n_tokens = 0;
+    for (int r = 0; r < 3; r++) {
+        int32_t *ids;
+        int n;
+        double t0 = now(), c0 = cpu();
+        if (rp_tokenizer_encode(tok, text, len, 0, &ids, &n, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        double dt = now() - t0, dc = cpu() - c0;
+        rp_free(ids);
+        n_tokens = n;
+        if (r == 0)
+            cold_wall = dt, cold_cpu = dc;
+        if (dt < best_whole)
+            best_whole = dt;
+        if (dc < cpu_whole)
+            cpu_whole = dc;
+        t0 = now();
+        c0 = cpu();
+        size_t pos = 0;
+        while (pos < len) {
+            size_t end = pos + chunk < len ? pos + chunk : len;
+            while (end < len && text[end - 1] != '\n')
+                end++;
+            if (rp_tokenizer_encode(tok, text + pos, end - pos, 0, &ids, &n, &err)) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+            }
+            rp_free(ids);
+            pos = end;
+        }
+        dt = now() - t0;
+        dc = cpu() - c0;
+        if (dt < best_chunk)
+            best_chunk = dt;
+        if (dc < cpu_chunk)
+            cpu_chunk = dc;
+    }
+    double mb = (double)len / 1e6;
+    printf("tokenizer %s\n  load: %.1f ms wall, %.1f ms CPU (best of 5)\n", argv[1],
+           best_load * 1e3, best_load_cpu * 1e3);
+    printf("  text: %.2f MB, %d tokens (%.2f bytes/token)\n", mb, n_tokens,
+           (double)len / (n_tokens ? n_tokens : 1));
+    printf("  encode, one call, cold:   %.1f MB/s wall, %.1f MB/s CPU (first pass)\n",
+           mb / cold_wall, mb / cold_cpu);
+    printf("  encode, one call, warm:   %.1f MB/s wall, %.1f MB/s CPU (shared word cache)\n",
+           mb / best_whole, mb / cpu_whole);
+    printf("  encode, %zu-byte chunks: %.1f MB/s wall, %.1f MB/s CPU\n", chunk, mb / best_chunk,
+           mb / cpu_chunk);
+    rp_tokenizer_free(tok);
+    rp_free(text);
+    return 0;
+}
