@@ -7,3 +7,8 @@ foreach(t 10-openai 20-anthropic 30-errors 40-auth-cors 50-concurrency 60-readme
     ${CMAKE_SOURCE_DIR}/tests/integration/${t}.test.mjs)
   set_tests_properties(server_${t} PROPERTIES TIMEOUT 300)
 endforeach()
+
+# The embedded default model through `make run`'s script: answers are English.
+rp_add_script_test(default_model_serve integration /usr/bin/python3
+  ${CMAKE_SOURCE_DIR}/tests/integration/70_default_model.py)
+set_tests_properties(default_model_serve PROPERTIES TIMEOUT 300)
