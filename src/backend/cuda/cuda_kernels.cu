@@ -1,0 +1,961 @@
+/* backend/cuda/cuda_kernels.cu - kernels and launchers of the CUDA backend (CUDA C++).
+ *
+ * Design notes:
+ *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, four
+ *     loads in flight per lane, every token of the batch served by the same weight read;
+ *     x (f32) comes through the read-only cache. Larger batches (prefill, batched decode) go
+ *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
+ *     accumulation and output (f32 weights: a plain f32 GEMM). Heuristic picks are cached
+ *     per shape.
+ *  2. Attention: one block per (query token, group of query heads sharing a KV head, chunk
+ *     of 128 keys); each thread scores one key for every head of the group (K read once per
+ *     group), then threads sum V over the chunk per dimension; a second kernel merges the
+ *     chunks' (max, sum, acc) partials (flash-decoding style split over the keys). The same
+ *     kernels serve prefill, where every query token is its own row.
+ *  3. Small host arrays (token ids, gather rows) go through a pinned ring copied with the
+ *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
+ *     synchronises first). The step's token table and RoPE's inv_freq have their own device
+ *     buffers, re-uploaded only when they change.
+ */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+extern "C" {
+#include "base/alloc.h"
+}
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__,                \
+                    cudaGetErrorString(e_), #x);                                               \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+#define CKL(x)                                                                                 \
+    do {                                                                                       \
+        cublasStatus_t s_ = (x);                                                               \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+            fprintf(stderr, "%s:%d: cuBLASLt error %d (%s)\n", __FILE__, __LINE__, (int)s_,    \
+                    #x);                                                                       \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+#define LAUNCHED() CK(cudaGetLastError())
+
+enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 128, ACH = 128, MV_WARPS = 8 };
+
+typedef struct algo_entry {
+    int dtype, n;
+    long rows, cols;
+    int ok;
+    cublasLtMatmulAlgo_t algo;
+} algo_entry;
+
+struct rp_cuda_ctx {
+    int device, sms;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *ws;
+    char *ring_host, *ring_dev;
+    size_t ring_off;
+    void *xh; /* x rounded to 16 bits for cuBLASLt */
+    size_t xh_bytes;
+    float *part; /* attention partials / gather scratch */
+    size_t part_bytes;
+    rp_cuda_tok *tok_host, *tok_dev;
+    int n_tok, tok_cap, max_pos;
+    cudaEvent_t tok_ev;
+    float *inv_host, *inv_dev;
+    int n_inv;
+    int32_t *pos_host; /* the step's positions, to recognise RoPE's pos */
+    algo_entry algos[N_ALGOS];
+    int n_algos;
+    char name[160];
+};
+
+/* ---- context ----------------------------------------------------------------------------- */
+
+extern "C" int rp_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
+{
+    int n = rp_cuda_device_count();
+    if (device < 0 || device >= n) {
+        snprintf(err, err_len, "no CUDA GPU %d (the driver sees %d)", device, n);
+        return NULL;
+    }
+    rp_cuda_ctx *c = (rp_cuda_ctx *)rp_calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    c->device = device;
+    cudaDeviceProp p;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&p, device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&c->ws, WS_BYTES);
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&c->ring_host, RING_BYTES);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->ring_dev, RING_BYTES);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&c->tok_ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "CUDA GPU %d: %s", device, cudaGetErrorString(e));
+        rp_cuda_ctx_free(c);
+        return NULL;
+    }
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, err_len, "cuBLASLt does not start on GPU %d", device);
+        rp_cuda_ctx_free(c);
+        return NULL;
+    }
+    c->sms = p.multiProcessorCount;
+    snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
+             p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
+    return c;
+}
+
+extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    if (c->lt)
+        cublasLtDestroy(c->lt);
+    cudaFree(c->ws);
+    cudaFree(c->ring_dev);
+    cudaFreeHost(c->ring_host);
+    cudaFree(c->xh);
+    cudaFree(c->part);
+    cudaFreeHost(c->tok_host);
+    cudaFree(c->tok_dev);
+    cudaFree(c->inv_dev);
+    rp_free(c->inv_host);
+    rp_free(c->pos_host);
+    if (c->tok_ev)
+        cudaEventDestroy(c->tok_ev);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    rp_free(c);
+}
+
+extern "C" const char *rp_cuda_ctx_name(const rp_cuda_ctx *c) { return c->name; }
+
+extern "C" void rp_cuda_mem_info(rp_cuda_ctx *c, size_t *free_b, size_t *total_b)
+{
+    CK(cudaMemGetInfo(free_b, total_b));
+}
+
+extern "C" void *rp_cuda_malloc(rp_cuda_ctx *c, size_t n)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void rp_cuda_free(rp_cuda_ctx *c, void *p)
+{
+    if (!p)
+        return;
+    CK(cudaStreamSynchronize(c->stream));
+    CK(cudaFree(p));
+}
+
+extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
+{
+    /* in 64 MiB pieces through the pinned ring's host half would need syncs anyway: plain
+     * synchronous copies from the mmap are simplest and run at PCIe pageable speed */
+    CK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+}
+
+extern "C" void rp_cuda_to_host(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
+{
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
+    c->ring_off = 0; /* everything staged has been consumed */
+}
+
+/* Copies n host bytes to device memory valid for the work queued after this call (until
+ * the ring restarts after a synchronisation). */
+static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
+{
+    size_t a = (n + 255) & ~(size_t)255;
+    if (a > RING_BYTES) {
+        fprintf(stderr, "cuda: staging %zu bytes, more than the ring\n", n);
+        abort();
+    }
+    if (c->ring_off + a > RING_BYTES) {
+        CK(cudaStreamSynchronize(c->stream));
+        c->ring_off = 0;
+    }
+    memcpy(c->ring_host + c->ring_off, src, n);
+    CK(cudaMemcpyAsync(c->ring_dev + c->ring_off, c->ring_host + c->ring_off, n,
+                       cudaMemcpyHostToDevice, c->stream));
+    void *d = c->ring_dev + c->ring_off;
+    c->ring_off += a;
+    return d;
+}
+
+static void *grow(rp_cuda_ctx *c, void **p, size_t *have, size_t need)
+{
+    if (need > *have) {
+        CK(cudaStreamSynchronize(c->stream));
+        CK(cudaFree(*p));
+        size_t n = need + need / 2;
+        CK(cudaMalloc(p, n));
+        *have = n;
+    }
+    return *p;
+}
+
+/* ---- loads and conversions --------------------------------------------------------------- */
+
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float bf16lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+template <int DT> struct wtype;
+template <> struct wtype<RP_CUDA_F32> {
+    enum { EPV = 4 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+    }
+    static __device__ __forceinline__ float one(const void *w, long i)
+    {
+        return ((const float *)w)[i];
+    }
+};
+template <> struct wtype<RP_CUDA_BF16> {
+    enum { EPV = 8 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        f[0] = bf16lo(u.x), f[1] = bf16hi(u.x), f[2] = bf16lo(u.y), f[3] = bf16hi(u.y);
+        f[4] = bf16lo(u.z), f[5] = bf16hi(u.z), f[6] = bf16lo(u.w), f[7] = bf16hi(u.w);
+    }
+    static __device__ __forceinline__ float one(const void *w, long i)
+    {
+        return __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
+    }
+};
+template <> struct wtype<RP_CUDA_F16> {
+    enum { EPV = 8 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        uint32_t a[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __half2 h = *(const __half2 *)&a[i];
+            float2 v = __half22float2(h);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+    static __device__ __forceinline__ float one(const void *w, long i)
+    {
+        return __half2float(((const __half *)w)[i]);
+    }
+};
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- matmul: decode matvec --------------------------------------------------------------- */
+
+template <int DT, int NT>
+__device__ __forceinline__ void mv_fma(uint4 u, const float *__restrict__ x, long cols, long e,
+                                       float *acc)
+{
+    const int EPV = wtype<DT>::EPV;
+    float f[EPV];
+    wtype<DT>::cvt(u, f);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4 *xp = (const float4 *)(x + (long)t * cols + e);
+#pragma unroll
+        for (int q = 0; q < EPV / 4; q++) {
+            float4 xv = __ldg(xp + q);
+            acc[t] = fmaf(f[4 * q], xv.x, acc[t]);
+            acc[t] = fmaf(f[4 * q + 1], xv.y, acc[t]);
+            acc[t] = fmaf(f[4 * q + 2], xv.z, acc[t]);
+            acc[t] = fmaf(f[4 * q + 3], xv.w, acc[t]);
+        }
+    }
+}
+
+/* One warp per row; cols a multiple of EPV, rows of w and x 16-byte aligned. */
+template <int DT, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_kernel(const uint4 *__restrict__ w, long rows, long cols, const float *__restrict__ x,
+                  float *__restrict__ y)
+{
+    const int EPV = wtype<DT>::EPV;
+    long row = (long)blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    long nv = cols / EPV;
+    const uint4 *wr = w + row * nv;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    long i = lane;
+    for (; i + 96 < nv; i += 128) {
+        uint4 u0 = ld_stream(wr + i), u1 = ld_stream(wr + i + 32), u2 = ld_stream(wr + i + 64),
+              u3 = ld_stream(wr + i + 96);
+        mv_fma<DT, NT>(u0, x, cols, i * EPV, acc);
+        mv_fma<DT, NT>(u1, x, cols, (i + 32) * EPV, acc);
+        mv_fma<DT, NT>(u2, x, cols, (i + 64) * EPV, acc);
+        mv_fma<DT, NT>(u3, x, cols, (i + 96) * EPV, acc);
+    }
+    for (; i < nv; i += 32)
+        mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = warp_sum(acc[t]);
+        if (lane == 0)
+            y[(long)t * rows + row] = s;
+    }
+}
+
+/* Any shape or alignment: one warp per row, one element at a time. */
+template <int DT>
+__global__ void matvec_any_kernel(const void *__restrict__ w, long rows, long cols,
+                                  const float *__restrict__ x, int n_tok, float *__restrict__ y)
+{
+    long row = (long)blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    for (int t = 0; t < n_tok; t++) {
+        float acc = 0.0f;
+        for (long i = lane; i < cols; i += 32)
+            acc = fmaf(wtype<DT>::one(w, row * cols + i), x[(long)t * cols + i], acc);
+        acc = warp_sum(acc);
+        if (lane == 0)
+            y[(long)t * rows + row] = acc;
+    }
+}
+
+template <int DT>
+static void matvec(rp_cuda_ctx *c, const void *w, long rows, long cols, const float *x, int n,
+                   float *y)
+{
+    dim3 grid((unsigned)((rows + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
+    int vec = cols % wtype<DT>::EPV == 0 && cols % 4 == 0 && (uintptr_t)w % 16 == 0 &&
+              (uintptr_t)x % 16 == 0;
+    if (!vec) {
+        matvec_any_kernel<DT><<<grid, block, 0, c->stream>>>(w, rows, cols, x, n, y);
+        LAUNCHED();
+        return;
+    }
+    const uint4 *wv = (const uint4 *)w;
+    switch (n) {
+    case 1: matvec_kernel<DT, 1><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
+    case 2: matvec_kernel<DT, 2><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
+    case 3: matvec_kernel<DT, 3><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
+    default: matvec_kernel<DT, 4><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
+    }
+    LAUNCHED();
+}
+
+/* ---- matmul: cuBLASLt --------------------------------------------------------------------- */
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f32(float v) { return __float2half_rn(v); }
+
+template <typename T> __global__ void round_kernel(const float *__restrict__ x, T *out, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        out[i] = from_f32<T>(x[i]);
+}
+
+static cudaDataType cuda_type(int dt)
+{
+    return dt == RP_CUDA_BF16 ? CUDA_R_16BF : dt == RP_CUDA_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Y^T (rows x n, col-major) = W^T^T ... i.e. column-major: C[M=rows][N=n] = A^T B with
+ * A = W stored K x M (ld K), B = X stored K x N (ld K). */
+static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, const void *x,
+                 int n, float *y)
+{
+    cudaDataType ab = cuda_type(dt);
+    cublasLtMatmulDesc_t op;
+    CKL(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtMatrixLayout_t la, lb, lc;
+    CKL(cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)cols, (uint64_t)rows, (int64_t)cols));
+    CKL(cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)cols, (uint64_t)n, (int64_t)cols));
+    CKL(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)rows, (uint64_t)n, (int64_t)rows));
+    algo_entry *a = NULL;
+    for (int i = 0; i < c->n_algos; i++) {
+        algo_entry *e = &c->algos[i];
+        if (e->dtype == dt && e->n == n && e->rows == rows && e->cols == cols) {
+            a = e;
+            break;
+        }
+    }
+    if (!a) {
+        a = &c->algos[c->n_algos < N_ALGOS ? c->n_algos++ : N_ALGOS - 1];
+        a->dtype = dt, a->n = n, a->rows = rows, a->cols = cols, a->ok = 0;
+        cublasLtMatmulPreference_t pref;
+        CKL(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t ws = WS_BYTES;
+        CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws));
+        cublasLtMatmulHeuristicResult_t res;
+        int got = 0;
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &res, &got) ==
+                CUBLAS_STATUS_SUCCESS &&
+            got > 0) {
+            a->algo = res.algo;
+            a->ok = 1;
+        }
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (!a->ok) {
+            fprintf(stderr, "cuBLASLt: no algorithm for %ld x %ld x %d (dtype %d)\n", rows, cols,
+                    n, dt);
+            abort();
+        }
+    }
+    float alpha = 1.0f, beta = 0.0f;
+    CKL(cublasLtMatmul(c->lt, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc, &a->algo, c->ws,
+                       WS_BYTES, c->stream));
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+}
+
+extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,
+                               const float *x, int n, float *y)
+{
+    int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
+    if (n > 4 && aligned) {
+        if (dt == RP_CUDA_F32) {
+            gemm(c, dt, w, rows, cols, x, n, y);
+            return;
+        }
+        long ne = (long)n * cols;
+        void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
+        int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
+        if (dt == RP_CUDA_BF16)
+            round_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(x, (__nv_bfloat16 *)xh, ne);
+        else
+            round_kernel<__half><<<blocks, 256, 0, c->stream>>>(x, (__half *)xh, ne);
+        LAUNCHED();
+        gemm(c, dt, w, rows, cols, xh, n, y);
+        return;
+    }
+    for (int t0 = 0; t0 < n; t0 += 4) {
+        int nt = n - t0 < 4 ? n - t0 : 4;
+        const float *xt = x + (long)t0 * cols;
+        float *yt = y + (long)t0 * rows;
+        if (dt == RP_CUDA_BF16)
+            matvec<RP_CUDA_BF16>(c, w, rows, cols, xt, nt, yt);
+        else if (dt == RP_CUDA_F16)
+            matvec<RP_CUDA_F16>(c, w, rows, cols, xt, nt, yt);
+        else
+            matvec<RP_CUDA_F32>(c, w, rows, cols, xt, nt, yt);
+    }
+}
+
+/* ---- norms, rope, elementwise -------------------------------------------------------------- */
+
+__device__ float block_sum(float v, float *red)
+{
+    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    v = warp_sum(v);
+    __syncthreads(); /* red may be in use by a previous reduction */
+    if (lane == 0)
+        red[wid] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++)
+        s += red[i];
+    return s;
+}
+
+__device__ float block_max(float v, float *red)
+{
+    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        red[wid] = v;
+    __syncthreads();
+    float s = -INFINITY;
+    for (int i = 0; i < nw; i++)
+        s = fmaxf(s, red[i]);
+    return s;
+}
+
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
+                               int add_one)
+{
+    __shared__ float red[32];
+    const float *xr = x + (long)blockIdx.x * dim;
+    float *orow = out + (long)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = xr[i] * inv;
+        if (w)
+            v = add_one ? v * (1.0f + w[i]) : v * w[i];
+        orow[i] = v;
+    }
+}
+
+extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w,
+                                int n_rows, int dim, float eps, int add_one)
+{
+    int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
+    rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+    LAUNCHED();
+}
+
+__global__ void rope_kernel(float *x, int n_heads, int head_dim, int half,
+                            const rp_cuda_tok *toks, const int32_t *pos, const float *inv,
+                            float attn_factor, int neox)
+{
+    int t = blockIdx.x;
+    int p = pos ? pos[t] : toks[t].pos;
+    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+        int h = idx / half, i = idx % half;
+        float ang = (float)p * inv[i];
+        float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
+        float *v = x + ((long)t * n_heads + h) * head_dim;
+        int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        float a = v[ia], b = v[ib];
+        v[ia] = a * cs - b * sn;
+        v[ib] = b * cs + a * sn;
+    }
+}
+
+extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, int head_dim,
+                             int rot_dim, const int32_t *pos, const float *inv_freq,
+                             float attn_factor, int neox)
+{
+    int half = rot_dim / 2;
+    if (half != c->n_inv || memcmp(inv_freq, c->inv_host, sizeof(float) * half) != 0) {
+        CK(cudaStreamSynchronize(c->stream)); /* rare: a new context length or first call */
+        rp_free(c->inv_host);
+        cudaFree(c->inv_dev);
+        c->inv_host = (float *)rp_alloc(sizeof(float) * (half ? half : 1));
+        CK(cudaMalloc((void **)&c->inv_dev, sizeof(float) * (half ? half : 1)));
+        if (!c->inv_host) {
+            fprintf(stderr, "cuda: out of host memory\n");
+            abort();
+        }
+        memcpy(c->inv_host, inv_freq, sizeof(float) * half);
+        CK(cudaMemcpy(c->inv_dev, inv_freq, sizeof(float) * half, cudaMemcpyHostToDevice));
+        c->n_inv = half;
+    }
+    const int32_t *pos_dev = NULL;
+    if (!(n_tok == c->n_tok && c->pos_host &&
+          memcmp(pos, c->pos_host, sizeof(int32_t) * n_tok) == 0))
+        pos_dev = (const int32_t *)stage(c, pos, sizeof(int32_t) * n_tok);
+    int threads = n_heads * half >= 256 ? 256 : 64;
+    rope_kernel<<<n_tok, threads, 0, c->stream>>>(x, n_heads, head_dim, half, c->tok_dev, pos_dev,
+                                                  c->inv_dev, attn_factor, neox);
+    LAUNCHED();
+}
+
+__global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+__global__ void add_kernel(float *y, const float *x, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+__global__ void add_bias_kernel(float *y, const float *b, int dim, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        y[i] += b[i % dim];
+}
+
+static int ew_blocks(rp_cuda_ctx *c, long n)
+{
+    long b = (n + 255) / 256, cap = (long)c->sms * 8;
+    return (int)(b < cap ? (b > 0 ? b : 1) : cap);
+}
+
+extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, const float *u,
+                                 int64_t n)
+{
+    silu_mul_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(out, g, u, n);
+    LAUNCHED();
+}
+
+extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
+{
+    add_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(y, x, n);
+    LAUNCHED();
+}
+
+extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n_tok, int dim)
+{
+    long n = (long)n_tok * dim;
+    add_bias_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(y, b, dim, n);
+    LAUNCHED();
+}
+
+template <int DT>
+__global__ void embed_kernel(const void *table, long cols, const int32_t *ids, float *x)
+{
+    long row = ids[blockIdx.x];
+    for (long i = threadIdx.x; i < cols; i += blockDim.x)
+        x[(long)blockIdx.x * cols + i] = wtype<DT>::one(table, row * cols + i);
+}
+
+extern "C" void rp_cuda_embed(rp_cuda_ctx *c, int dt, const void *table, long cols,
+                              const int32_t *ids, int n, float *x)
+{
+    const int32_t *d = (const int32_t *)stage(c, ids, sizeof(int32_t) * n);
+    if (dt == RP_CUDA_BF16)
+        embed_kernel<RP_CUDA_BF16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+    else if (dt == RP_CUDA_F16)
+        embed_kernel<RP_CUDA_F16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+    else
+        embed_kernel<RP_CUDA_F32><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+    LAUNCHED();
+}
+
+__global__ void gather_kernel(float *dst, const float *src, const int32_t *rows, int dim)
+{
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        dst[(long)blockIdx.x * dim + i] = src[(long)rows[blockIdx.x] * dim + i];
+}
+
+extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src,
+                                    const int32_t *rows, int n, int dim)
+{
+    const int32_t *d = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
+    float *tmp = (float *)grow(c, (void **)&c->part, &c->part_bytes, sizeof(float) * n * dim);
+    gather_kernel<<<n, 256, 0, c->stream>>>(tmp, src, d, dim);
+    LAUNCHED();
+    CK(cudaMemcpyAsync(dst, tmp, sizeof(float) * n * dim, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+/* ---- the step: token table, KV store, attention ------------------------------------------- */
+
+extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
+{
+    CK(cudaEventSynchronize(c->tok_ev)); /* the previous table's copy has run */
+    if (n > c->tok_cap) {
+        CK(cudaStreamSynchronize(c->stream));
+        cudaFreeHost(c->tok_host);
+        cudaFree(c->tok_dev);
+        rp_free(c->pos_host);
+        c->tok_cap = n < 256 ? 256 : n;
+        CK(cudaMallocHost((void **)&c->tok_host, sizeof(rp_cuda_tok) * c->tok_cap));
+        CK(cudaMalloc((void **)&c->tok_dev, sizeof(rp_cuda_tok) * c->tok_cap));
+        c->pos_host = (int32_t *)rp_alloc(sizeof(int32_t) * c->tok_cap);
+        if (!c->pos_host) {
+            fprintf(stderr, "cuda: out of host memory\n");
+            abort();
+        }
+    }
+    memcpy(c->tok_host, toks, sizeof(rp_cuda_tok) * n);
+    c->max_pos = 0;
+    for (int t = 0; t < n; t++) {
+        c->pos_host[t] = toks[t].pos;
+        c->max_pos = toks[t].pos > c->max_pos ? toks[t].pos : c->max_pos;
+    }
+    c->n_tok = n;
+    CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
+                       c->stream));
+    CK(cudaEventRecord(c->tok_ev, c->stream));
+}
+
+__global__ void kv_store_kernel(const rp_cuda_tok *toks, int layer, const float *k,
+                                const float *v, int kvd)
+{
+    rp_cuda_tok d = toks[blockIdx.x];
+    size_t off = ((size_t)layer * d.cap + d.pos) * kvd;
+    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+        d.k[off + i] = k[(size_t)blockIdx.x * kvd + i];
+        d.v[off + i] = v[(size_t)blockIdx.x * kvd + i];
+    }
+}
+
+extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v,
+                                 int kvd)
+{
+    kv_store_kernel<<<c->n_tok, 256, 0, c->stream>>>(c->tok_dev, layer, k, v, kvd);
+    LAUNCHED();
+}
+
+/* Block (head group hg, token t, chunk ch): G query heads sharing one KV head, keys
+ * j0 + ch*ACH .. +ACH. Writes (max, sum, acc[D]) per head to part. */
+template <int G>
+__global__ void __launch_bounds__(ACH)
+    attn_chunk_kernel(const rp_cuda_tok *toks, int layer, const float *q, int H, int KVH, int D,
+                      float scale, int window, int n_chunks, float *part)
+{
+    extern __shared__ float sm[];
+    float *qs = sm;             /* G * D */
+    float *ps = qs + G * D;     /* G * ACH */
+    float *red = ps + G * ACH;  /* 32 */
+    int hg = blockIdx.x, t = blockIdx.y, ch = blockIdx.z, tid = threadIdx.x;
+    int h0 = hg * G, kvh = h0 / (H / KVH);
+    rp_cuda_tok d = toks[t];
+    int pos = d.pos, j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    size_t kvd = (size_t)KVH * D;
+    const float *kb = d.k + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
+    const float *vb = d.v + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
+    int jb = j0 + ch * ACH, je = min(jb + ACH, pos + 1), nk = je - jb;
+    for (int i = tid; i < G * D; i += ACH)
+        qs[i] = q[((size_t)t * H + h0) * D + i];
+    __syncthreads();
+    size_t pstride = (size_t)D + 2;
+    if (nk <= 0) {
+        for (int g = 0; g < G; g++) {
+            float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
+            for (int i = tid; i < D + 2; i += ACH)
+                pp[i] = i == 0 ? -INFINITY : 0.0f;
+        }
+        return;
+    }
+    float s[G];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        s[g] = 0.0f;
+    if (tid < nk) {
+        const float *kr = kb + (size_t)(jb + tid) * kvd;
+        if ((D & 3) == 0) {
+            for (int i = 0; i < D; i += 4) {
+                float4 kv4 = *(const float4 *)(kr + i);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float *qg = qs + g * D + i;
+                    s[g] += qg[0] * kv4.x + qg[1] * kv4.y + qg[2] * kv4.z + qg[3] * kv4.w;
+                }
+            }
+        } else {
+            for (int i = 0; i < D; i++)
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    s[g] += qs[g * D + i] * kr[i];
+        }
+    }
+    float mx[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float sc = tid < nk ? s[g] * scale : -INFINITY;
+        mx[g] = block_max(sc, red);
+        float p = tid < nk ? expf(sc - mx[g]) : 0.0f;
+        ps[g * ACH + tid] = p;
+        l[g] = block_sum(p, red);
+    }
+    __syncthreads();
+    for (int i = tid; i < D; i += ACH) {
+        float acc[G];
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            acc[g] = 0.0f;
+        const float *vc = vb + (size_t)jb * kvd + i;
+#pragma unroll 4
+        for (int j = 0; j < nk; j++) {
+            float vv = vc[(size_t)j * kvd];
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                acc[g] = fmaf(ps[g * ACH + j], vv, acc[g]);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            part[(((size_t)t * H + h0 + g) * n_chunks + ch) * pstride + 2 + i] = acc[g];
+    }
+    if (tid == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
+            pp[0] = mx[g];
+            pp[1] = l[g];
+        }
+}
+
+__global__ void attn_merge_kernel(const float *part, float *out, int H, int D, int n_chunks)
+{
+    int h = blockIdx.x, t = blockIdx.y;
+    size_t pstride = (size_t)D + 2;
+    const float *pp = part + ((size_t)t * H + h) * n_chunks * pstride;
+    float M = -INFINITY;
+    for (int c = 0; c < n_chunks; c++)
+        M = fmaxf(M, pp[c * pstride]);
+    float L = 0.0f;
+    for (int c = 0; c < n_chunks; c++) {
+        float m = pp[c * pstride];
+        L += m == -INFINITY ? 0.0f : expf(m - M) * pp[c * pstride + 1];
+    }
+    float inv = 1.0f / L;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int c = 0; c < n_chunks; c++) {
+            float m = pp[c * pstride];
+            if (m != -INFINITY)
+                acc += expf(m - M) * pp[c * pstride + 2 + i];
+        }
+        out[((size_t)t * H + h) * D + i] = acc * inv;
+    }
+}
+
+extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, int H,
+                                  int KVH, int D, float scale, int window)
+{
+    int span = c->max_pos + 1;
+    if (window > 0 && window < span)
+        span = window;
+    int n_chunks = (span + ACH - 1) / ACH;
+    size_t need = sizeof(float) * (size_t)c->n_tok * H * n_chunks * (D + 2);
+    float *part = (float *)grow(c, (void **)&c->part, &c->part_bytes, need);
+    int group = H / KVH;
+    int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    if (G * D > 2048)
+        G = 1;
+    dim3 grid((unsigned)(H / G), (unsigned)c->n_tok, (unsigned)n_chunks);
+    size_t smem = sizeof(float) * ((size_t)G * D + (size_t)G * ACH + 32);
+    switch (G) {
+    case 8:
+        attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
+                                                             scale, window, n_chunks, part);
+        break;
+    case 4:
+        attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
+                                                             scale, window, n_chunks, part);
+        break;
+    case 2:
+        attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
+                                                             scale, window, n_chunks, part);
+        break;
+    default:
+        attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
+                                                             scale, window, n_chunks, part);
+        break;
+    }
+    LAUNCHED();
+    attn_merge_kernel<<<dim3((unsigned)H, (unsigned)c->n_tok), D < 256 ? D : 256, 0, c->stream>>>(
+        part, out, H, D, n_chunks);
+    LAUNCHED();
+}
+
+/* ---- bandwidth probe ---------------------------------------------------------------------- */
+
+__global__ void read_kernel(const uint4 *p, long n, unsigned *sink)
+{
+    uint32_t acc = 0;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        uint4 v = ld_stream(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u)
+        atomicAdd(sink, 1u);
+}
+
+__global__ void fill_kernel(uint32_t *p, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        p[i] = (uint32_t)i * 2654435761u;
+}
+
+extern "C" double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps)
+{
+    n &= ~(size_t)4095;
+    void *buf = rp_cuda_malloc(c, n + 256);
+    if (!buf)
+        return 0.0;
+    unsigned *sink = (unsigned *)((char *)buf + n);
+    fill_kernel<<<c->sms * 8, 256, 0, c->stream>>>((uint32_t *)buf, (long)(n / 4));
+    LAUNCHED();
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0, c->stream));
+        read_kernel<<<c->sms * 8, 256, 0, c->stream>>>((const uint4 *)buf, (long)(n / 16), sink);
+        LAUNCHED();
+        CK(cudaEventRecord(e1, c->stream));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        double gbs = (double)n / (ms * 1e-3) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    rp_cuda_free(c, buf);
+    return best;
+}
