@@ -28,11 +28,15 @@ typedef struct cuda_backend {
     int n_weights, cap_weights;
     rp_cuda_tok *toks;
     int toks_cap;
+    void **bufs; /* live buffers and their sizes, for the budget */
+    size_t *buf_bytes;
+    int n_bufs, cap_bufs;
 } cuda_backend;
 
 #define CB(bk) ((cuda_backend *)(bk))
 
 static const rp_backend_vt g_cuda_vt;
+static void cuda_buf_free(rp_backend *bk, void *p);
 
 int rp_backend_cuda_devices(void) { return rp_cuda_device_count(); }
 
@@ -40,9 +44,11 @@ static void cuda_destroy(rp_backend *bk)
 {
     cuda_backend *b = CB(bk);
     for (int i = 0; i < b->n_weights; i++)
-        rp_cuda_free(b->ctx, b->weights[i]);
+        cuda_buf_free(bk, b->weights[i]);
     rp_free(b->weights);
     rp_free(b->weight_bytes);
+    rp_free(b->bufs);
+    rp_free(b->buf_bytes);
     rp_free(b->toks);
     rp_cuda_ctx_free(b->ctx);
     rp_free(b);
@@ -83,15 +89,39 @@ static void *cuda_buf_alloc(rp_backend *bk, size_t n, int tag)
     cuda_backend *b = CB(bk);
     if (b->used + n > b->budget)
         return NULL;
+    if (b->n_bufs == b->cap_bufs) {
+        int cap = b->cap_bufs ? b->cap_bufs * 2 : 64;
+        void **p = rp_realloc(b->bufs, sizeof(void *) * (size_t)cap);
+        if (!p)
+            return NULL;
+        b->bufs = p;
+        size_t *q = rp_realloc(b->buf_bytes, sizeof(size_t) * (size_t)cap);
+        if (!q)
+            return NULL;
+        b->buf_bytes = q;
+        b->cap_bufs = cap;
+    }
     void *p = rp_cuda_malloc(b->ctx, n);
-    if (p)
-        b->used += n;
-    /* the size is needed back at free: kept in a header-less way by asking nothing; the
-     * budget counts allocations only (frees are rare: KV caches at engine shutdown) */
+    if (!p)
+        return NULL;
+    b->used += n;
+    b->bufs[b->n_bufs] = p;
+    b->buf_bytes[b->n_bufs++] = n;
     return p;
 }
 
-static void cuda_buf_free(rp_backend *bk, void *p) { rp_cuda_free(CB(bk)->ctx, p); }
+static void cuda_buf_free(rp_backend *bk, void *p)
+{
+    cuda_backend *b = CB(bk);
+    for (int i = 0; i < b->n_bufs; i++)
+        if (b->bufs[i] == p) {
+            b->used -= b->buf_bytes[i];
+            b->bufs[i] = b->bufs[--b->n_bufs];
+            b->buf_bytes[i] = b->buf_bytes[b->n_bufs];
+            break;
+        }
+    rp_cuda_free(b->ctx, p);
+}
 
 static void cuda_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
 {

@@ -192,9 +192,10 @@ extern "C" void rp_cuda_free(rp_cuda_ctx *c, void *p)
 
 extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
 {
-    /* in 64 MiB pieces through the pinned ring's host half would need syncs anyway: plain
-     * synchronous copies from the mmap are simplest and run at PCIe pageable speed */
-    CK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+    /* straight from the mmap (pageable); on the stream, so later kernels are ordered after
+     * it, and waited for, so the source may go away */
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
 }
 
 extern "C" void rp_cuda_to_host(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
@@ -610,7 +611,9 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
             abort();
         }
         memcpy(c->inv_host, inv_freq, sizeof(float) * half);
-        CK(cudaMemcpy(c->inv_dev, inv_freq, sizeof(float) * half, cudaMemcpyHostToDevice));
+        /* from inv_host, which stays until the next change (which synchronises first) */
+        CK(cudaMemcpyAsync(c->inv_dev, c->inv_host, sizeof(float) * half, cudaMemcpyHostToDevice,
+                           c->stream));
         c->n_inv = half;
     }
     const int32_t *pos_dev = NULL;
