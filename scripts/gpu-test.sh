@@ -2,7 +2,7 @@
 # GPU tests of the CUDA backend, for a machine with an NVIDIA GPU (CI has none and never runs
 # this). Builds BUILD_DIR with CUDA unless it already holds the binaries, then:
 #   1. rapid_gpu_check: every dense fixture on the GPU against transformers' logits
-#      (f32 weights: 1e-3; bf16: 0.25, and 0.1 against the CPU on the same bf16 weights),
+#      (f32 weights: 1e-3; bf16: 0.25, and 0.2 against the CPU on the same bf16 weights),
 #      a 3-sequence batched step, and greedy tokens equal to the CPU's and transformers'
 #   2. the CLI: `rapid generate --device cuda` prints the same ids as `--device cpu`, and
 #      `rapid logits --device cuda` writes logits within 1e-3 of the CPU's

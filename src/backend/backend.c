@@ -67,6 +67,18 @@ void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, 
     b->vt->matmul(b, w, x, n_tok, y);
 }
 
+void rp_op_matmul_n(rp_backend *b, int n, const rp_tensor *const *w, const float *x, int n_tok,
+                    float *const *y)
+{
+    RP_ASSERT(n >= 1 && n <= 3);
+    if (b->vt->matmul_n) {
+        b->vt->matmul_n(b, n, w, x, n_tok, y);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        b->vt->matmul(b, w[i], x, n_tok, y[i]);
+}
+
 void rp_op_rmsnorm(rp_backend *b, float *out, const float *x, const rp_tensor *w, int n_tok,
                    int dim, float eps, int add_one)
 {

@@ -84,6 +84,11 @@ double rp_backend_read_bandwidth(rp_backend *b, size_t n_bytes, int reps);
 /* y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok, r < rows; x is [n_tok][cols]. */
 void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y);
 
+/* y[i] = w[i] x for i < n (n <= 3) over the same x, as n calls of rp_op_matmul would give;
+ * a backend may run them as one pass (CUDA's decode matvec: one launch). */
+void rp_op_matmul_n(rp_backend *b, int n, const rp_tensor *const *w, const float *x, int n_tok,
+                    float *const *y);
+
 /* out[t] = x[t] / rms(x[t]) * (w (+1 when add_one)); w may be NULL (no scale). out may be x. */
 void rp_op_rmsnorm(rp_backend *b, float *out, const float *x, const rp_tensor *w, int n_tok,
                    int dim, float eps, int add_one);

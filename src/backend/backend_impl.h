@@ -18,6 +18,9 @@ typedef struct rp_backend_vt {
     rp_status (*weight)(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err);
     double (*read_bandwidth)(rp_backend *b, size_t n_bytes, int reps);
     void (*matmul)(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y);
+    /* (optional) several matmuls over one x; NULL: one matmul call each */
+    void (*matmul_n)(rp_backend *b, int n, const rp_tensor *const *w, const float *x, int n_tok,
+                     float *const *y);
     void (*rmsnorm)(rp_backend *b, float *out, const float *x, const rp_tensor *w, int n_tok,
                     int dim, float eps, int add_one);
     void (*rope)(rp_backend *b, float *x, int n_tok, int n_heads, int head_dim, int rot_dim,

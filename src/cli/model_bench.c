@@ -154,8 +154,10 @@ int rp_model_bench_main(int argc, char **argv)
     }
     for (long i = 0; i < n_prompt; i++)
         ids[i] = (int32_t)((i * 7919 + 13) % in->vocab_size);
-    /* warm the page cache and the kernels with one short pass, then start clean */
-    if (rp_model_eval(m, kv, ids, 4, logits, 0, &err))
+    /* warm the page cache and the kernels with one short pass, then start clean (on CUDA a
+     * whole prompt: cuBLASLt picks and loads its kernels per shape on first use) */
+    int n_warm = rp_backend_is_cuda(m->be) ? (int)n_prompt : (n_prompt < 4 ? (int)n_prompt : 4);
+    if (rp_model_eval(m, kv, ids, n_warm, logits, 0, &err))
         goto out;
     rp_kv_truncate(kv, 0);
     int64_t t0 = rp_now_ns();

@@ -274,9 +274,12 @@ static void attention_block(rp_model *m, llama *s, const step *st, int l)
     rp_backend *be = m->be;
     int n = st->n, hd = c->head_dim, kvd = c->n_kv_heads * hd;
     rp_op_rmsnorm(be, s->h, s->x, L->attn_norm, n, c->dim, c->norm_eps, 0);
-    linear(be, L->wq, L->bq, s->h, n, s->q);
-    linear(be, L->wk, L->bk, s->h, n, s->k);
-    linear(be, L->wv, L->bv, s->h, n, s->v);
+    const rp_tensor *wqkv[3] = {L->wq, L->wk, L->wv};
+    float *yqkv[3] = {s->q, s->k, s->v};
+    rp_op_matmul_n(be, 3, wqkv, s->h, n, yqkv);
+    rp_op_add_bias(be, s->q, L->bq, n, (int)L->wq->shape[0]);
+    rp_op_add_bias(be, s->k, L->bk, n, kvd);
+    rp_op_add_bias(be, s->v, L->bv, n, kvd);
     if (L->q_norm) {
         rp_op_rmsnorm(be, s->q, s->q, L->q_norm, n * c->n_heads, hd, c->norm_eps, 0);
         rp_op_rmsnorm(be, s->k, s->k, L->k_norm, n * c->n_kv_heads, hd, c->norm_eps, 0);
@@ -304,8 +307,11 @@ static void mlp_block(rp_model *m, llama *s, int l, int n)
     layer *L = &s->layers[l];
     rp_backend *be = m->be;
     rp_op_rmsnorm(be, s->h, s->x, L->ffn_norm, n, c->dim, c->norm_eps, 0);
-    linear(be, L->w_gate, L->b_gate, s->h, n, s->gate);
-    linear(be, L->w_up, L->b_up, s->h, n, s->up);
+    const rp_tensor *wgu[2] = {L->w_gate, L->w_up};
+    float *ygu[2] = {s->gate, s->up};
+    rp_op_matmul_n(be, 2, wgu, s->h, n, ygu);
+    rp_op_add_bias(be, s->gate, L->b_gate, n, c->ffn_dim);
+    rp_op_add_bias(be, s->up, L->b_up, n, c->ffn_dim);
     rp_op_silu_mul(be, s->gate, s->gate, s->up, (int64_t)n * c->ffn_dim);
     linear(be, L->w_down, L->b_down, s->gate, n, s->h);
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);

@@ -7,7 +7,8 @@
  * step over three sequences at different positions giving the same rows, and greedy
  * generation through the engine equal to the CPU's and to transformers'. The same
  * checkpoint converted to bf16: GPU logits within BF16_GPU_TOL of the CPU's on the same
- * bf16 weights (the GPU's GEMM rounds activations to bf16, the CPU's kernels do not) and
+ * bf16 weights (the GPU's GEMM rounds activations to bf16, the CPU's kernels do not; decode
+ * goes through the matvec, which keeps them f32, and is checked against transformers) and
  * within the CPU test's BF16_TOL of transformers' f32 logits.
  */
 #include <math.h>
@@ -21,7 +22,10 @@
 
 #define F32_TOL 1e-3f
 #define BF16_TOL 0.25f
-#define BF16_GPU_TOL 0.1f
+/* The GPU's GEMM path rounds activations to bf16 (the CPU's bf16 kernels keep them f32);
+ * on these random models that moves logits by up to 0.15 (measured on the H200), the same
+ * order as bf16 weights vs f32 ones (0.16, see model_test.c). */
+#define BF16_GPU_TOL 0.2f
 
 static const char *g_dense[] = {"llama_gqa",   "llama_tied_mha",    "llama_headdim",
                                 "llama3_rope", "llama_linear_rope", "llama_yarn_rope",

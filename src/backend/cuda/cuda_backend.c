@@ -189,6 +189,21 @@ static void cuda_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int 
                    n_tok, y);
 }
 
+static void cuda_matmul_n(rp_backend *bk, int n, const rp_tensor *const *w, const float *x,
+                          int n_tok, float *const *y)
+{
+    int dt[3];
+    const void *wd[3];
+    long rows[3];
+    for (int i = 0; i < n; i++) {
+        RP_ASSERT(w[i]->n_dims == 2 && w[i]->shape[1] == w[0]->shape[1]);
+        dt[i] = (int)w[i]->dtype;
+        wd[i] = w[i]->data;
+        rows[i] = (long)w[i]->shape[0];
+    }
+    rp_cuda_matmul_n(CB(bk)->ctx, n, dt, wd, rows, (long)w[0]->shape[1], x, n_tok, y);
+}
+
 static void cuda_rmsnorm(rp_backend *bk, float *out, const float *x, const rp_tensor *w,
                          int n_tok, int dim, float eps, int add_one)
 {
@@ -268,6 +283,7 @@ static const rp_backend_vt g_cuda_vt = {
     .weight = cuda_weight,
     .read_bandwidth = cuda_read_bandwidth,
     .matmul = cuda_matmul,
+    .matmul_n = cuda_matmul_n,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .attention = NULL,

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cuda/cuda_kernels.h"
 
@@ -54,6 +55,15 @@ extern "C" {
 
 #define LAUNCHED() CK(cudaGetLastError())
 
+/* RAPID_CUDA_PROFILE=1: every launcher waits for the GPU before and after its work and adds
+ * the wall time to its kind; the table goes to stderr when the context is freed. Slows the
+ * run (a synchronisation per op): for finding where the time goes, not for timing. */
+enum { P_MATVEC, P_GEMM, P_NORM, P_ROPE, P_ATTN, P_KV, P_ELEM, P_EMBED, P_GATHER, P_TOHOST,
+       P_STEP, P_COUNT };
+static const char *const g_prof_names[P_COUNT] = {"matvec",  "gemm",   "rmsnorm", "rope",
+                                                  "attention", "kv_store", "elementwise",
+                                                  "embed",   "gather", "to_host", "step"};
+
 enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 128, ACH = 128, MV_WARPS = 8 };
 
 typedef struct algo_entry {
@@ -72,6 +82,8 @@ struct rp_cuda_ctx {
     size_t ring_off;
     void *xh; /* x rounded to 16 bits for cuBLASLt */
     size_t xh_bytes;
+    void *pin; /* pinned landing area for big device -> host copies */
+    size_t pin_bytes;
     float *part; /* attention partials / gather scratch */
     size_t part_bytes;
     rp_cuda_tok *tok_host, *tok_dev;
@@ -82,7 +94,38 @@ struct rp_cuda_ctx {
     int32_t *pos_host; /* the step's positions, to recognise RoPE's pos */
     algo_entry algos[N_ALGOS];
     int n_algos;
+    int prof;
+    double prof_s[P_COUNT];
+    long prof_n[P_COUNT];
     char name[160];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct prof_scope {
+    rp_cuda_ctx *c;
+    int kind;
+    double t0;
+    prof_scope(rp_cuda_ctx *ctx, int k) : c(ctx), kind(k), t0(0)
+    {
+        if (c->prof) {
+            CK(cudaStreamSynchronize(c->stream));
+            t0 = now_s();
+        }
+    }
+    ~prof_scope()
+    {
+        if (c->prof) {
+            CK(cudaStreamSynchronize(c->stream));
+            c->prof_s[kind] += now_s() - t0;
+            c->prof_n[kind]++;
+        }
+    }
 };
 
 /* ---- context ----------------------------------------------------------------------------- */
@@ -135,6 +178,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
         return NULL;
     }
     c->sms = p.multiProcessorCount;
+    const char *pe = getenv("RAPID_CUDA_PROFILE");
+    c->prof = pe && *pe && strcmp(pe, "0") != 0;
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -146,6 +191,17 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
         return;
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    if (c->prof) {
+        double tot = 0;
+        for (int k = 0; k < P_COUNT; k++)
+            tot += c->prof_s[k];
+        fprintf(stderr, "cuda profile (synchronised per op): %.3f s in ops\n", tot);
+        for (int k = 0; k < P_COUNT; k++)
+            if (c->prof_n[k])
+                fprintf(stderr, "  %-12s %9.3f ms %8ld calls %8.1f us/call %5.1f%%\n",
+                        g_prof_names[k], c->prof_s[k] * 1e3, c->prof_n[k],
+                        c->prof_s[k] * 1e6 / c->prof_n[k], 100.0 * c->prof_s[k] / tot);
+    }
     if (c->lt)
         cublasLtDestroy(c->lt);
     cudaFree(c->ws);
@@ -154,6 +210,7 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     cudaFree(c->xh);
     cudaFree(c->part);
     cudaFreeHost(c->tok_host);
+    cudaFreeHost(c->pin);
     cudaFree(c->tok_dev);
     cudaFree(c->inv_dev);
     rp_free(c->inv_host);
@@ -200,8 +257,22 @@ extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_
 
 extern "C" void rp_cuda_to_host(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
 {
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
-    CK(cudaStreamSynchronize(c->stream));
+    prof_scope ps(c, P_TOHOST);
+    if (n >= ((size_t)1 << 20)) { /* big (batched logits): DMA into pinned memory, then copy */
+        if (n > c->pin_bytes) {
+            CK(cudaStreamSynchronize(c->stream));
+            CK(cudaFreeHost(c->pin));
+            c->pin = NULL;
+            CK(cudaMallocHost(&c->pin, n));
+            c->pin_bytes = n;
+        }
+        CK(cudaMemcpyAsync(c->pin, src, n, cudaMemcpyDeviceToHost, c->stream));
+        CK(cudaStreamSynchronize(c->stream));
+        memcpy(dst, c->pin, n);
+    } else {
+        CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+        CK(cudaStreamSynchronize(c->stream));
+    }
     c->ring_off = 0; /* everything staged has been consumed */
 }
 
@@ -337,19 +408,28 @@ __device__ __forceinline__ void mv_fma(uint4 u, const float *__restrict__ x, lon
     }
 }
 
+/* Up to three matrices over the same x, rows stacked: global row r is row r - r0[m] of
+ * matrix m. */
+typedef struct mv_set {
+    const uint4 *w[3];
+    float *y[3];
+    long r0[4]; /* r0[3] = total rows; entries past the last matrix repeat it */
+} mv_set;
+
 /* One warp per row; cols a multiple of EPV, rows of w and x 16-byte aligned. */
 template <int DT, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_kernel(const uint4 *__restrict__ w, long rows, long cols, const float *__restrict__ x,
-                  float *__restrict__ y)
+    matvec_kernel(mv_set set, long cols, const float *__restrict__ x)
 {
     const int EPV = wtype<DT>::EPV;
     long row = (long)blockIdx.x * MV_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
-    if (row >= rows)
+    int m = (row >= set.r0[1]) + (row >= set.r0[2]);
+    if (row >= set.r0[3] || row >= set.r0[m + 1])
         return;
+    long lr = row - set.r0[m], rows = set.r0[m + 1] - set.r0[m];
     long nv = cols / EPV;
-    const uint4 *wr = w + row * nv;
+    const uint4 *wr = set.w[m] + lr * nv;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
@@ -365,11 +445,12 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
     for (; i < nv; i += 32)
         mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
+    float *y = set.y[m];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float s = warp_sum(acc[t]);
         if (lane == 0)
-            y[(long)t * rows + row] = s;
+            y[(long)t * rows + lr] = s;
     }
 }
 
@@ -392,26 +473,60 @@ __global__ void matvec_any_kernel(const void *__restrict__ w, long rows, long co
     }
 }
 
+static int mv_vec_ok(int dt, long cols, const void *w, const float *x)
+{
+    int epv = dt == RP_CUDA_F32 ? 4 : 8;
+    return cols % epv == 0 && cols % 4 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
+}
+
+/* n <= 4 tokens over the stacked matrices of set (all vector-aligned). */
+template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long cols,
+                                         const float *x, int n)
+{
+    dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
+    switch (n) {
+    case 1: matvec_kernel<DT, 1><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+    case 2: matvec_kernel<DT, 2><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+    case 3: matvec_kernel<DT, 3><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+    default: matvec_kernel<DT, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+    }
+    LAUNCHED();
+}
+
+static void matvec_launch(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const float *x,
+                          int n)
+{
+    if (dt == RP_CUDA_BF16)
+        matvec_set<RP_CUDA_BF16>(c, set, cols, x, n);
+    else if (dt == RP_CUDA_F16)
+        matvec_set<RP_CUDA_F16>(c, set, cols, x, n);
+    else
+        matvec_set<RP_CUDA_F32>(c, set, cols, x, n);
+}
+
+static mv_set one_set(const void *w, long rows, float *y)
+{
+    mv_set s;
+    memset(&s, 0, sizeof s);
+    s.w[0] = (const uint4 *)w;
+    s.y[0] = y;
+    s.r0[0] = 0;
+    s.r0[1] = rows;
+    s.r0[2] = s.r0[3] = rows;
+    return s;
+}
+
 template <int DT>
 static void matvec(rp_cuda_ctx *c, const void *w, long rows, long cols, const float *x, int n,
                    float *y)
 {
-    dim3 grid((unsigned)((rows + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
-    int vec = cols % wtype<DT>::EPV == 0 && cols % 4 == 0 && (uintptr_t)w % 16 == 0 &&
-              (uintptr_t)x % 16 == 0;
-    if (!vec) {
+    if (!mv_vec_ok(DT, cols, w, x)) {
+        dim3 grid((unsigned)((rows + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
         matvec_any_kernel<DT><<<grid, block, 0, c->stream>>>(w, rows, cols, x, n, y);
         LAUNCHED();
         return;
     }
-    const uint4 *wv = (const uint4 *)w;
-    switch (n) {
-    case 1: matvec_kernel<DT, 1><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
-    case 2: matvec_kernel<DT, 2><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
-    case 3: matvec_kernel<DT, 3><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
-    default: matvec_kernel<DT, 4><<<grid, block, 0, c->stream>>>(wv, rows, cols, x, y); break;
-    }
-    LAUNCHED();
+    matvec_set<DT>(c, one_set(w, rows, y), cols, x, n);
 }
 
 /* ---- matmul: cuBLASLt --------------------------------------------------------------------- */
@@ -463,15 +578,41 @@ static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, co
         uint64_t ws = WS_BYTES;
         CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof ws));
-        cublasLtMatmulHeuristicResult_t res;
+        /* the heuristic's first few picks, each timed on this very call's operands; the
+         * fastest is kept for the shape (skinny batched-decode GEMMs are where its top pick
+         * can leave most of the bandwidth unused) */
+        cublasLtMatmulHeuristicResult_t res[8];
         int got = 0;
-        if (cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &res, &got) ==
-                CUBLAS_STATUS_SUCCESS &&
-            got > 0) {
-            a->algo = res.algo;
-            a->ok = 1;
-        }
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 8, res, &got) !=
+            CUBLAS_STATUS_SUCCESS)
+            got = 0;
         cublasLtMatmulPreferenceDestroy(pref);
+        float best = INFINITY, alpha = 1.0f, beta = 0.0f;
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        for (int i = 0; i < got; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS)
+                continue;
+            float ms = 0;
+            int ok = 1;
+            for (int rep = 0; rep < 3 && ok; rep++) { /* the first run warms, the last is kept */
+                CK(cudaEventRecord(e0, c->stream));
+                ok = cublasLtMatmul(c->lt, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc,
+                                    &res[i].algo, c->ws, WS_BYTES,
+                                    c->stream) == CUBLAS_STATUS_SUCCESS;
+                CK(cudaEventRecord(e1, c->stream));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+            }
+            if (ok && ms < best) {
+                best = ms;
+                a->algo = res[i].algo;
+                a->ok = 1;
+            }
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
         if (!a->ok) {
             fprintf(stderr, "cuBLASLt: no algorithm for %ld x %ld x %d (dtype %d)\n", rows, cols,
                     n, dt);
@@ -490,6 +631,7 @@ static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, co
 extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,
                                const float *x, int n, float *y)
 {
+    prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
     int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
     if (n > 4 && aligned) {
         if (dt == RP_CUDA_F32) {
@@ -518,6 +660,36 @@ extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows,
         else
             matvec<RP_CUDA_F32>(c, w, rows, cols, xt, nt, yt);
     }
+}
+
+extern "C" void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dt, const void *const *w,
+                                 const long *rows, long cols, const float *x, int n_tok,
+                                 float *const *y)
+{
+    int fuse = n_tok <= 4 && n <= 3;
+    for (int i = 0; i < n && fuse; i++)
+        fuse = dt[i] == dt[0] && mv_vec_ok(dt[i], cols, w[i], x);
+    if (!fuse) {
+        for (int i = 0; i < n; i++)
+            rp_cuda_matmul(c, dt[i], w[i], rows[i], cols, x, n_tok, y[i]);
+        return;
+    }
+    prof_scope ps(c, P_MATVEC);
+    mv_set s;
+    memset(&s, 0, sizeof s);
+    long r = 0;
+    for (int i = 0; i < 3; i++) {
+        s.r0[i] = r;
+        if (i < n) {
+            s.w[i] = (const uint4 *)w[i];
+            s.y[i] = y[i];
+            r += rows[i];
+        }
+    }
+    s.r0[3] = r;
+    for (int i = n; i < 3; i++)
+        s.r0[i] = r; /* empty matrices: no row maps to them */
+    matvec_launch(c, dt[0], s, cols, x, n_tok);
 }
 
 /* ---- norms, rope, elementwise -------------------------------------------------------------- */
@@ -572,6 +744,7 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
 extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w,
                                 int n_rows, int dim, float eps, int add_one)
 {
+    prof_scope ps(c, P_NORM);
     int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
     rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
     LAUNCHED();
@@ -599,6 +772,7 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
                              int rot_dim, const int32_t *pos, const float *inv_freq,
                              float attn_factor, int neox)
 {
+    prof_scope ps(c, P_ROPE);
     int half = rot_dim / 2;
     if (half != c->n_inv || memcmp(inv_freq, c->inv_host, sizeof(float) * half) != 0) {
         CK(cudaStreamSynchronize(c->stream)); /* rare: a new context length or first call */
@@ -656,18 +830,21 @@ static int ew_blocks(rp_cuda_ctx *c, long n)
 extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, const float *u,
                                  int64_t n)
 {
+    prof_scope ps(c, P_ELEM);
     silu_mul_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(out, g, u, n);
     LAUNCHED();
 }
 
 extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
 {
+    prof_scope ps(c, P_ELEM);
     add_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(y, x, n);
     LAUNCHED();
 }
 
 extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n_tok, int dim)
 {
+    prof_scope ps(c, P_ELEM);
     long n = (long)n_tok * dim;
     add_bias_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(y, b, dim, n);
     LAUNCHED();
@@ -684,6 +861,7 @@ __global__ void embed_kernel(const void *table, long cols, const int32_t *ids, f
 extern "C" void rp_cuda_embed(rp_cuda_ctx *c, int dt, const void *table, long cols,
                               const int32_t *ids, int n, float *x)
 {
+    prof_scope ps(c, P_EMBED);
     const int32_t *d = (const int32_t *)stage(c, ids, sizeof(int32_t) * n);
     if (dt == RP_CUDA_BF16)
         embed_kernel<RP_CUDA_BF16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
@@ -703,6 +881,7 @@ __global__ void gather_kernel(float *dst, const float *src, const int32_t *rows,
 extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src,
                                     const int32_t *rows, int n, int dim)
 {
+    prof_scope ps(c, P_GATHER);
     const int32_t *d = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
     float *tmp = (float *)grow(c, (void **)&c->part, &c->part_bytes, sizeof(float) * n * dim);
     gather_kernel<<<n, 256, 0, c->stream>>>(tmp, src, d, dim);
@@ -714,6 +893,7 @@ extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src
 
 extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
 {
+    prof_scope ps(c, P_STEP);
     CK(cudaEventSynchronize(c->tok_ev)); /* the previous table's copy has run */
     if (n > c->tok_cap) {
         CK(cudaStreamSynchronize(c->stream));
@@ -755,6 +935,7 @@ __global__ void kv_store_kernel(const rp_cuda_tok *toks, int layer, const float 
 extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v,
                                  int kvd)
 {
+    prof_scope ps(c, P_KV);
     kv_store_kernel<<<c->n_tok, 256, 0, c->stream>>>(c->tok_dev, layer, k, v, kvd);
     LAUNCHED();
 }
@@ -764,7 +945,7 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
 template <int G>
 __global__ void __launch_bounds__(ACH)
     attn_chunk_kernel(const rp_cuda_tok *toks, int layer, const float *q, int H, int KVH, int D,
-                      float scale, int window, int n_chunks, float *part)
+                      float scale, int window, int n_chunks, int kc, float *part)
 {
     extern __shared__ float sm[];
     float *qs = sm;             /* G * D */
@@ -777,7 +958,7 @@ __global__ void __launch_bounds__(ACH)
     size_t kvd = (size_t)KVH * D;
     const float *kb = d.k + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
     const float *vb = d.v + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
-    int jb = j0 + ch * ACH, je = min(jb + ACH, pos + 1), nk = je - jb;
+    int jb = j0 + ch * kc, je = min(jb + kc, pos + 1), nk = je - jb;
     for (int i = tid; i < G * D; i += ACH)
         qs[i] = q[((size_t)t * H + h0) * D + i];
     __syncthreads();
@@ -876,34 +1057,38 @@ __global__ void attn_merge_kernel(const float *part, float *out, int H, int D, i
 extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, int H,
                                   int KVH, int D, float scale, int window)
 {
+    prof_scope ps(c, P_ATTN);
     int span = c->max_pos + 1;
     if (window > 0 && window < span)
         span = window;
-    int n_chunks = (span + ACH - 1) / ACH;
-    size_t need = sizeof(float) * (size_t)c->n_tok * H * n_chunks * (D + 2);
-    float *part = (float *)grow(c, (void **)&c->part, &c->part_bytes, need);
     int group = H / KVH;
     int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     if (G * D > 2048)
         G = 1;
+    /* keys per chunk: 128 (one per thread) when that gives the GPU enough blocks, else 32
+     * (decode of a few sequences: more, shorter chunks, so the V loop is 4x shorter) */
+    int kc = (long)c->n_tok * (H / G) * ((span + ACH - 1) / ACH) >= 2L * c->sms ? ACH : 32;
+    int n_chunks = (span + kc - 1) / kc;
+    size_t need = sizeof(float) * (size_t)c->n_tok * H * n_chunks * (D + 2);
+    float *part = (float *)grow(c, (void **)&c->part, &c->part_bytes, need);
     dim3 grid((unsigned)(H / G), (unsigned)c->n_tok, (unsigned)n_chunks);
     size_t smem = sizeof(float) * ((size_t)G * D + (size_t)G * ACH + 32);
     switch (G) {
     case 8:
         attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, part);
+                                                             scale, window, n_chunks, kc, part);
         break;
     case 4:
         attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, part);
+                                                             scale, window, n_chunks, kc, part);
         break;
     case 2:
         attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, part);
+                                                             scale, window, n_chunks, kc, part);
         break;
     default:
         attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, part);
+                                                             scale, window, n_chunks, kc, part);
         break;
     }
     LAUNCHED();

@@ -49,6 +49,9 @@ void rp_cuda_to_host(rp_cuda_ctx *c, void *dst, const void *src_dev, size_t n);
 /* y[t][r] = sum_c w[r][c] x[t][c]; w dtype as above, [rows][cols] row-major. */
 void rp_cuda_matmul(rp_cuda_ctx *c, int dtype, const void *w_dev, long rows, long cols,
                     const float *x, int n_tok, float *y);
+/* n <= 3 matmuls over the same x [n_tok][cols] (one launch for decode). */
+void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dtype, const void *const *w_dev,
+                      const long *rows, long cols, const float *x, int n_tok, float *const *y);
 void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w_dev,
                      int n_rows, int dim, float eps, int add_one);
 /* pos (n_tok) and inv_freq (rot_dim/2) are host arrays. */
