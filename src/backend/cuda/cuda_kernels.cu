@@ -5,17 +5,21 @@
  *     loads in flight per lane, every token of the batch served by the same weight read;
  *     x (f32) comes through the read-only cache. Larger batches (prefill, batched decode) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
- *     accumulation and output (f32 weights: a plain f32 GEMM). Heuristic picks are cached
- *     per shape.
+ *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
+ *     heuristic's picks for both operand orientations (y, or y transposed then transposed
+ *     back) are timed and the fastest is cached: for skinny batched-decode shapes the two
+ *     differ several-fold.
  *  2. Attention: one block per (query token, group of query heads sharing a KV head, chunk
- *     of 128 keys); each thread scores one key for every head of the group (K read once per
- *     group), then threads sum V over the chunk per dimension; a second kernel merges the
+ *     of 32 or 128 keys); a warp scores one key at a time for every head of the group (one
+ *     coalesced K row read per group), then threads sum V over the chunk per dimension; a second kernel merges the
  *     chunks' (max, sum, acc) partials (flash-decoding style split over the keys). The same
  *     kernels serve prefill, where every query token is its own row.
  *  3. Small host arrays (token ids, gather rows) go through a pinned ring copied with the
  *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
  *     synchronises first). The step's token table and RoPE's inv_freq have their own device
  *     buffers, re-uploaded only when they change.
+ *  4. RAPID_CUDA_GRAPH=1 (opt-in): decode steps of <= 4 tokens are recorded and replayed
+ *     as CUDA graphs (see "CUDA graphs for decode steps" below).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -26,6 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <new>
+#include <type_traits>
 
 #include "backend/cuda/cuda_kernels.h"
 
@@ -69,7 +76,7 @@ enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 128, ACH = 128, MV_W
 typedef struct algo_entry {
     int dtype, n;
     long rows, cols;
-    int ok;
+    int ok, orient;
     cublasLtMatmulAlgo_t algo;
 } algo_entry;
 
@@ -82,6 +89,8 @@ struct rp_cuda_ctx {
     size_t ring_off;
     void *xh; /* x rounded to 16 bits for cuBLASLt */
     size_t xh_bytes;
+    void *tbuf; /* orientation-1 GEMM output before its transpose */
+    size_t tbuf_bytes;
     void *pin; /* pinned landing area for big device -> host copies */
     size_t pin_bytes;
     float *part; /* attention partials / gather scratch */
@@ -95,6 +104,14 @@ struct rp_cuda_ctx {
     algo_entry algos[N_ALGOS];
     int n_algos;
     int prof;
+    int graphs;           /* RAPID_CUDA_GRAPH=1: decode steps replayed as CUDA graphs */
+    int rec, rec_dirty;   /* recording this step's launches / the step cannot be a graph */
+    struct rec_op *log;   /* the step's deferred launches */
+    int n_log;
+    struct graph_entry *gcache;
+    uint64_t g_clock;
+    long g_hits, g_builds;
+    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4 or 8 */
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
     char name[160];
@@ -127,6 +144,117 @@ struct prof_scope {
         }
     }
 };
+
+/* ---- CUDA graphs for decode steps ---------------------------------------------------------
+ * With graphs on, the launches of a step of at most 4 tokens (from rp_cuda_step to the
+ * logits copy) are recorded instead of run: each as a closure of its arguments by value.
+ * At the logits copy the closures' bytes are hashed; a step whose hash was seen before
+ * replays that step's instantiated graph, otherwise the closures run under stream capture
+ * and the graph is kept (a small LRU). Host data (token ids, gather rows, the token table)
+ * still goes to the device eagerly at record time, at the same ring offsets for the same op
+ * sequence, so it is part of the hash only through its device addresses. Anything that must
+ * synchronise or reallocate mid-step (ring wrap, scratch growth, cuBLASLt) first runs what
+ * was recorded and marks the step not graphable. */
+enum { LOG_CAP = 2048, BLOB = 224, G_CACHE = 24 };
+struct rec_op {
+    void (*thunk)(void *);
+    alignas(16) unsigned char blob[BLOB];
+};
+struct graph_entry {
+    uint64_t sig, last;
+    cudaGraphExec_t exec;
+};
+
+template <typename F> static void thunk_of(void *p) { (*(F *)p)(); }
+
+static void log_run(rp_cuda_ctx *c)
+{
+    for (int i = 0; i < c->n_log; i++)
+        c->log[i].thunk(c->log[i].blob);
+    c->n_log = 0;
+}
+
+/* Runs what was recorded now and keeps the rest of the step eager. */
+static void rec_break(rp_cuda_ctx *c)
+{
+    if (!c->rec)
+        return;
+    log_run(c);
+    c->rec_dirty = 1;
+}
+
+/* LAUNCH(c, { body }) runs body now, or records it: the closure is built in place in a
+ * zeroed log slot (no copy), so its padding is zero and the slot's bytes are a faithful
+ * signature of everything the body captured. */
+template <typename Make> static void launch_in(rp_cuda_ctx *c, const Make &make)
+{
+    using F = std::remove_pointer_t<decltype(make((void *)0))>;
+    static_assert(sizeof(F) <= BLOB, "closure too big for the launch log");
+    if (c->rec && !c->rec_dirty && c->n_log == LOG_CAP)
+        rec_break(c);
+    if (!c->rec || c->rec_dirty) {
+        alignas(16) unsigned char tmp[BLOB];
+        F *f = make(tmp);
+        (*f)();
+        return;
+    }
+    rec_op *r = &c->log[c->n_log++];
+    memset(r, 0, sizeof *r);
+    make(r->blob);
+    r->thunk = thunk_of<F>;
+}
+#define LAUNCH(c, ...) launch_in(c, [&](void *blob_) { return new (blob_) auto([=] __VA_ARGS__); })
+
+static uint64_t log_sig(const rp_cuda_ctx *c)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < c->n_log; i++) {
+        const unsigned char *p = (const unsigned char *)&c->log[i];
+        for (size_t k = 0; k < sizeof(rec_op); k++)
+            h = (h ^ p[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* End of a recorded step: replay or build its graph (or run it eagerly when dirty). */
+static void rec_finish(rp_cuda_ctx *c)
+{
+    if (!c->rec)
+        return;
+    c->rec = 0;
+    if (c->rec_dirty || c->n_log == 0) {
+        log_run(c);
+        c->rec_dirty = 0;
+        return;
+    }
+    uint64_t sig = log_sig(c);
+    graph_entry *e = NULL, *victim = NULL;
+    for (int i = 0; i < G_CACHE; i++) {
+        graph_entry *g = &c->gcache[i];
+        if (g->exec && g->sig == sig)
+            e = g;
+        if (!victim || (victim->exec && (!g->exec || g->last < victim->last)))
+            victim = g; /* an empty slot, else the least recently used */
+    }
+    if (!e) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+        log_run(c);
+        CK(cudaStreamEndCapture(c->stream, &g));
+        if (victim->exec)
+            CK(cudaGraphExecDestroy(victim->exec));
+        CK(cudaGraphInstantiate(&victim->exec, g, 0));
+        CK(cudaGraphDestroy(g));
+        victim->sig = sig;
+        e = victim;
+        c->g_builds++;
+    } else {
+        c->g_hits++;
+    }
+    c->n_log = 0;
+    e->last = ++c->g_clock;
+    CK(cudaGraphLaunch(e->exec, c->stream));
+}
 
 /* ---- context ----------------------------------------------------------------------------- */
 
@@ -180,6 +308,19 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->sms = p.multiProcessorCount;
     const char *pe = getenv("RAPID_CUDA_PROFILE");
     c->prof = pe && *pe && strcmp(pe, "0") != 0;
+    const char *ge = getenv("RAPID_CUDA_GRAPH");
+    c->graphs = ge && strcmp(ge, "1") == 0 && !c->prof;
+    if (c->graphs) {
+        c->log = (rec_op *)rp_alloc_aligned(sizeof(rec_op) * LOG_CAP, RP_TAG_MODEL);
+        c->gcache = (graph_entry *)rp_calloc(G_CACHE, sizeof(graph_entry));
+        if (!c->log || !c->gcache) {
+            snprintf(err, err_len, "out of memory");
+            rp_cuda_ctx_free(c);
+            return NULL;
+        }
+    }
+    const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
+    c->mv_unroll = ue && strcmp(ue, "8") == 0 ? 8 : 4;
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -189,8 +330,20 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
 {
     if (!c)
         return;
+    if (c->rec) {
+        c->rec_dirty = 1;
+        rec_finish(c);
+    }
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    if (c->graphs)
+        fprintf(stderr, "cuda graphs: %ld steps replayed, %ld graphs built\n", c->g_hits,
+                c->g_builds);
+    for (int i = 0; c->gcache && i < G_CACHE; i++)
+        if (c->gcache[i].exec)
+            cudaGraphExecDestroy(c->gcache[i].exec);
+    rp_free(c->gcache);
+    rp_free_aligned(c->log);
     if (c->prof) {
         double tot = 0;
         for (int k = 0; k < P_COUNT; k++)
@@ -209,6 +362,7 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     cudaFreeHost(c->ring_host);
     cudaFree(c->xh);
     cudaFree(c->part);
+    cudaFree(c->tbuf);
     cudaFreeHost(c->tok_host);
     cudaFreeHost(c->pin);
     cudaFree(c->tok_dev);
@@ -243,6 +397,7 @@ extern "C" void rp_cuda_free(rp_cuda_ctx *c, void *p)
 {
     if (!p)
         return;
+    rec_break(c);
     CK(cudaStreamSynchronize(c->stream));
     CK(cudaFree(p));
 }
@@ -251,6 +406,7 @@ extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_
 {
     /* straight from the mmap (pageable); on the stream, so later kernels are ordered after
      * it, and waited for, so the source may go away */
+    rec_break(c);
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
     CK(cudaStreamSynchronize(c->stream));
 }
@@ -258,6 +414,7 @@ extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_
 extern "C" void rp_cuda_to_host(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
 {
     prof_scope ps(c, P_TOHOST);
+    rec_finish(c);
     if (n >= ((size_t)1 << 20)) { /* big (batched logits): DMA into pinned memory, then copy */
         if (n > c->pin_bytes) {
             CK(cudaStreamSynchronize(c->stream));
@@ -286,6 +443,7 @@ static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
         abort();
     }
     if (c->ring_off + a > RING_BYTES) {
+        rec_break(c);
         CK(cudaStreamSynchronize(c->stream));
         c->ring_off = 0;
     }
@@ -300,6 +458,7 @@ static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
 static void *grow(rp_cuda_ctx *c, void **p, size_t *have, size_t need)
 {
     if (need > *have) {
+        rec_break(c);
         CK(cudaStreamSynchronize(c->stream));
         CK(cudaFree(*p));
         size_t n = need + need / 2;
@@ -417,7 +576,7 @@ typedef struct mv_set {
 } mv_set;
 
 /* One warp per row; cols a multiple of EPV, rows of w and x 16-byte aligned. */
-template <int DT, int NT>
+template <int DT, int NT, int U>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_kernel(mv_set set, long cols, const float *__restrict__ x)
 {
@@ -435,13 +594,14 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
     long i = lane;
-    for (; i + 96 < nv; i += 128) {
-        uint4 u0 = ld_stream(wr + i), u1 = ld_stream(wr + i + 32), u2 = ld_stream(wr + i + 64),
-              u3 = ld_stream(wr + i + 96);
-        mv_fma<DT, NT>(u0, x, cols, i * EPV, acc);
-        mv_fma<DT, NT>(u1, x, cols, (i + 32) * EPV, acc);
-        mv_fma<DT, NT>(u2, x, cols, (i + 64) * EPV, acc);
-        mv_fma<DT, NT>(u3, x, cols, (i + 96) * EPV, acc);
+    for (; i + 32 * (U - 1) < nv; i += 32 * U) { /* U loads in flight per lane */
+        uint4 u[U];
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            u[k] = ld_stream(wr + i + 32 * k);
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
     }
     for (; i < nv; i += 32)
         mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
@@ -484,13 +644,19 @@ template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long
                                          const float *x, int n)
 {
     dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
-    switch (n) {
-    case 1: matvec_kernel<DT, 1><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-    case 2: matvec_kernel<DT, 2><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-    case 3: matvec_kernel<DT, 3><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-    default: matvec_kernel<DT, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-    }
-    LAUNCHED();
+    int u8 = c->mv_unroll == 8 && n == 1;
+    LAUNCH(c, {
+        if (u8)
+            matvec_kernel<DT, 1, 8><<<grid, block, 0, c->stream>>>(set, cols, x);
+        else
+            switch (n) {
+            case 1: matvec_kernel<DT, 1, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            case 2: matvec_kernel<DT, 2, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            case 3: matvec_kernel<DT, 3, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            default: matvec_kernel<DT, 4, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            }
+        LAUNCHED();
+    });
 }
 
 static void matvec_launch(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const float *x,
@@ -522,8 +688,10 @@ static void matvec(rp_cuda_ctx *c, const void *w, long rows, long cols, const fl
 {
     if (!mv_vec_ok(DT, cols, w, x)) {
         dim3 grid((unsigned)((rows + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
-        matvec_any_kernel<DT><<<grid, block, 0, c->stream>>>(w, rows, cols, x, n, y);
-        LAUNCHED();
+        LAUNCH(c, {
+            matvec_any_kernel<DT><<<grid, block, 0, c->stream>>>(w, rows, cols, x, n, y);
+            LAUNCHED();
+        });
         return;
     }
     matvec_set<DT>(c, one_set(w, rows, y), cols, x, n);
@@ -547,21 +715,138 @@ static cudaDataType cuda_type(int dt)
     return dt == RP_CUDA_BF16 ? CUDA_R_16BF : dt == RP_CUDA_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* Y^T (rows x n, col-major) = W^T^T ... i.e. column-major: C[M=rows][N=n] = A^T B with
- * A = W stored K x M (ld K), B = X stored K x N (ld K). */
+/* The GEMM y[n][rows] = x[n][cols] . W[rows][cols]^T in one of two column-major
+ * orientations (cuBLASLt's kernels favour different ones for skinny shapes):
+ *   0: C (rows x n, ld rows) = A^T B, A = W as cols x rows, B = x as cols x n: C is y itself;
+ *   1: C (n x rows, ld n) = A^T B, A = x as cols x n, B = W as cols x rows: C is y transposed,
+ *      written to scratch and transposed into y. */
+typedef struct gemm_plan {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+} gemm_plan;
+
+static void plan_make(gemm_plan *p, int dt, int orient, long rows, long cols, int n)
+{
+    cudaDataType ab = cuda_type(dt);
+    CKL(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CKL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CKL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    uint64_t m = orient ? (uint64_t)n : (uint64_t)rows, nn = orient ? (uint64_t)rows : (uint64_t)n;
+    CKL(cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)cols, m, (int64_t)cols));
+    CKL(cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)cols, nn, (int64_t)cols));
+    CKL(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, nn, (int64_t)m));
+}
+
+static void plan_free(gemm_plan *p)
+{
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->op);
+}
+
+/* t is [rows][n] (orientation 1's C), y is [n][rows]. */
+__global__ void transpose_kernel(const float *__restrict__ t, float *__restrict__ y, long rows,
+                                 int n)
+{
+    __shared__ float tile[32][33];
+    long r0 = (long)blockIdx.x * 32;
+    int n0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) { /* read rows r0+i, tokens n0+tx */
+        long r = r0 + i;
+        int k = n0 + threadIdx.x;
+        if (r < rows && k < n)
+            tile[i][threadIdx.x] = t[r * n + k];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) { /* write tokens n0+i, rows r0+tx */
+        int k = n0 + i;
+        long r = r0 + threadIdx.x;
+        if (r < rows && k < n)
+            y[(long)k * rows + r] = tile[threadIdx.x][i];
+    }
+}
+
+static cublasStatus_t gemm_run(rp_cuda_ctx *c, const gemm_plan *p, int orient,
+                               const cublasLtMatmulAlgo_t *algo, const void *w, long rows,
+                               const void *x, int n, float *y)
+{
+    float alpha = 1.0f, beta = 0.0f;
+    if (!orient)
+        return cublasLtMatmul(c->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->lc, y,
+                              p->lc, algo, c->ws, WS_BYTES, c->stream);
+    float *t = (float *)grow(c, &c->tbuf, &c->tbuf_bytes, sizeof(float) * (size_t)n * rows);
+    cublasStatus_t st = cublasLtMatmul(c->lt, p->op, &alpha, x, p->la, w, p->lb, &beta, t, p->lc,
+                                       t, p->lc, algo, c->ws, WS_BYTES, c->stream);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n + 31) / 32)), block(32, 8);
+        transpose_kernel<<<grid, block, 0, c->stream>>>(t, y, rows, n);
+        LAUNCHED();
+    }
+    return st;
+}
+
+/* First use of a shape: the heuristic's picks for both orientations, each timed on this
+ * call's operands (the fastest run of two after a warm-up); the fastest is kept. */
+static void gemm_tune(rp_cuda_ctx *c, algo_entry *a, int dt, const void *w, long rows, long cols,
+                      const void *x, int n, float *y)
+{
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float best = INFINITY;
+    for (int orient = 0; orient < 2; orient++) {
+        gemm_plan p;
+        plan_make(&p, dt, orient, rows, cols, n);
+        cublasLtMatmulPreference_t pref;
+        CKL(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t ws = WS_BYTES;
+        CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws));
+        cublasLtMatmulHeuristicResult_t res[16];
+        int got = 0;
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, p.op, p.la, p.lb, p.lc, p.lc, pref, 16, res,
+                                           &got) != CUBLAS_STATUS_SUCCESS)
+            got = 0;
+        cublasLtMatmulPreferenceDestroy(pref);
+        for (int i = 0; i < got; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS)
+                continue;
+            float t_best = INFINITY;
+            int ok = 1;
+            for (int rep = 0; rep < 3 && ok; rep++) {
+                float ms = 0;
+                CK(cudaEventRecord(e0, c->stream));
+                ok = gemm_run(c, &p, orient, &res[i].algo, w, rows, x, n, y) ==
+                     CUBLAS_STATUS_SUCCESS;
+                CK(cudaEventRecord(e1, c->stream));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (rep > 0 && ms < t_best)
+                    t_best = ms;
+            }
+            if (ok && t_best < best) {
+                best = t_best;
+                a->algo = res[i].algo;
+                a->orient = orient;
+                a->ok = 1;
+            }
+        }
+        plan_free(&p);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (!a->ok) {
+        fprintf(stderr, "cuBLASLt: no algorithm for %ld x %ld x %d (dtype %d)\n", rows, cols, n,
+                dt);
+        abort();
+    }
+}
+
 static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, const void *x,
                  int n, float *y)
 {
-    cudaDataType ab = cuda_type(dt);
-    cublasLtMatmulDesc_t op;
-    CKL(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    cublasLtMatrixLayout_t la, lb, lc;
-    CKL(cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)cols, (uint64_t)rows, (int64_t)cols));
-    CKL(cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)cols, (uint64_t)n, (int64_t)cols));
-    CKL(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)rows, (uint64_t)n, (int64_t)rows));
     algo_entry *a = NULL;
     for (int i = 0; i < c->n_algos; i++) {
         algo_entry *e = &c->algos[i];
@@ -573,59 +858,12 @@ static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, co
     if (!a) {
         a = &c->algos[c->n_algos < N_ALGOS ? c->n_algos++ : N_ALGOS - 1];
         a->dtype = dt, a->n = n, a->rows = rows, a->cols = cols, a->ok = 0;
-        cublasLtMatmulPreference_t pref;
-        CKL(cublasLtMatmulPreferenceCreate(&pref));
-        uint64_t ws = WS_BYTES;
-        CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof ws));
-        /* the heuristic's first few picks, each timed on this very call's operands; the
-         * fastest is kept for the shape (skinny batched-decode GEMMs are where its top pick
-         * can leave most of the bandwidth unused) */
-        cublasLtMatmulHeuristicResult_t res[8];
-        int got = 0;
-        if (cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 8, res, &got) !=
-            CUBLAS_STATUS_SUCCESS)
-            got = 0;
-        cublasLtMatmulPreferenceDestroy(pref);
-        float best = INFINITY, alpha = 1.0f, beta = 0.0f;
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        for (int i = 0; i < got; i++) {
-            if (res[i].state != CUBLAS_STATUS_SUCCESS)
-                continue;
-            float ms = 0;
-            int ok = 1;
-            for (int rep = 0; rep < 3 && ok; rep++) { /* the first run warms, the last is kept */
-                CK(cudaEventRecord(e0, c->stream));
-                ok = cublasLtMatmul(c->lt, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc,
-                                    &res[i].algo, c->ws, WS_BYTES,
-                                    c->stream) == CUBLAS_STATUS_SUCCESS;
-                CK(cudaEventRecord(e1, c->stream));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-            }
-            if (ok && ms < best) {
-                best = ms;
-                a->algo = res[i].algo;
-                a->ok = 1;
-            }
-        }
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        if (!a->ok) {
-            fprintf(stderr, "cuBLASLt: no algorithm for %ld x %ld x %d (dtype %d)\n", rows, cols,
-                    n, dt);
-            abort();
-        }
+        gemm_tune(c, a, dt, w, rows, cols, x, n, y);
     }
-    float alpha = 1.0f, beta = 0.0f;
-    CKL(cublasLtMatmul(c->lt, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc, &a->algo, c->ws,
-                       WS_BYTES, c->stream));
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(op);
+    gemm_plan p;
+    plan_make(&p, dt, a->orient, rows, cols, n);
+    CKL(gemm_run(c, &p, a->orient, &a->algo, w, rows, x, n, y));
+    plan_free(&p);
 }
 
 extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,
@@ -634,6 +872,7 @@ extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows,
     prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
     int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
     if (n > 4 && aligned) {
+        rec_break(c); /* cuBLASLt (and its first-use tuning) stays out of graphs */
         if (dt == RP_CUDA_F32) {
             gemm(c, dt, w, rows, cols, x, n, y);
             return;
@@ -741,12 +980,52 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
     }
 }
 
+/* dim a multiple of 4, rows 16-byte aligned: one float4 per thread per step */
+__global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int dim, float eps,
+                                int add_one)
+{
+    __shared__ float red[32];
+    const float4 *xr = (const float4 *)(x + (long)blockIdx.x * dim);
+    float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
+    int n4 = dim / 4;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i];
+        v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
+        if (w) {
+            float4 g = ((const float4 *)w)[i];
+            if (add_one)
+                g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
+            v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
+        }
+        orow[i] = v;
+    }
+}
+
 extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w,
                                 int n_rows, int dim, float eps, int add_one)
 {
     prof_scope ps(c, P_NORM);
-    int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
-    rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+    if (dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
+        (uintptr_t)w % 16 == 0) {
+        int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
+        LAUNCH(c, {
+            rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            LAUNCHED();
+        });
+    } else {
+        int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
+        LAUNCH(c, {
+            rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            LAUNCHED();
+        });
+    }
     LAUNCHED();
 }
 
@@ -756,7 +1035,8 @@ __global__ void rope_kernel(float *x, int n_heads, int head_dim, int half,
 {
     int t = blockIdx.x;
     int p = pos ? pos[t] : toks[t].pos;
-    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < n_heads * half;
+         idx += gridDim.y * blockDim.x) {
         int h = idx / half, i = idx % half;
         float ang = (float)p * inv[i];
         float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
@@ -775,6 +1055,7 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
     prof_scope ps(c, P_ROPE);
     int half = rot_dim / 2;
     if (half != c->n_inv || memcmp(inv_freq, c->inv_host, sizeof(float) * half) != 0) {
+        rec_break(c); /* recorded ropes hold the old buffer */
         CK(cudaStreamSynchronize(c->stream)); /* rare: a new context length or first call */
         rp_free(c->inv_host);
         cudaFree(c->inv_dev);
@@ -794,10 +1075,14 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
     if (!(n_tok == c->n_tok && c->pos_host &&
           memcmp(pos, c->pos_host, sizeof(int32_t) * n_tok) == 0))
         pos_dev = (const int32_t *)stage(c, pos, sizeof(int32_t) * n_tok);
-    int threads = n_heads * half >= 256 ? 256 : 64;
-    rope_kernel<<<n_tok, threads, 0, c->stream>>>(x, n_heads, head_dim, half, c->tok_dev, pos_dev,
-                                                  c->inv_dev, attn_factor, neox);
-    LAUNCHED();
+    int threads = 128, per_tok = (n_heads * half + threads - 1) / threads;
+    const rp_cuda_tok *td = c->tok_dev;
+    const float *inv = c->inv_dev;
+    LAUNCH(c, {
+        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
+            x, n_heads, head_dim, half, td, pos_dev, inv, attn_factor, neox);
+        LAUNCHED();
+    });
 }
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
@@ -831,23 +1116,32 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
                                  int64_t n)
 {
     prof_scope ps(c, P_ELEM);
-    silu_mul_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(out, g, u, n);
-    LAUNCHED();
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        silu_mul_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n);
+        LAUNCHED();
+    });
 }
 
 extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
 {
     prof_scope ps(c, P_ELEM);
-    add_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(y, x, n);
-    LAUNCHED();
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        add_kernel<<<nb, 256, 0, c->stream>>>(y, x, n);
+        LAUNCHED();
+    });
 }
 
 extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n_tok, int dim)
 {
     prof_scope ps(c, P_ELEM);
     long n = (long)n_tok * dim;
-    add_bias_kernel<<<ew_blocks(c, n), 256, 0, c->stream>>>(y, b, dim, n);
-    LAUNCHED();
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        add_bias_kernel<<<nb, 256, 0, c->stream>>>(y, b, dim, n);
+        LAUNCHED();
+    });
 }
 
 template <int DT>
@@ -863,13 +1157,15 @@ extern "C" void rp_cuda_embed(rp_cuda_ctx *c, int dt, const void *table, long co
 {
     prof_scope ps(c, P_EMBED);
     const int32_t *d = (const int32_t *)stage(c, ids, sizeof(int32_t) * n);
-    if (dt == RP_CUDA_BF16)
-        embed_kernel<RP_CUDA_BF16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
-    else if (dt == RP_CUDA_F16)
-        embed_kernel<RP_CUDA_F16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
-    else
-        embed_kernel<RP_CUDA_F32><<<n, 256, 0, c->stream>>>(table, cols, d, x);
-    LAUNCHED();
+    LAUNCH(c, {
+        if (dt == RP_CUDA_BF16)
+            embed_kernel<RP_CUDA_BF16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+        else if (dt == RP_CUDA_F16)
+            embed_kernel<RP_CUDA_F16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+        else
+            embed_kernel<RP_CUDA_F32><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+        LAUNCHED();
+    });
 }
 
 __global__ void gather_kernel(float *dst, const float *src, const int32_t *rows, int dim)
@@ -884,9 +1180,12 @@ extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src
     prof_scope ps(c, P_GATHER);
     const int32_t *d = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
     float *tmp = (float *)grow(c, (void **)&c->part, &c->part_bytes, sizeof(float) * n * dim);
-    gather_kernel<<<n, 256, 0, c->stream>>>(tmp, src, d, dim);
-    LAUNCHED();
-    CK(cudaMemcpyAsync(dst, tmp, sizeof(float) * n * dim, cudaMemcpyDeviceToDevice, c->stream));
+    LAUNCH(c, {
+        gather_kernel<<<n, 256, 0, c->stream>>>(tmp, src, d, dim);
+        LAUNCHED();
+        CK(cudaMemcpyAsync(dst, tmp, sizeof(float) * n * dim, cudaMemcpyDeviceToDevice,
+                           c->stream));
+    });
 }
 
 /* ---- the step: token table, KV store, attention ------------------------------------------- */
@@ -894,6 +1193,10 @@ extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src
 extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
 {
     prof_scope ps(c, P_STEP);
+    if (c->rec) { /* a step that copied no logits out: run it as it is */
+        c->rec_dirty = 1;
+        rec_finish(c);
+    }
     CK(cudaEventSynchronize(c->tok_ev)); /* the previous table's copy has run */
     if (n > c->tok_cap) {
         CK(cudaStreamSynchronize(c->stream));
@@ -919,6 +1222,8 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
     CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
                        c->stream));
     CK(cudaEventRecord(c->tok_ev, c->stream));
+    c->rec = c->graphs && n <= 4;
+    c->rec_dirty = 0;
 }
 
 __global__ void kv_store_kernel(const rp_cuda_tok *toks, int layer, const float *k,
@@ -936,8 +1241,12 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
                                  int kvd)
 {
     prof_scope ps(c, P_KV);
-    kv_store_kernel<<<c->n_tok, 256, 0, c->stream>>>(c->tok_dev, layer, k, v, kvd);
-    LAUNCHED();
+    int nt = c->n_tok;
+    const rp_cuda_tok *td = c->tok_dev;
+    LAUNCH(c, {
+        kv_store_kernel<<<nt, 256, 0, c->stream>>>(td, layer, k, v, kvd);
+        LAUNCHED();
+    });
 }
 
 /* Block (head group hg, token t, chunk ch): G query heads sharing one KV head, keys
@@ -971,32 +1280,43 @@ __global__ void __launch_bounds__(ACH)
         }
         return;
     }
-    float s[G];
+    /* scores: a warp per key (lanes across the head dimension: one coalesced row read),
+     * every head of the group from that one read */
+    int lane = tid % 32, warp = tid / 32;
+#pragma unroll 2
+    for (int j = warp; j < nk; j += ACH / 32) {
+        const float *kr = kb + (size_t)(jb + j) * kvd;
+        float s[G];
 #pragma unroll
-    for (int g = 0; g < G; g++)
-        s[g] = 0.0f;
-    if (tid < nk) {
-        const float *kr = kb + (size_t)(jb + tid) * kvd;
+        for (int g = 0; g < G; g++)
+            s[g] = 0.0f;
         if ((D & 3) == 0) {
-            for (int i = 0; i < D; i += 4) {
-                float4 kv4 = *(const float4 *)(kr + i);
+            for (int i = lane * 4; i < D; i += 128) {
+                float4 k4 = *(const float4 *)(kr + i);
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    const float *qg = qs + g * D + i;
-                    s[g] += qg[0] * kv4.x + qg[1] * kv4.y + qg[2] * kv4.z + qg[3] * kv4.w;
+                    float4 q4 = *(const float4 *)(qs + g * D + i);
+                    s[g] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
                 }
             }
         } else {
-            for (int i = 0; i < D; i++)
+            for (int i = lane; i < D; i += 32)
 #pragma unroll
                 for (int g = 0; g < G; g++)
                     s[g] += qs[g * D + i] * kr[i];
         }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float v = warp_sum(s[g]);
+            if (lane == 0)
+                ps[g * ACH + j] = v * scale;
+        }
     }
+    __syncthreads();
     float mx[G], l[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        float sc = tid < nk ? s[g] * scale : -INFINITY;
+        float sc = tid < nk ? ps[g * ACH + tid] : -INFINITY;
         mx[g] = block_max(sc, red);
         float p = tid < nk ? expf(sc - mx[g]) : 0.0f;
         ps[g * ACH + tid] = p;
@@ -1073,28 +1393,32 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     float *part = (float *)grow(c, (void **)&c->part, &c->part_bytes, need);
     dim3 grid((unsigned)(H / G), (unsigned)c->n_tok, (unsigned)n_chunks);
     size_t smem = sizeof(float) * ((size_t)G * D + (size_t)G * ACH + 32);
-    switch (G) {
-    case 8:
-        attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, kc, part);
-        break;
-    case 4:
-        attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, kc, part);
-        break;
-    case 2:
-        attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, kc, part);
-        break;
-    default:
-        attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(c->tok_dev, layer, q, H, KVH, D,
-                                                             scale, window, n_chunks, kc, part);
-        break;
-    }
-    LAUNCHED();
-    attn_merge_kernel<<<dim3((unsigned)H, (unsigned)c->n_tok), D < 256 ? D : 256, 0, c->stream>>>(
-        part, out, H, D, n_chunks);
-    LAUNCHED();
+    const rp_cuda_tok *td = c->tok_dev;
+    int nt = c->n_tok;
+    LAUNCH(c, {
+        switch (G) {
+        case 8:
+            attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        case 4:
+            attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        case 2:
+            attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        default:
+            attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        }
+        LAUNCHED();
+        attn_merge_kernel<<<dim3((unsigned)H, (unsigned)nt), D < 256 ? D : 256, 0, c->stream>>>(
+            part, out, H, D, n_chunks);
+        LAUNCHED();
+    });
 }
 
 /* ---- bandwidth probe ---------------------------------------------------------------------- */
@@ -1121,6 +1445,7 @@ __global__ void fill_kernel(uint32_t *p, long n)
 extern "C" double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps)
 {
     n &= ~(size_t)4095;
+    rec_break(c);
     void *buf = rp_cuda_malloc(c, n + 256);
     if (!buf)
         return 0.0;
