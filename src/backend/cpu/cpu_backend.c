@@ -6,6 +6,9 @@
  *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
  *     that grows (single-threaded, before the fan-out) to the longest context seen.
  *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
+ *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
+ *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
+ *     results are bit-identical to the recipe before it became backend-agnostic.
  */
 #include <math.h>
 #include <stdio.h>
