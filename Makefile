@@ -4,6 +4,8 @@
 #   make run      install missing Debian packages, build, serve the embedded default model
 #   make test     install what the tests need, build release + ASan/UBSan, run every test
 #   make fuzz     build the libFuzzer targets with clang and run each for FUZZ_SECONDS
+#   make gpu-test on a machine with an NVIDIA GPU: build with CUDA, run the GPU tests
+#                 (scripts/gpu-test.sh) and the 8B-shaped benchmark (scripts/bench-gpu.sh)
 #   make clean
 
 BUILD      ?= build
@@ -12,7 +14,7 @@ JOBS       ?= $(shell nproc)
 CUDA       ?= auto
 CMAKE_FLAGS ?=
 
-.PHONY: all build build-asan deps test-deps run test test-unit fuzz clean
+.PHONY: all build build-asan deps test-deps run test test-unit fuzz gpu-test clean
 
 all: build
 
@@ -45,6 +47,9 @@ test-unit: build build-asan
 
 fuzz: deps
 	scripts/fuzz.sh $(FUZZ_SECONDS)
+
+gpu-test: build
+	scripts/gpu-test.sh $(BUILD) && scripts/bench-gpu.sh $(BUILD)/rapid
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

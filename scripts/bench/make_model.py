@@ -2,9 +2,12 @@
 """Writes a random-weight Llama checkpoint of a given shape (bf16 or f32 safetensors) for
 benchmarks. Not a test fixture: weights are random, only the shapes and bytes matter.
 
-usage: make_model.py OUT_DIR [--shape llama-3.2-1b|tiny] [--dtype bf16|f16|f32]
+usage: make_model.py OUT_DIR [--shape llama-3.2-1b|llama-3-8b|tiny] [--dtype bf16|f16|f32]
 The llama-3.2-1b shape: dim 2048, 16 layers, 32 heads / 8 KV heads, ffn 8192,
-vocab 128256, untied output (1.5 B parameters, 3.0 GB in bf16).
+vocab 128256, untied output (1.5 B parameters, 3.0 GB in bf16). The llama-3-8b shape: dim
+4096, 32 layers, 32 / 8 heads, ffn 14336, vocab 128256, untied (8.0 B parameters, 16.1 GB
+in bf16). When torch with a GPU is importable the weights are drawn on the GPU (seconds
+for the 8B shape instead of minutes); either way they are N(0, 1/cols) random.
 """
 import json, os, struct, sys
 import numpy as np
@@ -12,6 +15,8 @@ import numpy as np
 SHAPES = {
     "llama-3.2-1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
                          num_key_value_heads=8, intermediate_size=8192, vocab_size=128256),
+    "llama-3-8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                       num_key_value_heads=8, intermediate_size=14336, vocab_size=128256),
     "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
                  num_key_value_heads=2, intermediate_size=768, vocab_size=4096),
 }
@@ -49,6 +54,11 @@ def main():
     hs += b" " * ((8 - len(hs) % 8) % 8)
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(0)
+    try:
+        import torch
+        gen = torch.Generator(device="cuda").manual_seed(0) if torch.cuda.is_available() else None
+    except ImportError:
+        gen = None
     with open(os.path.join(out, "model.safetensors"), "wb") as fp:
         fp.write(struct.pack("<Q", len(hs)))
         fp.write(hs)
@@ -58,6 +68,14 @@ def main():
                 continue
             scale = 1.0 / np.sqrt(shp[1])
             rows_per = max(1, (1 << 24) // shp[1])
+            if gen is not None:
+                tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
+                view = {"bf16": torch.int16, "f16": torch.int16, "f32": torch.int32}[dtype]
+                for r in range(0, shp[0], rows_per * 16):
+                    n = min(rows_per * 16, shp[0] - r)
+                    x = torch.randn((n, shp[1]), generator=gen, device="cuda", dtype=torch.float32)
+                    fp.write((x * scale).to(tdt).view(view).cpu().numpy())
+                continue
             for r in range(0, shp[0], rows_per):
                 x = (rng.standard_normal((min(rows_per, shp[0] - r), shp[1]), dtype=np.float32) * scale)
                 if dtype == "f32":

@@ -1,22 +1,35 @@
 /* backend/backend.h - the op set every architecture's forward pass is written in.
  *
- * A model recipe (src/model/) calls these ops; the backend picks the kernel for the weight's
- * dtype and the CPU's ISA (AVX-512, AVX2, scalar) at run time, or the plain-C reference for
- * every op when ref_kernels is set (`--ref-kernels`). Activations are f32 row-major:
- * x[t * dim + i] is element i of token t. Weights are rp_tensor views (usually into an mmap).
+ * A model recipe (src/model/) calls these ops through an rp_backend, which is the CPU one
+ * (rp_backend_new: kernels for the weight's dtype and the CPU's ISA, AVX-512, AVX2, scalar,
+ * or the plain-C reference for every op when ref_kernels is set) or the CUDA one
+ * (rp_backend_new_cuda, when built with nvcc). Activations are f32 row-major:
+ * x[t * dim + i] is element i of token t.
  *
- * Ownership: rp_backend_new -> rp_backend_free. Tensors are borrowed views; ops never keep
- *            pointers past the call.
- * Threading: one caller thread at a time per backend (the engine thread); ops fan out over the
- *            backend's own thread pool.
+ * Memory: activation and KV buffers come from rp_backend_buf_alloc (host memory on the CPU,
+ * device memory on CUDA); every float pointer an op takes is such a buffer. Weights go
+ * through rp_backend_weight once at load: the CPU backend keeps the view (an mmap), CUDA
+ * uploads it (1-D tensors as f32). rp_backend_to_host copies a buffer's bytes out (logits);
+ * rp_backend_host_buffers says whether buffers are plain host memory (then a caller may pass
+ * its own host arrays, as the CPU tests do).
+ *
+ * Ownership: rp_backend_new / rp_backend_new_cuda -> rp_backend_free (which also frees the
+ *            uploaded weights). Buffers: rp_backend_buf_alloc -> rp_backend_buf_free, before
+ *            the backend. Tensors passed to ops are borrowed; ops keep no pointers past the call
+ *            except the step layout (rp_op_step_begin), valid until the next step.
+ * Threading: one caller thread at a time per backend (the engine thread); CPU ops fan out over
+ *            the backend's own thread pool, CUDA ops are queued on the backend's one stream.
  * Errors:    ops cannot fail at run time: shapes are validated when the model is loaded
- *            (RP_ASSERT guards the contracts).
+ *            (RP_ASSERT guards the contracts; a CUDA launch failure is fatal, as a wild
+ *            pointer would be on the CPU). Allocation and upload return rp_status.
  */
 #ifndef RP_BACKEND_BACKEND_H
 #define RP_BACKEND_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/status.h"
 
 typedef enum rp_dtype {
     RP_DT_F32 = 0,
@@ -48,10 +61,28 @@ typedef struct rp_tensor {
 
 typedef struct rp_backend rp_backend;
 
+/* The CPU backend (never fails short of memory: NULL then). */
 rp_backend *rp_backend_new(int n_threads, int ref_kernels);
+/* The CUDA backend on GPU `device`, allowed mem_fraction (0..1, <= 0: 0.9) of its memory for
+ * weights, activations and KV. RP_ERR_UNSUPPORTED when built without CUDA or no GPU is
+ * there, RP_ERR_BACKEND for a driver/runtime failure (named). */
+rp_status rp_backend_new_cuda(int device, double mem_fraction, rp_backend **out, rp_err *err);
+/* Number of usable CUDA GPUs (0 when built without CUDA or the driver finds none). */
+int rp_backend_cuda_devices(void);
 void rp_backend_free(rp_backend *b);
 int rp_backend_n_threads(const rp_backend *b);
 const char *rp_backend_describe(const rp_backend *b); /* "cpu avx512, 2 threads" */
+int rp_backend_is_cuda(const rp_backend *b);
+
+/* Buffers for activations and caches (64-byte aligned host memory on the CPU, device memory
+ * on CUDA, counted against --gpu-memory-fraction there). tag is an rp_alloc_tag. */
+void *rp_backend_buf_alloc(rp_backend *b, size_t n_bytes, int tag);
+void rp_backend_buf_free(rp_backend *b, void *p);
+int rp_backend_host_buffers(const rp_backend *b);
+/* Copies n bytes of a buffer to host memory (waits for the queued ops). */
+void rp_backend_to_host(rp_backend *b, void *dst, const void *src, size_t n);
+/* Makes *dst the backend's copy of weight *src (see the memory note above). */
+rp_status rp_backend_weight(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err);
 
 /* Measured read bandwidth of this machine in GB/s (1e9 bytes/s): every pool thread streams
  * its share of an n_bytes buffer (make it several times the last-level cache), best of reps. */
@@ -59,6 +90,11 @@ double rp_backend_read_bandwidth(rp_backend *b, size_t n_bytes, int reps);
 
 /* y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok, r < rows; x is [n_tok][cols]. */
 void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y);
+
+/* y[i] = w[i] x for i < n (n <= 3) over the same x, as n calls of rp_op_matmul would give;
+ * a backend may run them as one pass (CUDA's decode matvec: one launch). */
+void rp_op_matmul_n(rp_backend *b, int n, const rp_tensor *const *w, const float *x, int n_tok,
+                    float *const *y);
 
 /* out[t] = x[t] / rms(x[t]) * (w (+1 when add_one)); w may be NULL (no scale). out may be x. */
 void rp_op_rmsnorm(rp_backend *b, float *out, const float *x, const rp_tensor *w, int n_tok,
@@ -111,6 +147,43 @@ typedef struct rp_delta_args {
     long q_stride, k_stride, v_stride, out_stride;
 } rp_delta_args;
 void rp_op_gated_delta(rp_backend *b, const rp_delta_args *a);
+
+/* ---- step ops: the recipe's whole batch at once ----------------------------------------- */
+
+/* One sequence of a forward step: its tokens are rows t0 .. t0+n_tok-1 of the activations,
+ * at positions pos0 ..; its cache holds [n_layers][cap][kv_dim] floats for k and for v
+ * (backend buffers). */
+typedef struct rp_step_seq {
+    float *k, *v;
+    int cap;
+    int t0, n_tok, pos0;
+} rp_step_seq;
+
+/* Declares the layout of the next ops' step (copied). */
+void rp_op_step_begin(rp_backend *b, const rp_step_seq *seqs, int n_seqs);
+/* Stores rows k, v [n_tok][kv_dim] at each token's position in layer `layer` of its cache. */
+void rp_op_kv_store(rp_backend *b, int layer, const float *k, const float *v, int kv_dim);
+/* rp_op_attention for every sequence of the step over layer `layer` of its cache; q and out
+ * are [n_tok][n_heads][head_dim] for the whole step. */
+typedef struct rp_step_attn {
+    const float *q;
+    float *out;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale;
+    int window;
+} rp_step_attn;
+void rp_op_attention_step(rp_backend *b, int layer, const rp_step_attn *a);
+
+/* x[t] = row ids[t] of the 2-D table, as f32 (ids on the host). */
+void rp_op_embed(rp_backend *b, const rp_tensor *table, const int32_t *ids, int n, float *x);
+/* y[t][i] += bias[i] for t < n_tok, i < dim (bias 1-D, NULL: nothing). */
+void rp_op_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, int dim);
+/* dst[i] = src[rows[i]] for i < n rows of dim floats (rows on the host, increasing; dst may
+ * be src when rows[i] >= i). */
+void rp_op_gather_rows(rp_backend *b, float *dst, const float *src, const int32_t *rows, int n,
+                       int dim);
 
 /* out[i] = silu(gate[i]) * up[i] for n elements. */
 void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);

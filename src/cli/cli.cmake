@@ -5,4 +5,5 @@ list(APPEND RP_CLI_SOURCES
   src/cli/cmd_logits.c
   src/cli/cmd_generate.c
   src/cli/model_bench.c
+  src/cli/model_opts.c
 )

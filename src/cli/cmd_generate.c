@@ -9,6 +9,7 @@
 #include "base/alloc.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_opts.h"
 #include "engine/engine.h"
 
 typedef struct gen_opts {
@@ -55,7 +56,9 @@ static int parse_sampling(const gen_opts *o, rp_sampling *s, long *max_tokens, l
 int rp_cmd_generate(int argc, char **argv)
 {
     gen_opts o = {0};
-    rp_opt opts[] = {{"model", &o.model, NULL},
+    rp_device_args dev = {0};
+    rp_opt opts[] = {RP_MODEL_DEVICE_OPTS(dev),
+                     {"model", &o.model, NULL},
                      {"ids", &o.ids, NULL},
                      {"max-tokens", &o.max_tokens, NULL},
                      {"temperature", &o.temperature, NULL},
@@ -69,13 +72,17 @@ int rp_cmd_generate(int argc, char **argv)
     if (rp_args_parse(argc, argv, opts, RP_ARRAY_LEN(opts), NULL, 0, NULL))
         return 2;
     if (!o.model || !o.ids || !o.max_tokens) {
-        fprintf(stderr, "usage: rapid generate --model DIR --ids 1,2,3 --max-tokens N\n");
+        fprintf(stderr, "usage: rapid generate --model DIR --ids 1,2,3 --max-tokens N "
+                        "[--device cuda|cpu] [--gpu-memory-fraction F]\n");
         return 2;
     }
     rp_gen_request req = {0};
     long max_tokens, threads;
-    if (parse_sampling(&o, &req.sampling, &max_tokens, &threads))
+    rp_model_opts mo = {.ref_kernels = o.ref};
+    if (parse_sampling(&o, &req.sampling, &max_tokens, &threads) ||
+        rp_model_opts_device("generate", &dev, &mo))
         return 2;
+    mo.n_threads = (int)threads;
     int *ids = NULL, n = 0;
     if (rp_args_parse_ids(o.ids, &ids, &n)) {
         fprintf(stderr, "rapid generate: --ids must be comma-separated token ids\n");
@@ -86,7 +93,6 @@ int rp_cmd_generate(int argc, char **argv)
     rp_engine *e = NULL;
     int32_t *out = NULL;
     int n_out = 0, status = 1;
-    rp_model_opts mo = {.n_threads = (int)threads, .ref_kernels = o.ref};
     rp_engine_config ec = {.max_context = n + (int)max_tokens};
     req.prompt = (const int32_t *)ids;
     req.n_prompt = n;

@@ -9,13 +9,16 @@
 #include "base/file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_opts.h"
 #include "model/model.h"
 
 int rp_cmd_logits(int argc, char **argv)
 {
     const char *model_dir = NULL, *ids_s = NULL, *out = NULL, *threads_s = NULL;
     int ref = 0;
-    rp_opt opts[] = {{"model", &model_dir, NULL},
+    rp_device_args dev = {0};
+    rp_opt opts[] = {RP_MODEL_DEVICE_OPTS(dev),
+                     {"model", &model_dir, NULL},
                      {"ids", &ids_s, NULL},
                      {"out", &out, NULL},
                      {"threads", &threads_s, NULL},
@@ -23,7 +26,8 @@ int rp_cmd_logits(int argc, char **argv)
     if (rp_args_parse(argc, argv, opts, RP_ARRAY_LEN(opts), NULL, 0, NULL))
         return 2;
     if (!model_dir || !ids_s || !out) {
-        fprintf(stderr, "usage: rapid logits --model DIR --ids 1,2,3 --out FILE\n");
+        fprintf(stderr, "usage: rapid logits --model DIR --ids 1,2,3 --out FILE "
+                        "[--device cuda|cpu] [--gpu-memory-fraction F]\n");
         return 2;
     }
     int *ids = NULL, n = 0;
@@ -43,6 +47,10 @@ int rp_cmd_logits(int argc, char **argv)
     float *logits = NULL;
     int status = 1;
     rp_model_opts mo = {.n_threads = (int)threads, .ref_kernels = ref};
+    if (rp_model_opts_device("logits", &dev, &mo)) {
+        rp_free(ids);
+        return 2;
+    }
     if (rp_model_load(model_dir, &mo, &m, &err) || rp_kv_new(m, n, &kv, &err))
         goto out;
     size_t vocab = (size_t)rp_model_get_info(m)->vocab_size;

@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "cli/args.h"
+#include "cli/model_opts.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/model_impl.h"
@@ -116,7 +117,9 @@ int rp_model_bench_main(int argc, char **argv)
     const char *model_dir = NULL, *prompt_s = "128", *gen_s = "32", *threads_s = NULL;
     const char *streams_s = NULL, *prefix_s = NULL;
     int json = 0;
-    rp_opt opts[] = {{"model", &model_dir, NULL},     {"prompt", &prompt_s, NULL},
+    rp_device_args dev = {0};
+    rp_opt opts[] = {RP_MODEL_DEVICE_OPTS(dev),
+                     {"model", &model_dir, NULL},     {"prompt", &prompt_s, NULL},
                      {"gen", &gen_s, NULL},           {"threads", &threads_s, NULL},
                      {"streams", &streams_s, NULL},   {"prefix-cache", &prefix_s, NULL},
                      {"json", NULL, &json}};
@@ -126,7 +129,8 @@ int rp_model_bench_main(int argc, char **argv)
     if (!model_dir || rp_args_int(prompt_s, &n_prompt) || rp_args_int(gen_s, &n_gen) ||
         n_prompt < 1 || n_gen < 1 || (threads_s && rp_args_int(threads_s, &threads))) {
         fprintf(stderr, "usage: rapid bench --model DIR [--prompt N] [--gen N] [--threads N] "
-                        "[--streams 1,4,16] [--prefix-cache N] [--json]\n");
+                        "[--streams 1,4,16] [--prefix-cache N] [--json] [--device cuda|cpu] "
+                        "[--gpu-memory-fraction F]\n");
         return 2;
     }
     rp_err err = {0};
@@ -136,6 +140,8 @@ int rp_model_bench_main(int argc, char **argv)
     float *logits = NULL;
     int status = 1;
     rp_model_opts mo = {.n_threads = (int)threads};
+    if (rp_model_opts_device("bench", &dev, &mo))
+        return 2;
     if (rp_model_load(model_dir, &mo, &m, &err) ||
         rp_kv_new(m, (int)(n_prompt + n_gen + 8), &kv, &err))
         goto out;
@@ -148,8 +154,10 @@ int rp_model_bench_main(int argc, char **argv)
     }
     for (long i = 0; i < n_prompt; i++)
         ids[i] = (int32_t)((i * 7919 + 13) % in->vocab_size);
-    /* warm the page cache and the kernels with one short pass, then start clean */
-    if (rp_model_eval(m, kv, ids, 4, logits, 0, &err))
+    /* warm the page cache and the kernels with one short pass, then start clean (on CUDA a
+     * whole prompt: cuBLASLt picks and loads its kernels per shape on first use) */
+    int n_warm = rp_backend_is_cuda(m->be) ? (int)n_prompt : (n_prompt < 4 ? (int)n_prompt : 4);
+    if (rp_model_eval(m, kv, ids, n_warm, logits, 0, &err))
         goto out;
     rp_kv_truncate(kv, 0);
     int64_t t0 = rp_now_ns();
@@ -191,6 +199,12 @@ int rp_model_bench_main(int argc, char **argv)
         }
         double base = 0;
         for (int i = 0; i < n_ns; i++) {
+            /* CUDA: an untimed short run first, so cuBLASLt's per-shape tuning for this
+             * batch size is not in the figure */
+            if (rp_backend_is_cuda(m->be) && bench_streams(m, ns[i], 4, &err) < 0) {
+                rp_free(ns);
+                goto out;
+            }
             double agg = bench_streams(m, ns[i], (int)n_gen, &err);
             if (agg < 0) {
                 rp_free(ns);

@@ -7,6 +7,12 @@
  * then logits = lm_head(rmsnorm(x)) (lm_head = embed_tokens when tied).
  * The family members differ only in which tensors exist (biases, q/k norms) and in the
  * attention window, so one forward serves all; required tensors are checked per architecture.
+ *
+ * Backend-agnostic: every touch of activation or cache memory is a backend op (embedding
+ * lookup, bias, KV store, row gather), buffers come from rp_backend_buf_alloc and weights
+ * from rp_backend_weight, so the same forward runs on the CPU and on CUDA. Logits are
+ * written straight into the caller's array on a host-buffer backend, else computed into a
+ * backend buffer and copied out.
  */
 #include <math.h>
 #include <string.h>
@@ -28,15 +34,34 @@ typedef struct layer {
 typedef struct llama {
     layer *layers;
     const rp_tensor *embed, *final_norm, *lm_head;
+    rp_tensor *weights; /* the backend's copies the layer pointers point into */
+    int n_weights, cap_weights;
     rp_rope rope;
-    /* activations for RP_MAX_CHUNK tokens */
+    /* activations for RP_MAX_CHUNK tokens (backend buffers) */
     float *x, *h, *q, *k, *v, *att, *gate, *up;
+    float *logits; /* RP_MAX_CHUNK rows, only when buffers are not host memory */
     int32_t pos[RP_MAX_CHUNK];
 } llama;
 
 typedef struct llama_kv {
-    float **k, **v; /* per layer: [cap][n_kv_heads * head_dim] */
+    float *k, *v; /* [n_layers][cap][n_kv_heads * head_dim] (backend buffers) */
 } llama_kv;
+
+/* The backend's copy of a bound weight (NULL stays NULL); a tensor seen before (tied
+ * embeddings) gets its first copy. */
+static rp_status to_backend(rp_model *m, llama *s, const rp_tensor **t, rp_err *err)
+{
+    if (!*t)
+        return RP_OK;
+    RP_ASSERT(s->n_weights < s->cap_weights);
+    rp_tensor *dst = &s->weights[s->n_weights];
+    rp_status rc = rp_backend_weight(m->be, *t, dst, err);
+    if (rc)
+        return rc;
+    s->n_weights++;
+    *t = dst;
+    return RP_OK;
+}
 
 static rp_status bind_layer(rp_model *m, int i, layer *L, rp_err *err)
 {
@@ -99,9 +124,9 @@ static int layer_window(const rp_model_config *c, int i)
     return 0;
 }
 
-static float *alloc_act(size_t n)
+static float *alloc_act(rp_model *m, size_t n)
 {
-    return rp_alloc_aligned(n * sizeof(float), RP_TAG_MODEL);
+    return rp_backend_buf_alloc(m->be, n * sizeof(float), RP_TAG_MODEL);
 }
 
 static void llama_deinit(rp_model *m)
@@ -110,10 +135,11 @@ static void llama_deinit(rp_model *m)
     if (!s)
         return;
     rp_free(s->layers);
+    rp_free(s->weights); /* the copies' memory is the backend's */
     rp_rope_deinit(&s->rope);
-    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->gate, s->up};
+    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->gate, s->up, s->logits};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        rp_free_aligned(bufs[i]);
+        rp_backend_buf_free(m->be, bufs[i]);
     rp_free(s);
     m->arch_state = NULL;
 }
@@ -152,20 +178,46 @@ static rp_status llama_init(rp_model *m, rp_err *err)
                               "tie_word_embeddings is false");
         s->lm_head = s->embed;
     }
+    /* weights to the backend: every layer field, then embed / norm / lm_head */
+    s->cap_weights = c->n_layers * (int)(sizeof(layer) / sizeof(const rp_tensor *)) + 3;
+    s->weights = rp_calloc((size_t)s->cap_weights, sizeof(rp_tensor));
+    if (!s->weights)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < c->n_layers; i++) {
+        layer *L = &s->layers[i];
+        const rp_tensor **f[] = {&L->attn_norm, &L->ffn_norm, &L->wq,     &L->wk,     &L->wv,
+                                 &L->wo,        &L->bq,       &L->bk,     &L->bv,     &L->bo,
+                                 &L->q_norm,    &L->k_norm,   &L->w_gate, &L->w_up,   &L->w_down,
+                                 &L->b_gate,    &L->b_up,     &L->b_down};
+        for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
+            if ((rc = to_backend(m, s, f[j], err)))
+                return rc;
+    }
+    int tied = s->lm_head == s->embed;
+    if ((rc = to_backend(m, s, &s->embed, err)) || (rc = to_backend(m, s, &s->final_norm, err)))
+        return rc;
+    if (tied)
+        s->lm_head = s->embed;
+    else if ((rc = to_backend(m, s, &s->lm_head, err)))
+        return rc;
     if ((rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;
     size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
-    s->x = alloc_act(n * c->dim);
-    s->h = alloc_act(n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
-    s->q = alloc_act(n * qd);
-    s->k = alloc_act(n * kvd);
-    s->v = alloc_act(n * kvd);
-    s->att = alloc_act(n * qd);
-    s->gate = alloc_act(n * c->ffn_dim);
-    s->up = alloc_act(n * c->ffn_dim);
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+    s->x = alloc_act(m, n * c->dim);
+    s->h = alloc_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
+    s->q = alloc_act(m, n * qd);
+    s->k = alloc_act(m, n * kvd);
+    s->v = alloc_act(m, n * kvd);
+    s->att = alloc_act(m, n * qd);
+    s->gate = alloc_act(m, n * c->ffn_dim);
+    s->up = alloc_act(m, n * c->ffn_dim);
+    if (!rp_backend_host_buffers(m->be))
+        s->logits = alloc_act(m, n * (size_t)c->vocab_size);
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up ||
+        (!rp_backend_host_buffers(m->be) && !s->logits))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
+                          rp_backend_describe(m->be));
     return RP_OK;
 }
 
@@ -176,23 +228,18 @@ static rp_status llama_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
     if (!s)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     kv->state = s;
-    s->k = rp_calloc((size_t)c->n_layers, sizeof(float *));
-    s->v = rp_calloc((size_t)c->n_layers, sizeof(float *));
     size_t row = (size_t)c->n_kv_heads * c->head_dim;
-    if (!s->k || !s->v)
-        goto nomem;
+    size_t bytes = (size_t)c->n_layers * (size_t)kv->cap * row * sizeof(float);
     /* Not zeroed: only positions < len are read, so untouched pages never get committed. */
-    for (int l = 0; l < c->n_layers; l++) {
-        s->k[l] = rp_alloc_aligned((size_t)kv->cap * row * sizeof(float), RP_TAG_KV);
-        s->v[l] = rp_alloc_aligned((size_t)kv->cap * row * sizeof(float), RP_TAG_KV);
-        if (!s->k[l] || !s->v[l])
-            goto nomem;
+    s->k = rp_backend_buf_alloc(m->be, bytes, RP_TAG_KV);
+    s->v = rp_backend_buf_alloc(m->be, bytes, RP_TAG_KV);
+    if (!s->k || !s->v) {
+        kv->model->arch->kv_deinit(kv);
+        kv->state = NULL;
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%s)",
+                          kv->cap, rp_backend_describe(m->be));
     }
     return RP_OK;
-nomem:
-    kv->model->arch->kv_deinit(kv);
-    kv->state = NULL;
-    return rp_err_set(err, RP_ERR_NOMEM, "out of memory for a KV cache of %d tokens", kv->cap);
 }
 
 static void llama_kv_deinit(rp_kv *kv)
@@ -200,36 +247,17 @@ static void llama_kv_deinit(rp_kv *kv)
     llama_kv *s = kv->state;
     if (!s)
         return;
-    int n_layers = kv->model->cfg.n_layers;
-    for (int l = 0; l < n_layers; l++) {
-        if (s->k)
-            rp_free_aligned(s->k[l]);
-        if (s->v)
-            rp_free_aligned(s->v[l]);
-    }
-    rp_free(s->k);
-    rp_free(s->v);
+    rp_backend_buf_free(kv->model->be, s->k);
+    rp_backend_buf_free(kv->model->be, s->v);
     rp_free(s);
     kv->state = NULL;
-}
-
-static void add_bias(float *y, const rp_tensor *b, int n_tok, int dim)
-{
-    if (!b)
-        return;
-    float tmp[16384];
-    RP_ASSERT(dim <= 16384);
-    rp_tensor_to_f32(b, tmp, dim);
-    for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < dim; i++)
-            y[(long)t * dim + i] += tmp[i];
 }
 
 static void linear(rp_backend *be, const rp_tensor *w, const rp_tensor *b, const float *x, int n,
                    float *y)
 {
     rp_op_matmul(be, w, x, n, y);
-    add_bias(y, b, n, (int)w->shape[0]);
+    rp_op_add_bias(be, y, b, n, (int)w->shape[0]);
 }
 
 /* The tokens of one forward step: each with its cache and position; runs of consecutive
@@ -244,11 +272,14 @@ static void attention_block(rp_model *m, llama *s, const step *st, int l)
     rp_model_config *c = &m->cfg;
     layer *L = &s->layers[l];
     rp_backend *be = m->be;
-    int n = st->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    int n = st->n, hd = c->head_dim, kvd = c->n_kv_heads * hd;
     rp_op_rmsnorm(be, s->h, s->x, L->attn_norm, n, c->dim, c->norm_eps, 0);
-    linear(be, L->wq, L->bq, s->h, n, s->q);
-    linear(be, L->wk, L->bk, s->h, n, s->k);
-    linear(be, L->wv, L->bv, s->h, n, s->v);
+    const rp_tensor *wqkv[3] = {L->wq, L->wk, L->wv};
+    float *yqkv[3] = {s->q, s->k, s->v};
+    rp_op_matmul_n(be, 3, wqkv, s->h, n, yqkv);
+    rp_op_add_bias(be, s->q, L->bq, n, (int)L->wq->shape[0]);
+    rp_op_add_bias(be, s->k, L->bk, n, kvd);
+    rp_op_add_bias(be, s->v, L->bv, n, kvd);
     if (L->q_norm) {
         rp_op_rmsnorm(be, s->q, s->q, L->q_norm, n * c->n_heads, hd, c->norm_eps, 0);
         rp_op_rmsnorm(be, s->k, s->k, L->k_norm, n * c->n_kv_heads, hd, c->norm_eps, 0);
@@ -257,30 +288,15 @@ static void attention_block(rp_model *m, llama *s, const step *st, int l)
                s->rope.attn_factor, 1);
     rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                s->rope.attn_factor, 1);
-    for (int t = 0; t < n; t++) {
-        llama_kv *kvs = st->kv[t]->state;
-        memcpy(kvs->k[l] + (size_t)s->pos[t] * kvd, s->k + (size_t)t * kvd, sizeof(float) * kvd);
-        memcpy(kvs->v[l] + (size_t)s->pos[t] * kvd, s->v + (size_t)t * kvd, sizeof(float) * kvd);
-    }
-    for (int t0 = 0; t0 < n;) { /* one sequence's run at a time */
-        int t1 = t0 + 1;
-        while (t1 < n && st->kv[t1] == st->kv[t0])
-            t1++;
-        llama_kv *kvs = st->kv[t0]->state;
-        rp_attn_args a = {.q = s->q + (size_t)t0 * qd,
-                          .k = kvs->k[l],
-                          .v = kvs->v[l],
-                          .out = s->att + (size_t)t0 * qd,
-                          .n_tok = t1 - t0,
-                          .pos0 = s->pos[t0],
-                          .n_heads = c->n_heads,
-                          .n_kv_heads = c->n_kv_heads,
-                          .head_dim = hd,
-                          .scale = 1.0f / sqrtf((float)hd),
-                          .window = L->window};
-        rp_op_attention(be, &a);
-        t0 = t1;
-    }
+    rp_op_kv_store(be, l, s->k, s->v, kvd);
+    rp_step_attn a = {.q = s->q,
+                      .out = s->att,
+                      .n_heads = c->n_heads,
+                      .n_kv_heads = c->n_kv_heads,
+                      .head_dim = hd,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .window = L->window};
+    rp_op_attention_step(be, l, &a);
     linear(be, L->wo, L->bo, s->att, n, s->h);
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
 }
@@ -291,23 +307,48 @@ static void mlp_block(rp_model *m, llama *s, int l, int n)
     layer *L = &s->layers[l];
     rp_backend *be = m->be;
     rp_op_rmsnorm(be, s->h, s->x, L->ffn_norm, n, c->dim, c->norm_eps, 0);
-    linear(be, L->w_gate, L->b_gate, s->h, n, s->gate);
-    linear(be, L->w_up, L->b_up, s->h, n, s->up);
+    const rp_tensor *wgu[2] = {L->w_gate, L->w_up};
+    float *ygu[2] = {s->gate, s->up};
+    rp_op_matmul_n(be, 2, wgu, s->h, n, ygu);
+    rp_op_add_bias(be, s->gate, L->b_gate, n, c->ffn_dim);
+    rp_op_add_bias(be, s->up, L->b_up, n, c->ffn_dim);
     rp_op_silu_mul(be, s->gate, s->gate, s->up, (int64_t)n * c->ffn_dim);
     linear(be, L->w_down, L->b_down, s->gate, n, s->h);
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
+}
+
+/* logits rows of the first n rows of s->x, into the caller's host array. */
+static void final_logits(rp_model *m, llama *s, int n, float *logits)
+{
+    rp_model_config *c = &m->cfg;
+    rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n, c->dim, c->norm_eps, 0);
+    if (rp_backend_host_buffers(m->be)) {
+        rp_op_matmul(m->be, s->lm_head, s->h, n, logits);
+        return;
+    }
+    rp_op_matmul(m->be, s->lm_head, s->h, n, s->logits);
+    rp_backend_to_host(m->be, logits, s->logits, sizeof(float) * (size_t)n * c->vocab_size);
 }
 
 static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logits, rp_err *err)
 {
     llama *s = m->arch_state;
     rp_model_config *c = &m->cfg;
-    int n = b->n_tok, max_len = 0;
+    int n = b->n_tok, max_len = 0, n_seqs = 0;
+    rp_step_seq seqs[RP_MAX_CHUNK];
     for (int t = 0; t < n; t++) {
-        s->pos[t] = t > 0 && b->kv[t - 1] == b->kv[t] ? s->pos[t - 1] + 1 : b->kv[t]->len;
+        int first = !(t > 0 && b->kv[t - 1] == b->kv[t]);
+        s->pos[t] = first ? b->kv[t]->len : s->pos[t - 1] + 1;
         max_len = s->pos[t] + 1 > max_len ? s->pos[t] + 1 : max_len;
-        rp_tensor_row_f32(s->embed, b->ids[t], s->x + (size_t)t * c->dim);
+        if (first) {
+            llama_kv *kvs = b->kv[t]->state;
+            seqs[n_seqs++] = (rp_step_seq){.k = kvs->k, .v = kvs->v, .cap = b->kv[t]->cap,
+                                           .t0 = t, .n_tok = 0, .pos0 = s->pos[t]};
+        }
+        seqs[n_seqs - 1].n_tok++;
     }
+    rp_op_embed(m->be, s->embed, b->ids, n, s->x);
+    rp_op_step_begin(m->be, seqs, n_seqs);
     rp_rope_update(&s->rope, max_len);
     step st = {.n = n, .kv = b->kv};
     for (int l = 0; l < c->n_layers; l++) {
@@ -318,13 +359,13 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
         if (t + 1 == n || b->kv[t + 1] != b->kv[t])
             b->kv[t]->len = s->pos[t] + 1;
     int n_rows = 0;
+    int32_t rows[RP_MAX_CHUNK];
     for (int t = 0; t < n && logits; t++) /* gather the rows asked for */
         if (b->want_logits[t])
-            memmove(s->x + (size_t)n_rows++ * c->dim, s->x + (size_t)t * c->dim,
-                    sizeof(float) * c->dim);
+            rows[n_rows++] = t;
     if (n_rows > 0) {
-        rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n_rows, c->dim, c->norm_eps, 0);
-        rp_op_matmul(m->be, s->lm_head, s->h, n_rows, logits);
+        rp_op_gather_rows(m->be, s->x, s->x, rows, n_rows, c->dim);
+        final_logits(m, s, n_rows, logits);
     }
     (void)err;
     return RP_OK;
@@ -346,9 +387,7 @@ static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n
         rp_status rc = llama_forward_batch(m, &b, NULL, err);
         if (rc || !logits)
             return rc;
-        rp_model_config *c = &m->cfg;
-        rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n, c->dim, c->norm_eps, 0);
-        rp_op_matmul(m->be, s->lm_head, s->h, n, logits);
+        final_logits(m, s, n, logits);
         return RP_OK;
     }
     if (logits && n_logits > 0)
@@ -359,6 +398,7 @@ static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n
 
 const rp_arch rp_arch_llama = {
     .name = "llama",
+    .gpu = 1,
     .init = llama_init,
     .deinit = llama_deinit,
     .forward = llama_forward,

@@ -134,10 +134,23 @@ rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **o
     }
     if ((rc = rp_st_open(dir, &m->st, err)))
         goto fail;
-    m->be = rp_backend_new(opts ? opts->n_threads : 0, opts ? opts->ref_kernels : 0);
-    if (!m->be) {
-        rc = rp_err_set(err, RP_ERR_NOMEM, "cannot start the CPU backend");
+    rp_device dev = opts ? opts->device : RP_DEVICE_CPU;
+    if (dev == RP_DEVICE_AUTO) /* families that touch host memory directly stay on the CPU */
+        dev = rp_backend_cuda_devices() > 0 && m->arch->gpu ? RP_DEVICE_CUDA : RP_DEVICE_CPU;
+    if (dev == RP_DEVICE_CUDA && !m->arch->gpu) {
+        rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
+                        "%s runs on the CPU only so far: use --device cpu", m->cfg.arch);
         goto fail;
+    }
+    if (dev == RP_DEVICE_CUDA) {
+        if ((rc = rp_backend_new_cuda(0, opts->gpu_memory_fraction, &m->be, err)))
+            goto fail;
+    } else {
+        m->be = rp_backend_new(opts ? opts->n_threads : 0, opts ? opts->ref_kernels : 0);
+        if (!m->be) {
+            rc = rp_err_set(err, RP_ERR_NOMEM, "cannot start the CPU backend");
+            goto fail;
+        }
     }
     fill_info(m);
     if ((rc = m->arch->init(m, err)))

@@ -46,9 +46,17 @@ typedef struct rp_model_info {
     char dtype[16];       /* "bf16", "f16", "f32", or a quant name */
 } rp_model_info;
 
+typedef enum rp_device {
+    RP_DEVICE_CPU = 0, /* the default */
+    RP_DEVICE_CUDA,    /* GPU 0; loading fails when there is none */
+    RP_DEVICE_AUTO     /* CUDA when a GPU is found, else the CPU */
+} rp_device;
+
 typedef struct rp_model_opts {
     int n_threads;   /* <= 0: one per online CPU */
     int ref_kernels; /* 1: plain-C reference kernels everywhere (slow, for checking) */
+    rp_device device;
+    double gpu_memory_fraction; /* share of GPU memory rapid may take; <= 0: 0.9 */
 } rp_model_opts;
 
 rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **out, rp_err *err);

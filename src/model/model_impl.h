@@ -17,6 +17,7 @@
 
 typedef struct rp_arch {
     const char *name; /* "llama" */
+    int gpu; /* 1: written only in backend ops, so it runs on the CUDA backend too */
     rp_status (*init)(rp_model *m, rp_err *err);
     void (*deinit)(rp_model *m);
     /* Forward for n <= RP_MAX_CHUNK tokens; logits rows for the last n_logits tokens. */

@@ -6,6 +6,9 @@
  *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
  *     that grows (single-threaded, before the fan-out) to the longest context seen.
  *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
+ *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
+ *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
+ *     results are bit-identical to the recipe before it became backend-agnostic.
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,25 +24,46 @@
 #include "base/half.h"
 #include "base/threadpool.h"
 
-struct rp_backend {
+typedef struct cpu_backend {
+    rp_backend base; /* first: the vtable and description */
     rp_pool *pool;
     int n_threads;
     int ref;
     rp_cpu_kernels k;
     float **scratch; /* per thread, scratch_len floats */
     long scratch_len;
-    char desc[96];
-};
+    rp_step_seq *seqs; /* the step layout (rp_op_step_begin) */
+    int n_seqs, seqs_cap;
+} cpu_backend;
+
+#define CPU(bk) ((cpu_backend *)(bk))
+
+static const rp_backend_vt g_cpu_vt;
+
+static void cpu_destroy(rp_backend *bk)
+{
+    cpu_backend *b = CPU(bk);
+    if (b->scratch)
+        for (int i = 0; i < b->n_threads; i++)
+            rp_free_aligned(b->scratch[i]);
+    rp_free(b->scratch);
+    rp_free(b->seqs);
+    rp_pool_free(b->pool);
+    rp_free(b);
+}
 
 rp_backend *rp_backend_new(int n_threads, int ref_kernels)
 {
-    rp_backend *b = rp_calloc(1, sizeof *b);
+    cpu_backend *b = rp_calloc(1, sizeof *b);
     if (!b)
         return NULL;
+    b->base.vt = &g_cpu_vt;
+    b->base.host_buffers = 1;
     b->pool = rp_pool_new(n_threads);
     if (!b->pool)
         goto fail;
     b->n_threads = rp_pool_size(b->pool);
+    b->base.n_threads = b->n_threads;
     b->scratch = rp_calloc((size_t)b->n_threads, sizeof(float *));
     if (!b->scratch)
         goto fail;
@@ -51,28 +75,34 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     if (rp_cpu()->isa >= RP_ISA_AVX512)
         rp_cpu_kernels_avx512(&b->k);
 #endif
-    snprintf(b->desc, sizeof b->desc, "cpu %s, %d thread%s", ref_kernels ? "reference" : b->k.isa,
-             b->n_threads, b->n_threads == 1 ? "" : "s");
-    return b;
+    snprintf(b->base.desc, sizeof b->base.desc, "cpu %s, %d thread%s",
+             ref_kernels ? "reference" : b->k.isa, b->n_threads, b->n_threads == 1 ? "" : "s");
+    return &b->base;
 fail:
-    rp_backend_free(b);
+    cpu_destroy(&b->base);
     return NULL;
 }
 
-void rp_backend_free(rp_backend *b)
+/* ---- memory: plain host buffers, weights stay the caller's views ----------------------- */
+
+static void *cpu_buf_alloc(rp_backend *bk, size_t n_bytes, int tag)
 {
-    if (!b)
-        return;
-    if (b->scratch)
-        for (int i = 0; i < b->n_threads; i++)
-            rp_free_aligned(b->scratch[i]);
-    rp_free(b->scratch);
-    rp_pool_free(b->pool);
-    rp_free(b);
+    return rp_alloc_aligned(n_bytes, (rp_alloc_tag)tag);
 }
 
-int rp_backend_n_threads(const rp_backend *b) { return b->n_threads; }
-const char *rp_backend_describe(const rp_backend *b) { return b->desc; }
+static void cpu_buf_free(rp_backend *bk, void *p) { rp_free_aligned(p); }
+
+static void cpu_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
+{
+    if (dst != src)
+        memmove(dst, src, n);
+}
+
+static rp_status cpu_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst, rp_err *err)
+{
+    *dst = *src;
+    return RP_OK;
+}
 
 /* ---- matmul ---------------------------------------------------------------------------- */
 
@@ -93,8 +123,9 @@ static void matmul_part(void *p, int i, int n)
         j->kernel(j->w, r0, r1, j->x, j->n_tok, j->y);
 }
 
-void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y)
+static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
 {
+    cpu_backend *b = CPU(bk);
     RP_ASSERT(w->n_dims == 2 && w->dtype < RP_DT_COUNT);
     rp_matmul_kernel k = b->ref ? rp_ref_matmul : b->k.matmul[w->dtype];
     if (!k)
@@ -125,8 +156,9 @@ static void read_part(void *p, int i, int n)
         atomic_fetch_xor(&j->sink, j->read(j->buf + b * 64, (size_t)(e - b) * 64));
 }
 
-double rp_backend_read_bandwidth(rp_backend *b, size_t n_bytes, int reps)
+static double cpu_read_bandwidth(rp_backend *bk, size_t n_bytes, int reps)
 {
+    cpu_backend *b = CPU(bk);
     n_bytes &= ~(size_t)4095;
     char *buf = rp_alloc_aligned(n_bytes, RP_TAG_MISC);
     if (!buf)
@@ -181,9 +213,10 @@ void rp_tensor_row_f32(const rp_tensor *t, int64_t row, float *out)
 
 /* ---- norms, rope, elementwise ---------------------------------------------------------- */
 
-void rp_op_rmsnorm(rp_backend *b, float *out, const float *x, const rp_tensor *w, int n_tok,
-                   int dim, float eps, int add_one)
+static void cpu_rmsnorm(rp_backend *bk, float *out, const float *x, const rp_tensor *w,
+                        int n_tok, int dim, float eps, int add_one)
 {
+    cpu_backend *b = CPU(bk);
     float wbuf[16384];
     RP_ASSERT(dim <= 16384);
     const float *wf = NULL;
@@ -218,9 +251,10 @@ void rp_op_rmsnorm(rp_backend *b, float *out, const float *x, const rp_tensor *w
     }
 }
 
-void rp_op_rope(rp_backend *b, float *x, int n_tok, int n_heads, int head_dim, int rot_dim,
-                const int32_t *pos, const float *inv_freq, float attn_factor, int neox)
+static void cpu_rope(rp_backend *bk, float *x, int n_tok, int n_heads, int head_dim, int rot_dim,
+                     const int32_t *pos, const float *inv_freq, float attn_factor, int neox)
 {
+    cpu_backend *b = CPU(bk);
     if (b->ref) {
         rp_ref_rope(x, n_tok, n_heads, head_dim, rot_dim, pos, inv_freq, attn_factor, neox);
         return;
@@ -253,13 +287,14 @@ void rp_op_rope(rp_backend *b, float *x, int n_tok, int n_heads, int head_dim, i
     }
 }
 
-void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n)
+static void cpu_silu_mul(rp_backend *b, float *out, const float *gate, const float *up,
+                         int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n)
+static void cpu_add(rp_backend *b, float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
@@ -325,11 +360,11 @@ static void delta_part(void *p, int i, int n)
 void rp_op_gated_delta(rp_backend *b, const rp_delta_args *a)
 {
     RP_ASSERT(a->n_k_heads > 0 && a->n_v_heads % a->n_k_heads == 0);
-    delta_job j = {.a = a, .ref = b->ref};
+    delta_job j = {.a = a, .ref = CPU(b)->ref};
     if ((long)a->n_tok * a->n_v_heads * a->dk * a->dv < 65536)
         delta_part(&j, 0, 1);
     else
-        rp_pool_run(b->pool, delta_part, &j);
+        rp_pool_run(CPU(b)->pool, delta_part, &j);
 }
 
 /* ---- attention ------------------------------------------------------------------------- */
@@ -397,8 +432,9 @@ static void attn_part(void *p, int i, int n)
     }
 }
 
-void rp_op_attention(rp_backend *b, const rp_attn_args *a)
+static void cpu_attention(rp_backend *bk, const rp_attn_args *a)
 {
+    cpu_backend *b = CPU(bk);
     RP_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
     long need = (long)a->pos0 + a->n_tok + 16;
     if (need > b->scratch_len) {
@@ -416,3 +452,96 @@ void rp_op_attention(rp_backend *b, const rp_attn_args *a)
     else
         rp_pool_run(b->pool, attn_part, &j);
 }
+
+/* ---- the recipe's step ops ------------------------------------------------------------- */
+
+static void cpu_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, int dim)
+{
+    float tmp[16384];
+    RP_ASSERT(dim <= 16384);
+    rp_tensor_to_f32(bias, tmp, dim);
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < dim; i++)
+            y[(long)t * dim + i] += tmp[i];
+}
+
+static void cpu_embed(rp_backend *b, const rp_tensor *table, const int32_t *ids, int n, float *x)
+{
+    for (int t = 0; t < n; t++)
+        rp_tensor_row_f32(table, ids[t], x + (size_t)t * table->shape[1]);
+}
+
+static void cpu_gather_rows(rp_backend *b, float *dst, const float *src, const int32_t *rows,
+                            int n, int dim)
+{
+    for (int i = 0; i < n; i++)
+        if (dst + (size_t)i * dim != src + (size_t)rows[i] * dim)
+            memmove(dst + (size_t)i * dim, src + (size_t)rows[i] * dim, sizeof(float) * dim);
+}
+
+static void cpu_step_begin(rp_backend *bk, const rp_step_seq *seqs, int n_seqs)
+{
+    cpu_backend *b = CPU(bk);
+    if (n_seqs > b->seqs_cap) {
+        rp_step_seq *p = rp_realloc(b->seqs, sizeof *p * (size_t)n_seqs);
+        RP_ASSERT(p); /* a few KB; failing here means the host is gone */
+        b->seqs = p;
+        b->seqs_cap = n_seqs;
+    }
+    memcpy(b->seqs, seqs, sizeof *seqs * (size_t)n_seqs);
+    b->n_seqs = n_seqs;
+}
+
+static void cpu_kv_store(rp_backend *bk, int layer, const float *k, const float *v, int kv_dim)
+{
+    cpu_backend *b = CPU(bk);
+    for (int s = 0; s < b->n_seqs; s++) {
+        const rp_step_seq *q = &b->seqs[s];
+        size_t base = ((size_t)layer * q->cap + (size_t)q->pos0) * kv_dim;
+        size_t n = (size_t)q->n_tok * kv_dim * sizeof(float);
+        memcpy(q->k + base, k + (size_t)q->t0 * kv_dim, n);
+        memcpy(q->v + base, v + (size_t)q->t0 * kv_dim, n);
+    }
+}
+
+static void cpu_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
+{
+    cpu_backend *b = CPU(bk);
+    size_t qd = (size_t)a->n_heads * a->head_dim, kvd = (size_t)a->n_kv_heads * a->head_dim;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const rp_step_seq *q = &b->seqs[s];
+        rp_attn_args args = {.q = a->q + (size_t)q->t0 * qd,
+                             .k = q->k + (size_t)layer * q->cap * kvd,
+                             .v = q->v + (size_t)layer * q->cap * kvd,
+                             .out = a->out + (size_t)q->t0 * qd,
+                             .n_tok = q->n_tok,
+                             .pos0 = q->pos0,
+                             .n_heads = a->n_heads,
+                             .n_kv_heads = a->n_kv_heads,
+                             .head_dim = a->head_dim,
+                             .scale = a->scale,
+                             .window = a->window};
+        cpu_attention(bk, &args);
+    }
+}
+
+static const rp_backend_vt g_cpu_vt = {
+    .destroy = cpu_destroy,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = cpu_buf_free,
+    .to_host = cpu_to_host,
+    .weight = cpu_weight,
+    .read_bandwidth = cpu_read_bandwidth,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+    .add = cpu_add,
+    .add_bias = cpu_add_bias,
+    .embed = cpu_embed,
+    .gather_rows = cpu_gather_rows,
+    .step_begin = cpu_step_begin,
+    .kv_store = cpu_kv_store,
+    .attention_step = cpu_attention_step,
+};

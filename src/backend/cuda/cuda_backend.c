@@ -1,0 +1,298 @@
+/* backend/cuda/cuda_backend.c - the CUDA backend's vtable over the launchers of cuda_kernels.cu.
+ *
+ * Design notes:
+ *  1. Weights: 2-D tensors are uploaded as stored (f32/f16/bf16, decoded in the kernels);
+ *     1-D tensors (norm weights, biases) are converted to f32 on the host first, so every
+ *     elementwise kernel reads f32. Uploads are freed with the backend.
+ *  2. Every device allocation (weights, activations, KV, the kernels' scratch excepted) is
+ *     counted against the budget, mem_fraction of the GPU's memory; past it buf_alloc and
+ *     weight fail (RP_ERR_NOMEM at the caller), before cudaMalloc would.
+ *  3. The step layout becomes one token table on the device (rp_cuda_step), read by RoPE,
+ *     the KV store and attention of every layer.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "base/alloc.h"
+#include "base/half.h"
+#include "base/status.h"
+
+typedef struct cuda_backend {
+    rp_backend base; /* first */
+    rp_cuda_ctx *ctx;
+    size_t budget, used;
+    void **weights; /* uploads, freed with the backend */
+    size_t *weight_bytes;
+    int n_weights, cap_weights;
+    rp_cuda_tok *toks;
+    int toks_cap;
+    void **bufs; /* live buffers and their sizes, for the budget */
+    size_t *buf_bytes;
+    int n_bufs, cap_bufs;
+} cuda_backend;
+
+#define CB(bk) ((cuda_backend *)(bk))
+
+static const rp_backend_vt g_cuda_vt;
+static void cuda_buf_free(rp_backend *bk, void *p);
+
+int rp_backend_cuda_devices(void) { return rp_cuda_device_count(); }
+
+static void cuda_destroy(rp_backend *bk)
+{
+    cuda_backend *b = CB(bk);
+    for (int i = 0; i < b->n_weights; i++)
+        cuda_buf_free(bk, b->weights[i]);
+    rp_free(b->weights);
+    rp_free(b->weight_bytes);
+    rp_free(b->bufs);
+    rp_free(b->buf_bytes);
+    rp_free(b->toks);
+    rp_cuda_ctx_free(b->ctx);
+    rp_free(b);
+}
+
+rp_status rp_backend_new_cuda(int device, double mem_fraction, rp_backend **out, rp_err *err)
+{
+    *out = NULL;
+    char msg[256] = "";
+    rp_cuda_ctx *ctx = rp_cuda_ctx_new(device, msg, sizeof msg);
+    if (!ctx)
+        return rp_err_set(err, strstr(msg, "no CUDA GPU") ? RP_ERR_UNSUPPORTED : RP_ERR_BACKEND,
+                          "%s", msg);
+    cuda_backend *b = rp_calloc(1, sizeof *b);
+    if (!b) {
+        rp_cuda_ctx_free(ctx);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    }
+    b->ctx = ctx;
+    b->base.vt = &g_cuda_vt;
+    b->base.n_threads = 1;
+    b->base.is_cuda = 1;
+    size_t free_b, total_b;
+    rp_cuda_mem_info(ctx, &free_b, &total_b);
+    if (mem_fraction <= 0 || mem_fraction > 1)
+        mem_fraction = 0.9;
+    b->budget = (size_t)((double)total_b * mem_fraction);
+    snprintf(b->base.desc, sizeof b->base.desc, "cuda %s (budget %.1f GiB)", rp_cuda_ctx_name(ctx),
+             (double)b->budget / (1024.0 * 1024 * 1024));
+    *out = &b->base;
+    return RP_OK;
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+static void *cuda_buf_alloc(rp_backend *bk, size_t n, int tag)
+{
+    cuda_backend *b = CB(bk);
+    if (b->used + n > b->budget)
+        return NULL;
+    if (b->n_bufs == b->cap_bufs) {
+        int cap = b->cap_bufs ? b->cap_bufs * 2 : 64;
+        void **p = rp_realloc(b->bufs, sizeof(void *) * (size_t)cap);
+        if (!p)
+            return NULL;
+        b->bufs = p;
+        size_t *q = rp_realloc(b->buf_bytes, sizeof(size_t) * (size_t)cap);
+        if (!q)
+            return NULL;
+        b->buf_bytes = q;
+        b->cap_bufs = cap;
+    }
+    void *p = rp_cuda_malloc(b->ctx, n);
+    if (!p)
+        return NULL;
+    b->used += n;
+    b->bufs[b->n_bufs] = p;
+    b->buf_bytes[b->n_bufs++] = n;
+    return p;
+}
+
+static void cuda_buf_free(rp_backend *bk, void *p)
+{
+    cuda_backend *b = CB(bk);
+    for (int i = 0; i < b->n_bufs; i++)
+        if (b->bufs[i] == p) {
+            b->used -= b->buf_bytes[i];
+            b->bufs[i] = b->bufs[--b->n_bufs];
+            b->buf_bytes[i] = b->buf_bytes[b->n_bufs];
+            break;
+        }
+    rp_cuda_free(b->ctx, p);
+}
+
+static void cuda_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
+{
+    rp_cuda_to_host(CB(bk)->ctx, dst, src, n);
+}
+
+static rp_status cuda_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst, rp_err *err)
+{
+    cuda_backend *b = CB(bk);
+    *dst = *src;
+    int64_t n = src->n_dims == 1 ? src->shape[0] : src->shape[0] * src->shape[1];
+    float *f32 = NULL;
+    const void *host = src->data;
+    size_t bytes = src->n_bytes;
+    if (src->n_dims == 1) { /* norms and biases: f32 for the elementwise kernels */
+        f32 = rp_alloc(sizeof(float) * (size_t)(n ? n : 1));
+        if (!f32)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        rp_tensor_to_f32(src, f32, n);
+        host = f32;
+        bytes = sizeof(float) * (size_t)n;
+        dst->dtype = RP_DT_F32;
+        dst->n_bytes = bytes;
+    }
+    if (b->n_weights == b->cap_weights) {
+        int cap = b->cap_weights ? b->cap_weights * 2 : 512;
+        void **w = rp_realloc(b->weights, sizeof(void *) * (size_t)cap);
+        size_t *wb = w ? rp_realloc(b->weight_bytes, sizeof(size_t) * (size_t)cap) : NULL;
+        if (w)
+            b->weights = w;
+        if (!w || !wb) {
+            rp_free(f32);
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        }
+        b->weight_bytes = wb;
+        b->cap_weights = cap;
+    }
+    void *d = cuda_buf_alloc(bk, bytes, RP_TAG_MODEL);
+    if (!d) {
+        rp_free(f32);
+        return rp_err_set(err, RP_ERR_NOMEM,
+                          "GPU memory: %.2f GiB of weights so far, the next tensor (%zu bytes) "
+                          "does not fit in the budget of %.2f GiB (--gpu-memory-fraction)",
+                          (double)b->used / (1 << 30), bytes, (double)b->budget / (1 << 30));
+    }
+    rp_cuda_upload(b->ctx, d, host, bytes);
+    rp_free(f32);
+    b->weights[b->n_weights] = d;
+    b->weight_bytes[b->n_weights++] = bytes;
+    dst->data = d;
+    return RP_OK;
+}
+
+static double cuda_read_bandwidth(rp_backend *bk, size_t n, int reps)
+{
+    return rp_cuda_read_bw(CB(bk)->ctx, n, reps);
+}
+
+/* ---- ops --------------------------------------------------------------------------------- */
+
+static void cuda_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
+{
+    RP_ASSERT(w->n_dims == 2);
+    rp_cuda_matmul(CB(bk)->ctx, (int)w->dtype, w->data, (long)w->shape[0], (long)w->shape[1], x,
+                   n_tok, y);
+}
+
+static void cuda_matmul_n(rp_backend *bk, int n, const rp_tensor *const *w, const float *x,
+                          int n_tok, float *const *y)
+{
+    int dt[3];
+    const void *wd[3];
+    long rows[3];
+    for (int i = 0; i < n; i++) {
+        RP_ASSERT(w[i]->n_dims == 2 && w[i]->shape[1] == w[0]->shape[1]);
+        dt[i] = (int)w[i]->dtype;
+        wd[i] = w[i]->data;
+        rows[i] = (long)w[i]->shape[0];
+    }
+    rp_cuda_matmul_n(CB(bk)->ctx, n, dt, wd, rows, (long)w[0]->shape[1], x, n_tok, y);
+}
+
+static void cuda_rmsnorm(rp_backend *bk, float *out, const float *x, const rp_tensor *w,
+                         int n_tok, int dim, float eps, int add_one)
+{
+    RP_ASSERT(!w || w->dtype == RP_DT_F32); /* 1-D weights are uploaded as f32 */
+    rp_cuda_rmsnorm(CB(bk)->ctx, out, x, w ? w->data : NULL, n_tok, dim, eps, add_one);
+}
+
+static void cuda_rope(rp_backend *bk, float *x, int n_tok, int n_heads, int head_dim, int rot_dim,
+                      const int32_t *pos, const float *inv_freq, float attn_factor, int neox)
+{
+    rp_cuda_rope(CB(bk)->ctx, x, n_tok, n_heads, head_dim, rot_dim, pos, inv_freq, attn_factor,
+                 neox);
+}
+
+static void cuda_silu_mul(rp_backend *bk, float *out, const float *g, const float *u, int64_t n)
+{
+    rp_cuda_silu_mul(CB(bk)->ctx, out, g, u, n);
+}
+
+static void cuda_add(rp_backend *bk, float *y, const float *x, int64_t n)
+{
+    rp_cuda_add(CB(bk)->ctx, y, x, n);
+}
+
+static void cuda_add_bias(rp_backend *bk, float *y, const rp_tensor *bias, int n_tok, int dim)
+{
+    RP_ASSERT(bias->dtype == RP_DT_F32);
+    rp_cuda_add_bias(CB(bk)->ctx, y, bias->data, n_tok, dim);
+}
+
+static void cuda_embed(rp_backend *bk, const rp_tensor *table, const int32_t *ids, int n, float *x)
+{
+    rp_cuda_embed(CB(bk)->ctx, (int)table->dtype, table->data, (long)table->shape[1], ids, n, x);
+}
+
+static void cuda_gather_rows(rp_backend *bk, float *dst, const float *src, const int32_t *rows,
+                             int n, int dim)
+{
+    rp_cuda_gather_rows(CB(bk)->ctx, dst, src, rows, n, dim);
+}
+
+static void cuda_step_begin(rp_backend *bk, const rp_step_seq *seqs, int n_seqs)
+{
+    cuda_backend *b = CB(bk);
+    int n = 0;
+    for (int s = 0; s < n_seqs; s++)
+        n += seqs[s].n_tok;
+    if (n > b->toks_cap) {
+        rp_cuda_tok *p = rp_realloc(b->toks, sizeof *p * (size_t)n);
+        RP_ASSERT(p); /* a few KB; failing here means the host is gone */
+        b->toks = p;
+        b->toks_cap = n;
+    }
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < seqs[s].n_tok; i++)
+            b->toks[seqs[s].t0 + i] = (rp_cuda_tok){.k = seqs[s].k, .v = seqs[s].v,
+                                                    .pos = seqs[s].pos0 + i, .cap = seqs[s].cap};
+    rp_cuda_step(b->ctx, b->toks, n);
+}
+
+static void cuda_kv_store(rp_backend *bk, int layer, const float *k, const float *v, int kv_dim)
+{
+    rp_cuda_kv_store(CB(bk)->ctx, layer, k, v, kv_dim);
+}
+
+static void cuda_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
+{
+    rp_cuda_attention(CB(bk)->ctx, layer, a->q, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
+                      a->scale, a->window);
+}
+
+static const rp_backend_vt g_cuda_vt = {
+    .destroy = cuda_destroy,
+    .buf_alloc = cuda_buf_alloc,
+    .buf_free = cuda_buf_free,
+    .to_host = cuda_to_host,
+    .weight = cuda_weight,
+    .read_bandwidth = cuda_read_bandwidth,
+    .matmul = cuda_matmul,
+    .matmul_n = cuda_matmul_n,
+    .rmsnorm = cuda_rmsnorm,
+    .rope = cuda_rope,
+    .attention = NULL,
+    .silu_mul = cuda_silu_mul,
+    .add = cuda_add,
+    .add_bias = cuda_add_bias,
+    .embed = cuda_embed,
+    .gather_rows = cuda_gather_rows,
+    .step_begin = cuda_step_begin,
+    .kv_store = cuda_kv_store,
+    .attention_step = cuda_attention_step,
+};

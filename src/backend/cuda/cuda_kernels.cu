@@ -1,0 +1,1474 @@
+/* backend/cuda/cuda_kernels.cu - kernels and launchers of the CUDA backend (CUDA C++).
+ *
+ * Design notes:
+ *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, four
+ *     loads in flight per lane, every token of the batch served by the same weight read;
+ *     x (f32) comes through the read-only cache. Larger batches (prefill, batched decode) go
+ *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
+ *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
+ *     heuristic's picks for both operand orientations (y, or y transposed then transposed
+ *     back) are timed and the fastest is cached: for skinny batched-decode shapes the two
+ *     differ several-fold.
+ *  2. Attention: one block per (query token, group of query heads sharing a KV head, chunk
+ *     of 32 or 128 keys); a warp scores one key at a time for every head of the group (one
+ *     coalesced K row read per group), then threads sum V over the chunk per dimension; a second kernel merges the
+ *     chunks' (max, sum, acc) partials (flash-decoding style split over the keys). The same
+ *     kernels serve prefill, where every query token is its own row.
+ *  3. Small host arrays (token ids, gather rows) go through a pinned ring copied with the
+ *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
+ *     synchronises first). The step's token table and RoPE's inv_freq have their own device
+ *     buffers, re-uploaded only when they change.
+ *  4. RAPID_CUDA_GRAPH=1 (opt-in): decode steps of <= 4 tokens are recorded and replayed
+ *     as CUDA graphs (see "CUDA graphs for decode steps" below).
+ */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <new>
+#include <type_traits>
+
+#include "backend/cuda/cuda_kernels.h"
+
+extern "C" {
+#include "base/alloc.h"
+}
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__,                \
+                    cudaGetErrorString(e_), #x);                                               \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+#define CKL(x)                                                                                 \
+    do {                                                                                       \
+        cublasStatus_t s_ = (x);                                                               \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+            fprintf(stderr, "%s:%d: cuBLASLt error %d (%s)\n", __FILE__, __LINE__, (int)s_,    \
+                    #x);                                                                       \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+#define LAUNCHED() CK(cudaGetLastError())
+
+/* RAPID_CUDA_PROFILE=1: every launcher waits for the GPU before and after its work and adds
+ * the wall time to its kind; the table goes to stderr when the context is freed. Slows the
+ * run (a synchronisation per op): for finding where the time goes, not for timing. */
+enum { P_MATVEC, P_GEMM, P_NORM, P_ROPE, P_ATTN, P_KV, P_ELEM, P_EMBED, P_GATHER, P_TOHOST,
+       P_STEP, P_COUNT };
+static const char *const g_prof_names[P_COUNT] = {"matvec",  "gemm",   "rmsnorm", "rope",
+                                                  "attention", "kv_store", "elementwise",
+                                                  "embed",   "gather", "to_host", "step"};
+
+enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 128, ACH = 128, MV_WARPS = 8 };
+
+typedef struct algo_entry {
+    int dtype, n;
+    long rows, cols;
+    int ok, orient;
+    cublasLtMatmulAlgo_t algo;
+} algo_entry;
+
+struct rp_cuda_ctx {
+    int device, sms;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *ws;
+    char *ring_host, *ring_dev;
+    size_t ring_off;
+    void *xh; /* x rounded to 16 bits for cuBLASLt */
+    size_t xh_bytes;
+    void *tbuf; /* orientation-1 GEMM output before its transpose */
+    size_t tbuf_bytes;
+    void *pin; /* pinned landing area for big device -> host copies */
+    size_t pin_bytes;
+    float *part; /* attention partials / gather scratch */
+    size_t part_bytes;
+    rp_cuda_tok *tok_host, *tok_dev;
+    int n_tok, tok_cap, max_pos;
+    cudaEvent_t tok_ev;
+    float *inv_host, *inv_dev;
+    int n_inv;
+    int32_t *pos_host; /* the step's positions, to recognise RoPE's pos */
+    algo_entry algos[N_ALGOS];
+    int n_algos;
+    int prof;
+    int graphs;           /* RAPID_CUDA_GRAPH=1: decode steps replayed as CUDA graphs */
+    int rec, rec_dirty;   /* recording this step's launches / the step cannot be a graph */
+    struct rec_op *log;   /* the step's deferred launches */
+    int n_log;
+    struct graph_entry *gcache;
+    uint64_t g_clock;
+    long g_hits, g_builds;
+    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4 or 8 */
+    double prof_s[P_COUNT];
+    long prof_n[P_COUNT];
+    char name[160];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct prof_scope {
+    rp_cuda_ctx *c;
+    int kind;
+    double t0;
+    prof_scope(rp_cuda_ctx *ctx, int k) : c(ctx), kind(k), t0(0)
+    {
+        if (c->prof) {
+            CK(cudaStreamSynchronize(c->stream));
+            t0 = now_s();
+        }
+    }
+    ~prof_scope()
+    {
+        if (c->prof) {
+            CK(cudaStreamSynchronize(c->stream));
+            c->prof_s[kind] += now_s() - t0;
+            c->prof_n[kind]++;
+        }
+    }
+};
+
+/* ---- CUDA graphs for decode steps ---------------------------------------------------------
+ * With graphs on, the launches of a step of at most 4 tokens (from rp_cuda_step to the
+ * logits copy) are recorded instead of run: each as a closure of its arguments by value.
+ * At the logits copy the closures' bytes are hashed; a step whose hash was seen before
+ * replays that step's instantiated graph, otherwise the closures run under stream capture
+ * and the graph is kept (a small LRU). Host data (token ids, gather rows, the token table)
+ * still goes to the device eagerly at record time, at the same ring offsets for the same op
+ * sequence, so it is part of the hash only through its device addresses. Anything that must
+ * synchronise or reallocate mid-step (ring wrap, scratch growth, cuBLASLt) first runs what
+ * was recorded and marks the step not graphable. */
+enum { LOG_CAP = 2048, BLOB = 224, G_CACHE = 24 };
+struct rec_op {
+    void (*thunk)(void *);
+    alignas(16) unsigned char blob[BLOB];
+};
+struct graph_entry {
+    uint64_t sig, last;
+    cudaGraphExec_t exec;
+};
+
+template <typename F> static void thunk_of(void *p) { (*(F *)p)(); }
+
+static void log_run(rp_cuda_ctx *c)
+{
+    for (int i = 0; i < c->n_log; i++)
+        c->log[i].thunk(c->log[i].blob);
+    c->n_log = 0;
+}
+
+/* Runs what was recorded now and keeps the rest of the step eager. */
+static void rec_break(rp_cuda_ctx *c)
+{
+    if (!c->rec)
+        return;
+    log_run(c);
+    c->rec_dirty = 1;
+}
+
+/* LAUNCH(c, { body }) runs body now, or records it: the closure is built in place in a
+ * zeroed log slot (no copy), so its padding is zero and the slot's bytes are a faithful
+ * signature of everything the body captured. */
+template <typename Make> static void launch_in(rp_cuda_ctx *c, const Make &make)
+{
+    using F = std::remove_pointer_t<decltype(make((void *)0))>;
+    static_assert(sizeof(F) <= BLOB, "closure too big for the launch log");
+    if (c->rec && !c->rec_dirty && c->n_log == LOG_CAP)
+        rec_break(c);
+    if (!c->rec || c->rec_dirty) {
+        alignas(16) unsigned char tmp[BLOB];
+        F *f = make(tmp);
+        (*f)();
+        return;
+    }
+    rec_op *r = &c->log[c->n_log++];
+    memset(r, 0, sizeof *r);
+    make(r->blob);
+    r->thunk = thunk_of<F>;
+}
+#define LAUNCH(c, ...) launch_in(c, [&](void *blob_) { return new (blob_) auto([=] __VA_ARGS__); })
+
+static uint64_t log_sig(const rp_cuda_ctx *c)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < c->n_log; i++) {
+        const unsigned char *p = (const unsigned char *)&c->log[i];
+        for (size_t k = 0; k < sizeof(rec_op); k++)
+            h = (h ^ p[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* End of a recorded step: replay or build its graph (or run it eagerly when dirty). */
+static void rec_finish(rp_cuda_ctx *c)
+{
+    if (!c->rec)
+        return;
+    c->rec = 0;
+    if (c->rec_dirty || c->n_log == 0) {
+        log_run(c);
+        c->rec_dirty = 0;
+        return;
+    }
+    uint64_t sig = log_sig(c);
+    graph_entry *e = NULL, *victim = NULL;
+    for (int i = 0; i < G_CACHE; i++) {
+        graph_entry *g = &c->gcache[i];
+        if (g->exec && g->sig == sig)
+            e = g;
+        if (!victim || (victim->exec && (!g->exec || g->last < victim->last)))
+            victim = g; /* an empty slot, else the least recently used */
+    }
+    if (!e) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+        log_run(c);
+        CK(cudaStreamEndCapture(c->stream, &g));
+        if (victim->exec)
+            CK(cudaGraphExecDestroy(victim->exec));
+        CK(cudaGraphInstantiate(&victim->exec, g, 0));
+        CK(cudaGraphDestroy(g));
+        victim->sig = sig;
+        e = victim;
+        c->g_builds++;
+    } else {
+        c->g_hits++;
+    }
+    c->n_log = 0;
+    e->last = ++c->g_clock;
+    CK(cudaGraphLaunch(e->exec, c->stream));
+}
+
+/* ---- context ----------------------------------------------------------------------------- */
+
+extern "C" int rp_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
+{
+    int n = rp_cuda_device_count();
+    if (device < 0 || device >= n) {
+        snprintf(err, err_len, "no CUDA GPU %d (the driver sees %d)", device, n);
+        return NULL;
+    }
+    rp_cuda_ctx *c = (rp_cuda_ctx *)rp_calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    c->device = device;
+    cudaDeviceProp p;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&p, device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&c->ws, WS_BYTES);
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&c->ring_host, RING_BYTES);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->ring_dev, RING_BYTES);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&c->tok_ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "CUDA GPU %d: %s", device, cudaGetErrorString(e));
+        rp_cuda_ctx_free(c);
+        return NULL;
+    }
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, err_len, "cuBLASLt does not start on GPU %d", device);
+        rp_cuda_ctx_free(c);
+        return NULL;
+    }
+    c->sms = p.multiProcessorCount;
+    const char *pe = getenv("RAPID_CUDA_PROFILE");
+    c->prof = pe && *pe && strcmp(pe, "0") != 0;
+    const char *ge = getenv("RAPID_CUDA_GRAPH");
+    c->graphs = ge && strcmp(ge, "1") == 0 && !c->prof;
+    if (c->graphs) {
+        c->log = (rec_op *)rp_alloc_aligned(sizeof(rec_op) * LOG_CAP, RP_TAG_MODEL);
+        c->gcache = (graph_entry *)rp_calloc(G_CACHE, sizeof(graph_entry));
+        if (!c->log || !c->gcache) {
+            snprintf(err, err_len, "out of memory");
+            rp_cuda_ctx_free(c);
+            return NULL;
+        }
+    }
+    const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
+    c->mv_unroll = ue && strcmp(ue, "8") == 0 ? 8 : 4;
+    snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
+             p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
+    return c;
+}
+
+extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->rec) {
+        c->rec_dirty = 1;
+        rec_finish(c);
+    }
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    if (c->graphs)
+        fprintf(stderr, "cuda graphs: %ld steps replayed, %ld graphs built\n", c->g_hits,
+                c->g_builds);
+    for (int i = 0; c->gcache && i < G_CACHE; i++)
+        if (c->gcache[i].exec)
+            cudaGraphExecDestroy(c->gcache[i].exec);
+    rp_free(c->gcache);
+    rp_free_aligned(c->log);
+    if (c->prof) {
+        double tot = 0;
+        for (int k = 0; k < P_COUNT; k++)
+            tot += c->prof_s[k];
+        fprintf(stderr, "cuda profile (synchronised per op): %.3f s in ops\n", tot);
+        for (int k = 0; k < P_COUNT; k++)
+            if (c->prof_n[k])
+                fprintf(stderr, "  %-12s %9.3f ms %8ld calls %8.1f us/call %5.1f%%\n",
+                        g_prof_names[k], c->prof_s[k] * 1e3, c->prof_n[k],
+                        c->prof_s[k] * 1e6 / c->prof_n[k], 100.0 * c->prof_s[k] / tot);
+    }
+    if (c->lt)
+        cublasLtDestroy(c->lt);
+    cudaFree(c->ws);
+    cudaFree(c->ring_dev);
+    cudaFreeHost(c->ring_host);
+    cudaFree(c->xh);
+    cudaFree(c->part);
+    cudaFree(c->tbuf);
+    cudaFreeHost(c->tok_host);
+    cudaFreeHost(c->pin);
+    cudaFree(c->tok_dev);
+    cudaFree(c->inv_dev);
+    rp_free(c->inv_host);
+    rp_free(c->pos_host);
+    if (c->tok_ev)
+        cudaEventDestroy(c->tok_ev);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    rp_free(c);
+}
+
+extern "C" const char *rp_cuda_ctx_name(const rp_cuda_ctx *c) { return c->name; }
+
+extern "C" void rp_cuda_mem_info(rp_cuda_ctx *c, size_t *free_b, size_t *total_b)
+{
+    CK(cudaMemGetInfo(free_b, total_b));
+}
+
+extern "C" void *rp_cuda_malloc(rp_cuda_ctx *c, size_t n)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void rp_cuda_free(rp_cuda_ctx *c, void *p)
+{
+    if (!p)
+        return;
+    rec_break(c);
+    CK(cudaStreamSynchronize(c->stream));
+    CK(cudaFree(p));
+}
+
+extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
+{
+    /* straight from the mmap (pageable); on the stream, so later kernels are ordered after
+     * it, and waited for, so the source may go away */
+    rec_break(c);
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
+}
+
+extern "C" void rp_cuda_to_host(rp_cuda_ctx *c, void *dst, const void *src, size_t n)
+{
+    prof_scope ps(c, P_TOHOST);
+    rec_finish(c);
+    if (n >= ((size_t)1 << 20)) { /* big (batched logits): DMA into pinned memory, then copy */
+        if (n > c->pin_bytes) {
+            CK(cudaStreamSynchronize(c->stream));
+            CK(cudaFreeHost(c->pin));
+            c->pin = NULL;
+            CK(cudaMallocHost(&c->pin, n));
+            c->pin_bytes = n;
+        }
+        CK(cudaMemcpyAsync(c->pin, src, n, cudaMemcpyDeviceToHost, c->stream));
+        CK(cudaStreamSynchronize(c->stream));
+        memcpy(dst, c->pin, n);
+    } else {
+        CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+        CK(cudaStreamSynchronize(c->stream));
+    }
+    c->ring_off = 0; /* everything staged has been consumed */
+}
+
+/* Copies n host bytes to device memory valid for the work queued after this call (until
+ * the ring restarts after a synchronisation). */
+static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
+{
+    size_t a = (n + 255) & ~(size_t)255;
+    if (a > RING_BYTES) {
+        fprintf(stderr, "cuda: staging %zu bytes, more than the ring\n", n);
+        abort();
+    }
+    if (c->ring_off + a > RING_BYTES) {
+        rec_break(c);
+        CK(cudaStreamSynchronize(c->stream));
+        c->ring_off = 0;
+    }
+    memcpy(c->ring_host + c->ring_off, src, n);
+    CK(cudaMemcpyAsync(c->ring_dev + c->ring_off, c->ring_host + c->ring_off, n,
+                       cudaMemcpyHostToDevice, c->stream));
+    void *d = c->ring_dev + c->ring_off;
+    c->ring_off += a;
+    return d;
+}
+
+static void *grow(rp_cuda_ctx *c, void **p, size_t *have, size_t need)
+{
+    if (need > *have) {
+        rec_break(c);
+        CK(cudaStreamSynchronize(c->stream));
+        CK(cudaFree(*p));
+        size_t n = need + need / 2;
+        CK(cudaMalloc(p, n));
+        *have = n;
+    }
+    return *p;
+}
+
+/* ---- loads and conversions --------------------------------------------------------------- */
+
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float bf16lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+template <int DT> struct wtype;
+template <> struct wtype<RP_CUDA_F32> {
+    enum { EPV = 4 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+    }
+    static __device__ __forceinline__ float one(const void *w, long i)
+    {
+        return ((const float *)w)[i];
+    }
+};
+template <> struct wtype<RP_CUDA_BF16> {
+    enum { EPV = 8 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        f[0] = bf16lo(u.x), f[1] = bf16hi(u.x), f[2] = bf16lo(u.y), f[3] = bf16hi(u.y);
+        f[4] = bf16lo(u.z), f[5] = bf16hi(u.z), f[6] = bf16lo(u.w), f[7] = bf16hi(u.w);
+    }
+    static __device__ __forceinline__ float one(const void *w, long i)
+    {
+        return __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
+    }
+};
+template <> struct wtype<RP_CUDA_F16> {
+    enum { EPV = 8 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        uint32_t a[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __half2 h = *(const __half2 *)&a[i];
+            float2 v = __half22float2(h);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+    static __device__ __forceinline__ float one(const void *w, long i)
+    {
+        return __half2float(((const __half *)w)[i]);
+    }
+};
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- matmul: decode matvec --------------------------------------------------------------- */
+
+template <int DT, int NT>
+__device__ __forceinline__ void mv_fma(uint4 u, const float *__restrict__ x, long cols, long e,
+                                       float *acc)
+{
+    const int EPV = wtype<DT>::EPV;
+    float f[EPV];
+    wtype<DT>::cvt(u, f);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4 *xp = (const float4 *)(x + (long)t * cols + e);
+#pragma unroll
+        for (int q = 0; q < EPV / 4; q++) {
+            float4 xv = __ldg(xp + q);
+            acc[t] = fmaf(f[4 * q], xv.x, acc[t]);
+            acc[t] = fmaf(f[4 * q + 1], xv.y, acc[t]);
+            acc[t] = fmaf(f[4 * q + 2], xv.z, acc[t]);
+            acc[t] = fmaf(f[4 * q + 3], xv.w, acc[t]);
+        }
+    }
+}
+
+/* Up to three matrices over the same x, rows stacked: global row r is row r - r0[m] of
+ * matrix m. */
+typedef struct mv_set {
+    const uint4 *w[3];
+    float *y[3];
+    long r0[4]; /* r0[3] = total rows; entries past the last matrix repeat it */
+} mv_set;
+
+/* One warp per row; cols a multiple of EPV, rows of w and x 16-byte aligned. */
+template <int DT, int NT, int U>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_kernel(mv_set set, long cols, const float *__restrict__ x)
+{
+    const int EPV = wtype<DT>::EPV;
+    long row = (long)blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    int m = (row >= set.r0[1]) + (row >= set.r0[2]);
+    if (row >= set.r0[3] || row >= set.r0[m + 1])
+        return;
+    long lr = row - set.r0[m], rows = set.r0[m + 1] - set.r0[m];
+    long nv = cols / EPV;
+    const uint4 *wr = set.w[m] + lr * nv;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    long i = lane;
+    for (; i + 32 * (U - 1) < nv; i += 32 * U) { /* U loads in flight per lane */
+        uint4 u[U];
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            u[k] = ld_stream(wr + i + 32 * k);
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
+    }
+    for (; i < nv; i += 32)
+        mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
+    float *y = set.y[m];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = warp_sum(acc[t]);
+        if (lane == 0)
+            y[(long)t * rows + lr] = s;
+    }
+}
+
+/* Any shape or alignment: one warp per row, one element at a time. */
+template <int DT>
+__global__ void matvec_any_kernel(const void *__restrict__ w, long rows, long cols,
+                                  const float *__restrict__ x, int n_tok, float *__restrict__ y)
+{
+    long row = (long)blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    for (int t = 0; t < n_tok; t++) {
+        float acc = 0.0f;
+        for (long i = lane; i < cols; i += 32)
+            acc = fmaf(wtype<DT>::one(w, row * cols + i), x[(long)t * cols + i], acc);
+        acc = warp_sum(acc);
+        if (lane == 0)
+            y[(long)t * rows + row] = acc;
+    }
+}
+
+static int mv_vec_ok(int dt, long cols, const void *w, const float *x)
+{
+    int epv = dt == RP_CUDA_F32 ? 4 : 8;
+    return cols % epv == 0 && cols % 4 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
+}
+
+/* n <= 4 tokens over the stacked matrices of set (all vector-aligned). */
+template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long cols,
+                                         const float *x, int n)
+{
+    dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
+    int u8 = c->mv_unroll == 8 && n == 1;
+    LAUNCH(c, {
+        if (u8)
+            matvec_kernel<DT, 1, 8><<<grid, block, 0, c->stream>>>(set, cols, x);
+        else
+            switch (n) {
+            case 1: matvec_kernel<DT, 1, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            case 2: matvec_kernel<DT, 2, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            case 3: matvec_kernel<DT, 3, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            default: matvec_kernel<DT, 4, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            }
+        LAUNCHED();
+    });
+}
+
+static void matvec_launch(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const float *x,
+                          int n)
+{
+    if (dt == RP_CUDA_BF16)
+        matvec_set<RP_CUDA_BF16>(c, set, cols, x, n);
+    else if (dt == RP_CUDA_F16)
+        matvec_set<RP_CUDA_F16>(c, set, cols, x, n);
+    else
+        matvec_set<RP_CUDA_F32>(c, set, cols, x, n);
+}
+
+static mv_set one_set(const void *w, long rows, float *y)
+{
+    mv_set s;
+    memset(&s, 0, sizeof s);
+    s.w[0] = (const uint4 *)w;
+    s.y[0] = y;
+    s.r0[0] = 0;
+    s.r0[1] = rows;
+    s.r0[2] = s.r0[3] = rows;
+    return s;
+}
+
+template <int DT>
+static void matvec(rp_cuda_ctx *c, const void *w, long rows, long cols, const float *x, int n,
+                   float *y)
+{
+    if (!mv_vec_ok(DT, cols, w, x)) {
+        dim3 grid((unsigned)((rows + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
+        LAUNCH(c, {
+            matvec_any_kernel<DT><<<grid, block, 0, c->stream>>>(w, rows, cols, x, n, y);
+            LAUNCHED();
+        });
+        return;
+    }
+    matvec_set<DT>(c, one_set(w, rows, y), cols, x, n);
+}
+
+/* ---- matmul: cuBLASLt --------------------------------------------------------------------- */
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f32(float v) { return __float2half_rn(v); }
+
+template <typename T> __global__ void round_kernel(const float *__restrict__ x, T *out, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        out[i] = from_f32<T>(x[i]);
+}
+
+static cudaDataType cuda_type(int dt)
+{
+    return dt == RP_CUDA_BF16 ? CUDA_R_16BF : dt == RP_CUDA_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* The GEMM y[n][rows] = x[n][cols] . W[rows][cols]^T in one of two column-major
+ * orientations (cuBLASLt's kernels favour different ones for skinny shapes):
+ *   0: C (rows x n, ld rows) = A^T B, A = W as cols x rows, B = x as cols x n: C is y itself;
+ *   1: C (n x rows, ld n) = A^T B, A = x as cols x n, B = W as cols x rows: C is y transposed,
+ *      written to scratch and transposed into y. */
+typedef struct gemm_plan {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+} gemm_plan;
+
+static void plan_make(gemm_plan *p, int dt, int orient, long rows, long cols, int n)
+{
+    cudaDataType ab = cuda_type(dt);
+    CKL(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CKL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CKL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    uint64_t m = orient ? (uint64_t)n : (uint64_t)rows, nn = orient ? (uint64_t)rows : (uint64_t)n;
+    CKL(cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)cols, m, (int64_t)cols));
+    CKL(cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)cols, nn, (int64_t)cols));
+    CKL(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, nn, (int64_t)m));
+}
+
+static void plan_free(gemm_plan *p)
+{
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->op);
+}
+
+/* t is [rows][n] (orientation 1's C), y is [n][rows]. */
+__global__ void transpose_kernel(const float *__restrict__ t, float *__restrict__ y, long rows,
+                                 int n)
+{
+    __shared__ float tile[32][33];
+    long r0 = (long)blockIdx.x * 32;
+    int n0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) { /* read rows r0+i, tokens n0+tx */
+        long r = r0 + i;
+        int k = n0 + threadIdx.x;
+        if (r < rows && k < n)
+            tile[i][threadIdx.x] = t[r * n + k];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) { /* write tokens n0+i, rows r0+tx */
+        int k = n0 + i;
+        long r = r0 + threadIdx.x;
+        if (r < rows && k < n)
+            y[(long)k * rows + r] = tile[threadIdx.x][i];
+    }
+}
+
+static cublasStatus_t gemm_run(rp_cuda_ctx *c, const gemm_plan *p, int orient,
+                               const cublasLtMatmulAlgo_t *algo, const void *w, long rows,
+                               const void *x, int n, float *y)
+{
+    float alpha = 1.0f, beta = 0.0f;
+    if (!orient)
+        return cublasLtMatmul(c->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->lc, y,
+                              p->lc, algo, c->ws, WS_BYTES, c->stream);
+    float *t = (float *)grow(c, &c->tbuf, &c->tbuf_bytes, sizeof(float) * (size_t)n * rows);
+    cublasStatus_t st = cublasLtMatmul(c->lt, p->op, &alpha, x, p->la, w, p->lb, &beta, t, p->lc,
+                                       t, p->lc, algo, c->ws, WS_BYTES, c->stream);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n + 31) / 32)), block(32, 8);
+        transpose_kernel<<<grid, block, 0, c->stream>>>(t, y, rows, n);
+        LAUNCHED();
+    }
+    return st;
+}
+
+/* First use of a shape: the heuristic's picks for both orientations, each timed on this
+ * call's operands (the fastest run of two after a warm-up); the fastest is kept. */
+static void gemm_tune(rp_cuda_ctx *c, algo_entry *a, int dt, const void *w, long rows, long cols,
+                      const void *x, int n, float *y)
+{
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float best = INFINITY;
+    for (int orient = 0; orient < 2; orient++) {
+        gemm_plan p;
+        plan_make(&p, dt, orient, rows, cols, n);
+        cublasLtMatmulPreference_t pref;
+        CKL(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t ws = WS_BYTES;
+        CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws));
+        cublasLtMatmulHeuristicResult_t res[16];
+        int got = 0;
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, p.op, p.la, p.lb, p.lc, p.lc, pref, 16, res,
+                                           &got) != CUBLAS_STATUS_SUCCESS)
+            got = 0;
+        cublasLtMatmulPreferenceDestroy(pref);
+        for (int i = 0; i < got; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS)
+                continue;
+            float t_best = INFINITY;
+            int ok = 1;
+            for (int rep = 0; rep < 3 && ok; rep++) {
+                float ms = 0;
+                CK(cudaEventRecord(e0, c->stream));
+                ok = gemm_run(c, &p, orient, &res[i].algo, w, rows, x, n, y) ==
+                     CUBLAS_STATUS_SUCCESS;
+                CK(cudaEventRecord(e1, c->stream));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (rep > 0 && ms < t_best)
+                    t_best = ms;
+            }
+            if (ok && t_best < best) {
+                best = t_best;
+                a->algo = res[i].algo;
+                a->orient = orient;
+                a->ok = 1;
+            }
+        }
+        plan_free(&p);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (!a->ok) {
+        fprintf(stderr, "cuBLASLt: no algorithm for %ld x %ld x %d (dtype %d)\n", rows, cols, n,
+                dt);
+        abort();
+    }
+}
+
+static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, const void *x,
+                 int n, float *y)
+{
+    algo_entry *a = NULL;
+    for (int i = 0; i < c->n_algos; i++) {
+        algo_entry *e = &c->algos[i];
+        if (e->dtype == dt && e->n == n && e->rows == rows && e->cols == cols) {
+            a = e;
+            break;
+        }
+    }
+    if (!a) {
+        a = &c->algos[c->n_algos < N_ALGOS ? c->n_algos++ : N_ALGOS - 1];
+        a->dtype = dt, a->n = n, a->rows = rows, a->cols = cols, a->ok = 0;
+        gemm_tune(c, a, dt, w, rows, cols, x, n, y);
+    }
+    gemm_plan p;
+    plan_make(&p, dt, a->orient, rows, cols, n);
+    CKL(gemm_run(c, &p, a->orient, &a->algo, w, rows, x, n, y));
+    plan_free(&p);
+}
+
+extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,
+                               const float *x, int n, float *y)
+{
+    prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
+    int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
+    if (n > 4 && aligned) {
+        rec_break(c); /* cuBLASLt (and its first-use tuning) stays out of graphs */
+        if (dt == RP_CUDA_F32) {
+            gemm(c, dt, w, rows, cols, x, n, y);
+            return;
+        }
+        long ne = (long)n * cols;
+        void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
+        int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
+        if (dt == RP_CUDA_BF16)
+            round_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(x, (__nv_bfloat16 *)xh, ne);
+        else
+            round_kernel<__half><<<blocks, 256, 0, c->stream>>>(x, (__half *)xh, ne);
+        LAUNCHED();
+        gemm(c, dt, w, rows, cols, xh, n, y);
+        return;
+    }
+    for (int t0 = 0; t0 < n; t0 += 4) {
+        int nt = n - t0 < 4 ? n - t0 : 4;
+        const float *xt = x + (long)t0 * cols;
+        float *yt = y + (long)t0 * rows;
+        if (dt == RP_CUDA_BF16)
+            matvec<RP_CUDA_BF16>(c, w, rows, cols, xt, nt, yt);
+        else if (dt == RP_CUDA_F16)
+            matvec<RP_CUDA_F16>(c, w, rows, cols, xt, nt, yt);
+        else
+            matvec<RP_CUDA_F32>(c, w, rows, cols, xt, nt, yt);
+    }
+}
+
+extern "C" void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dt, const void *const *w,
+                                 const long *rows, long cols, const float *x, int n_tok,
+                                 float *const *y)
+{
+    int fuse = n_tok <= 4 && n <= 3;
+    for (int i = 0; i < n && fuse; i++)
+        fuse = dt[i] == dt[0] && mv_vec_ok(dt[i], cols, w[i], x);
+    if (!fuse) {
+        for (int i = 0; i < n; i++)
+            rp_cuda_matmul(c, dt[i], w[i], rows[i], cols, x, n_tok, y[i]);
+        return;
+    }
+    prof_scope ps(c, P_MATVEC);
+    mv_set s;
+    memset(&s, 0, sizeof s);
+    long r = 0;
+    for (int i = 0; i < 3; i++) {
+        s.r0[i] = r;
+        if (i < n) {
+            s.w[i] = (const uint4 *)w[i];
+            s.y[i] = y[i];
+            r += rows[i];
+        }
+    }
+    s.r0[3] = r;
+    for (int i = n; i < 3; i++)
+        s.r0[i] = r; /* empty matrices: no row maps to them */
+    matvec_launch(c, dt[0], s, cols, x, n_tok);
+}
+
+/* ---- norms, rope, elementwise -------------------------------------------------------------- */
+
+__device__ float block_sum(float v, float *red)
+{
+    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    v = warp_sum(v);
+    __syncthreads(); /* red may be in use by a previous reduction */
+    if (lane == 0)
+        red[wid] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++)
+        s += red[i];
+    return s;
+}
+
+__device__ float block_max(float v, float *red)
+{
+    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        red[wid] = v;
+    __syncthreads();
+    float s = -INFINITY;
+    for (int i = 0; i < nw; i++)
+        s = fmaxf(s, red[i]);
+    return s;
+}
+
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
+                               int add_one)
+{
+    __shared__ float red[32];
+    const float *xr = x + (long)blockIdx.x * dim;
+    float *orow = out + (long)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = xr[i] * inv;
+        if (w)
+            v = add_one ? v * (1.0f + w[i]) : v * w[i];
+        orow[i] = v;
+    }
+}
+
+/* dim a multiple of 4, rows 16-byte aligned: one float4 per thread per step */
+__global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int dim, float eps,
+                                int add_one)
+{
+    __shared__ float red[32];
+    const float4 *xr = (const float4 *)(x + (long)blockIdx.x * dim);
+    float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
+    int n4 = dim / 4;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i];
+        v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
+        if (w) {
+            float4 g = ((const float4 *)w)[i];
+            if (add_one)
+                g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
+            v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
+        }
+        orow[i] = v;
+    }
+}
+
+extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w,
+                                int n_rows, int dim, float eps, int add_one)
+{
+    prof_scope ps(c, P_NORM);
+    if (dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
+        (uintptr_t)w % 16 == 0) {
+        int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
+        LAUNCH(c, {
+            rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            LAUNCHED();
+        });
+    } else {
+        int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
+        LAUNCH(c, {
+            rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            LAUNCHED();
+        });
+    }
+    LAUNCHED();
+}
+
+__global__ void rope_kernel(float *x, int n_heads, int head_dim, int half,
+                            const rp_cuda_tok *toks, const int32_t *pos, const float *inv,
+                            float attn_factor, int neox)
+{
+    int t = blockIdx.x;
+    int p = pos ? pos[t] : toks[t].pos;
+    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < n_heads * half;
+         idx += gridDim.y * blockDim.x) {
+        int h = idx / half, i = idx % half;
+        float ang = (float)p * inv[i];
+        float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
+        float *v = x + ((long)t * n_heads + h) * head_dim;
+        int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        float a = v[ia], b = v[ib];
+        v[ia] = a * cs - b * sn;
+        v[ib] = b * cs + a * sn;
+    }
+}
+
+extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, int head_dim,
+                             int rot_dim, const int32_t *pos, const float *inv_freq,
+                             float attn_factor, int neox)
+{
+    prof_scope ps(c, P_ROPE);
+    int half = rot_dim / 2;
+    if (half != c->n_inv || memcmp(inv_freq, c->inv_host, sizeof(float) * half) != 0) {
+        rec_break(c); /* recorded ropes hold the old buffer */
+        CK(cudaStreamSynchronize(c->stream)); /* rare: a new context length or first call */
+        rp_free(c->inv_host);
+        cudaFree(c->inv_dev);
+        c->inv_host = (float *)rp_alloc(sizeof(float) * (half ? half : 1));
+        CK(cudaMalloc((void **)&c->inv_dev, sizeof(float) * (half ? half : 1)));
+        if (!c->inv_host) {
+            fprintf(stderr, "cuda: out of host memory\n");
+            abort();
+        }
+        memcpy(c->inv_host, inv_freq, sizeof(float) * half);
+        /* from inv_host, which stays until the next change (which synchronises first) */
+        CK(cudaMemcpyAsync(c->inv_dev, c->inv_host, sizeof(float) * half, cudaMemcpyHostToDevice,
+                           c->stream));
+        c->n_inv = half;
+    }
+    const int32_t *pos_dev = NULL;
+    if (!(n_tok == c->n_tok && c->pos_host &&
+          memcmp(pos, c->pos_host, sizeof(int32_t) * n_tok) == 0))
+        pos_dev = (const int32_t *)stage(c, pos, sizeof(int32_t) * n_tok);
+    int threads = 128, per_tok = (n_heads * half + threads - 1) / threads;
+    const rp_cuda_tok *td = c->tok_dev;
+    const float *inv = c->inv_dev;
+    LAUNCH(c, {
+        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
+            x, n_heads, head_dim, half, td, pos_dev, inv, attn_factor, neox);
+        LAUNCHED();
+    });
+}
+
+__global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+__global__ void add_kernel(float *y, const float *x, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+__global__ void add_bias_kernel(float *y, const float *b, int dim, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        y[i] += b[i % dim];
+}
+
+static int ew_blocks(rp_cuda_ctx *c, long n)
+{
+    long b = (n + 255) / 256, cap = (long)c->sms * 8;
+    return (int)(b < cap ? (b > 0 ? b : 1) : cap);
+}
+
+extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, const float *u,
+                                 int64_t n)
+{
+    prof_scope ps(c, P_ELEM);
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        silu_mul_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n);
+        LAUNCHED();
+    });
+}
+
+extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
+{
+    prof_scope ps(c, P_ELEM);
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        add_kernel<<<nb, 256, 0, c->stream>>>(y, x, n);
+        LAUNCHED();
+    });
+}
+
+extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n_tok, int dim)
+{
+    prof_scope ps(c, P_ELEM);
+    long n = (long)n_tok * dim;
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        add_bias_kernel<<<nb, 256, 0, c->stream>>>(y, b, dim, n);
+        LAUNCHED();
+    });
+}
+
+template <int DT>
+__global__ void embed_kernel(const void *table, long cols, const int32_t *ids, float *x)
+{
+    long row = ids[blockIdx.x];
+    for (long i = threadIdx.x; i < cols; i += blockDim.x)
+        x[(long)blockIdx.x * cols + i] = wtype<DT>::one(table, row * cols + i);
+}
+
+extern "C" void rp_cuda_embed(rp_cuda_ctx *c, int dt, const void *table, long cols,
+                              const int32_t *ids, int n, float *x)
+{
+    prof_scope ps(c, P_EMBED);
+    const int32_t *d = (const int32_t *)stage(c, ids, sizeof(int32_t) * n);
+    LAUNCH(c, {
+        if (dt == RP_CUDA_BF16)
+            embed_kernel<RP_CUDA_BF16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+        else if (dt == RP_CUDA_F16)
+            embed_kernel<RP_CUDA_F16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+        else
+            embed_kernel<RP_CUDA_F32><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+        LAUNCHED();
+    });
+}
+
+__global__ void gather_kernel(float *dst, const float *src, const int32_t *rows, int dim)
+{
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        dst[(long)blockIdx.x * dim + i] = src[(long)rows[blockIdx.x] * dim + i];
+}
+
+extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src,
+                                    const int32_t *rows, int n, int dim)
+{
+    prof_scope ps(c, P_GATHER);
+    const int32_t *d = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
+    float *tmp = (float *)grow(c, (void **)&c->part, &c->part_bytes, sizeof(float) * n * dim);
+    LAUNCH(c, {
+        gather_kernel<<<n, 256, 0, c->stream>>>(tmp, src, d, dim);
+        LAUNCHED();
+        CK(cudaMemcpyAsync(dst, tmp, sizeof(float) * n * dim, cudaMemcpyDeviceToDevice,
+                           c->stream));
+    });
+}
+
+/* ---- the step: token table, KV store, attention ------------------------------------------- */
+
+extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
+{
+    prof_scope ps(c, P_STEP);
+    if (c->rec) { /* a step that copied no logits out: run it as it is */
+        c->rec_dirty = 1;
+        rec_finish(c);
+    }
+    CK(cudaEventSynchronize(c->tok_ev)); /* the previous table's copy has run */
+    if (n > c->tok_cap) {
+        CK(cudaStreamSynchronize(c->stream));
+        cudaFreeHost(c->tok_host);
+        cudaFree(c->tok_dev);
+        rp_free(c->pos_host);
+        c->tok_cap = n < 256 ? 256 : n;
+        CK(cudaMallocHost((void **)&c->tok_host, sizeof(rp_cuda_tok) * c->tok_cap));
+        CK(cudaMalloc((void **)&c->tok_dev, sizeof(rp_cuda_tok) * c->tok_cap));
+        c->pos_host = (int32_t *)rp_alloc(sizeof(int32_t) * c->tok_cap);
+        if (!c->pos_host) {
+            fprintf(stderr, "cuda: out of host memory\n");
+            abort();
+        }
+    }
+    memcpy(c->tok_host, toks, sizeof(rp_cuda_tok) * n);
+    c->max_pos = 0;
+    for (int t = 0; t < n; t++) {
+        c->pos_host[t] = toks[t].pos;
+        c->max_pos = toks[t].pos > c->max_pos ? toks[t].pos : c->max_pos;
+    }
+    c->n_tok = n;
+    CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
+                       c->stream));
+    CK(cudaEventRecord(c->tok_ev, c->stream));
+    c->rec = c->graphs && n <= 4;
+    c->rec_dirty = 0;
+}
+
+__global__ void kv_store_kernel(const rp_cuda_tok *toks, int layer, const float *k,
+                                const float *v, int kvd)
+{
+    rp_cuda_tok d = toks[blockIdx.x];
+    size_t off = ((size_t)layer * d.cap + d.pos) * kvd;
+    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+        d.k[off + i] = k[(size_t)blockIdx.x * kvd + i];
+        d.v[off + i] = v[(size_t)blockIdx.x * kvd + i];
+    }
+}
+
+extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v,
+                                 int kvd)
+{
+    prof_scope ps(c, P_KV);
+    int nt = c->n_tok;
+    const rp_cuda_tok *td = c->tok_dev;
+    LAUNCH(c, {
+        kv_store_kernel<<<nt, 256, 0, c->stream>>>(td, layer, k, v, kvd);
+        LAUNCHED();
+    });
+}
+
+/* Block (head group hg, token t, chunk ch): G query heads sharing one KV head, keys
+ * j0 + ch*ACH .. +ACH. Writes (max, sum, acc[D]) per head to part. */
+template <int G>
+__global__ void __launch_bounds__(ACH)
+    attn_chunk_kernel(const rp_cuda_tok *toks, int layer, const float *q, int H, int KVH, int D,
+                      float scale, int window, int n_chunks, int kc, float *part)
+{
+    extern __shared__ float sm[];
+    float *qs = sm;             /* G * D */
+    float *ps = qs + G * D;     /* G * ACH */
+    float *red = ps + G * ACH;  /* 32 */
+    int hg = blockIdx.x, t = blockIdx.y, ch = blockIdx.z, tid = threadIdx.x;
+    int h0 = hg * G, kvh = h0 / (H / KVH);
+    rp_cuda_tok d = toks[t];
+    int pos = d.pos, j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    size_t kvd = (size_t)KVH * D;
+    const float *kb = d.k + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
+    const float *vb = d.v + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
+    int jb = j0 + ch * kc, je = min(jb + kc, pos + 1), nk = je - jb;
+    for (int i = tid; i < G * D; i += ACH)
+        qs[i] = q[((size_t)t * H + h0) * D + i];
+    __syncthreads();
+    size_t pstride = (size_t)D + 2;
+    if (nk <= 0) {
+        for (int g = 0; g < G; g++) {
+            float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
+            for (int i = tid; i < D + 2; i += ACH)
+                pp[i] = i == 0 ? -INFINITY : 0.0f;
+        }
+        return;
+    }
+    /* scores: a warp per key (lanes across the head dimension: one coalesced row read),
+     * every head of the group from that one read */
+    int lane = tid % 32, warp = tid / 32;
+#pragma unroll 2
+    for (int j = warp; j < nk; j += ACH / 32) {
+        const float *kr = kb + (size_t)(jb + j) * kvd;
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            s[g] = 0.0f;
+        if ((D & 3) == 0) {
+            for (int i = lane * 4; i < D; i += 128) {
+                float4 k4 = *(const float4 *)(kr + i);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float4 q4 = *(const float4 *)(qs + g * D + i);
+                    s[g] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+                }
+            }
+        } else {
+            for (int i = lane; i < D; i += 32)
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    s[g] += qs[g * D + i] * kr[i];
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float v = warp_sum(s[g]);
+            if (lane == 0)
+                ps[g * ACH + j] = v * scale;
+        }
+    }
+    __syncthreads();
+    float mx[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float sc = tid < nk ? ps[g * ACH + tid] : -INFINITY;
+        mx[g] = block_max(sc, red);
+        float p = tid < nk ? expf(sc - mx[g]) : 0.0f;
+        ps[g * ACH + tid] = p;
+        l[g] = block_sum(p, red);
+    }
+    __syncthreads();
+    for (int i = tid; i < D; i += ACH) {
+        float acc[G];
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            acc[g] = 0.0f;
+        const float *vc = vb + (size_t)jb * kvd + i;
+#pragma unroll 4
+        for (int j = 0; j < nk; j++) {
+            float vv = vc[(size_t)j * kvd];
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                acc[g] = fmaf(ps[g * ACH + j], vv, acc[g]);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            part[(((size_t)t * H + h0 + g) * n_chunks + ch) * pstride + 2 + i] = acc[g];
+    }
+    if (tid == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
+            pp[0] = mx[g];
+            pp[1] = l[g];
+        }
+}
+
+__global__ void attn_merge_kernel(const float *part, float *out, int H, int D, int n_chunks)
+{
+    int h = blockIdx.x, t = blockIdx.y;
+    size_t pstride = (size_t)D + 2;
+    const float *pp = part + ((size_t)t * H + h) * n_chunks * pstride;
+    float M = -INFINITY;
+    for (int c = 0; c < n_chunks; c++)
+        M = fmaxf(M, pp[c * pstride]);
+    float L = 0.0f;
+    for (int c = 0; c < n_chunks; c++) {
+        float m = pp[c * pstride];
+        L += m == -INFINITY ? 0.0f : expf(m - M) * pp[c * pstride + 1];
+    }
+    float inv = 1.0f / L;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int c = 0; c < n_chunks; c++) {
+            float m = pp[c * pstride];
+            if (m != -INFINITY)
+                acc += expf(m - M) * pp[c * pstride + 2 + i];
+        }
+        out[((size_t)t * H + h) * D + i] = acc * inv;
+    }
+}
+
+extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, int H,
+                                  int KVH, int D, float scale, int window)
+{
+    prof_scope ps(c, P_ATTN);
+    int span = c->max_pos + 1;
+    if (window > 0 && window < span)
+        span = window;
+    int group = H / KVH;
+    int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    if (G * D > 2048)
+        G = 1;
+    /* keys per chunk: 128 (one per thread) when that gives the GPU enough blocks, else 32
+     * (decode of a few sequences: more, shorter chunks, so the V loop is 4x shorter) */
+    int kc = (long)c->n_tok * (H / G) * ((span + ACH - 1) / ACH) >= 2L * c->sms ? ACH : 32;
+    int n_chunks = (span + kc - 1) / kc;
+    size_t need = sizeof(float) * (size_t)c->n_tok * H * n_chunks * (D + 2);
+    float *part = (float *)grow(c, (void **)&c->part, &c->part_bytes, need);
+    dim3 grid((unsigned)(H / G), (unsigned)c->n_tok, (unsigned)n_chunks);
+    size_t smem = sizeof(float) * ((size_t)G * D + (size_t)G * ACH + 32);
+    const rp_cuda_tok *td = c->tok_dev;
+    int nt = c->n_tok;
+    LAUNCH(c, {
+        switch (G) {
+        case 8:
+            attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        case 4:
+            attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        case 2:
+            attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        default:
+            attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+                                                                 window, n_chunks, kc, part);
+            break;
+        }
+        LAUNCHED();
+        attn_merge_kernel<<<dim3((unsigned)H, (unsigned)nt), D < 256 ? D : 256, 0, c->stream>>>(
+            part, out, H, D, n_chunks);
+        LAUNCHED();
+    });
+}
+
+/* ---- bandwidth probe ---------------------------------------------------------------------- */
+
+__global__ void read_kernel(const uint4 *p, long n, unsigned *sink)
+{
+    uint32_t acc = 0;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        uint4 v = ld_stream(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u)
+        atomicAdd(sink, 1u);
+}
+
+__global__ void fill_kernel(uint32_t *p, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        p[i] = (uint32_t)i * 2654435761u;
+}
+
+extern "C" double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps)
+{
+    n &= ~(size_t)4095;
+    rec_break(c);
+    void *buf = rp_cuda_malloc(c, n + 256);
+    if (!buf)
+        return 0.0;
+    unsigned *sink = (unsigned *)((char *)buf + n);
+    fill_kernel<<<c->sms * 8, 256, 0, c->stream>>>((uint32_t *)buf, (long)(n / 4));
+    LAUNCHED();
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0, c->stream));
+        read_kernel<<<c->sms * 8, 256, 0, c->stream>>>((const uint4 *)buf, (long)(n / 16), sink);
+        LAUNCHED();
+        CK(cudaEventRecord(e1, c->stream));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        double gbs = (double)n / (ms * 1e-3) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    rp_cuda_free(c, buf);
+    return best;
+}
