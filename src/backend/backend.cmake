@@ -1,5 +1,6 @@
 list(APPEND RP_SOURCES
   src/backend/backend.c
+  src/backend/quant.c
   src/backend/cpu/cpu_backend.c
   src/backend/cpu/kernels_scalar.c
   src/backend/cpu/ref_ops.c

@@ -16,11 +16,35 @@ typedef void (*rp_matmul_kernel)(const rp_tensor *w, long r0, long r1, const flo
  * every byte so the loop cannot be elided. The memory-bandwidth probe. */
 typedef uint64_t (*rp_read_kernel)(const void *p, size_t n);
 
+/* Activations quantized to int8 once per matmul call, for the int8 dot-product kernels of
+ * quantized weights. Per token, per 32-element run k of the row: x[32k + i] ~= d[k] * q[..],
+ * with q in [-127, 127] (d = max |x| / 127: the added error per element is at most d / 2,
+ * i.e. 1/254 of the run's largest |x|) and s[k] the exact f32 sum of the run (for the
+ * bias/min terms). Within a run q is in the element order the weight type unpacks to:
+ * natural, or even elements then odd ones (even_odd, MLX 4-bit). */
+typedef struct rp_qact {
+    const int8_t *q; /* [n_tok][cols] */
+    const float *d;  /* [n_tok][cols / 32] */
+    const float *s;  /* [n_tok][cols / 32] */
+} rp_qact;
+
+typedef void (*rp_qmatmul_kernel)(const rp_tensor *w, long r0, long r1, const rp_qact *x,
+                                  int n_tok, float *y);
+
 typedef struct rp_cpu_kernels {
     const char *isa;
+    /* f32/f16/bf16: f32 activations. Quantized types: a kernel here takes f32 activations
+     * too (scalar table: dequantize + f32 dot); qmatmul, when set, is preferred. */
     rp_matmul_kernel matmul[RP_DT_COUNT];
+    rp_qmatmul_kernel qmatmul[RP_DT_COUNT];
     rp_read_kernel read;
 } rp_cpu_kernels;
+
+/* Quantizes n_tok rows of cols floats (cols a multiple of 32) as rp_qact describes. */
+void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int8_t *q, float *d,
+                  float *s);
+/* Whether a weight type's int8 kernels want even_odd activations. */
+static inline int rp_quant_act_even_odd(rp_dtype dt) { return dt == RP_DT_MLX4; }
 
 /* Each ISA file fills its table (kernels it lacks stay NULL). */
 void rp_cpu_kernels_scalar(rp_cpu_kernels *k);

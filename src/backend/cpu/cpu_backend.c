@@ -6,12 +6,15 @@
  *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
  *     that grows (single-threaded, before the fan-out) to the longest context seen.
  *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
+ *  4. Quantized weights with an int8 kernel get the activations quantized once per call
+ *     (rp_quant_act, on the caller thread, into a buffer the backend keeps) before the fan-out.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/quant.h"
 #include <stdatomic.h>
 
 #include "base/alloc.h"
@@ -28,6 +31,9 @@ struct rp_backend {
     rp_cpu_kernels k;
     float **scratch; /* per thread, scratch_len floats */
     long scratch_len;
+    int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
+    float *act_ds; /* d then s, 2 * act_cap / 32 floats */
+    long act_cap;
     char desc[96];
 };
 
@@ -67,6 +73,8 @@ void rp_backend_free(rp_backend *b)
         for (int i = 0; i < b->n_threads; i++)
             rp_free_aligned(b->scratch[i]);
     rp_free(b->scratch);
+    rp_free_aligned(b->act_q);
+    rp_free_aligned(b->act_ds);
     rp_pool_free(b->pool);
     rp_free(b);
 }
@@ -79,9 +87,11 @@ const char *rp_backend_describe(const rp_backend *b) { return b->desc; }
 typedef struct matmul_job {
     const rp_tensor *w;
     const float *x;
+    const rp_qact *xq;
     int n_tok;
     float *y;
     rp_matmul_kernel kernel;
+    rp_qmatmul_kernel qkernel;
 } matmul_job;
 
 static void matmul_part(void *p, int i, int n)
@@ -89,20 +99,65 @@ static void matmul_part(void *p, int i, int n)
     matmul_job *j = p;
     long r0, r1;
     rp_pool_split((long)j->w->shape[0], i, n, 4, &r0, &r1);
-    if (r0 < r1)
+    if (r0 >= r1)
+        return;
+    if (j->qkernel)
+        j->qkernel(j->w, r0, r1, j->xq, j->n_tok, j->y);
+    else
         j->kernel(j->w, r0, r1, j->x, j->n_tok, j->y);
+}
+
+void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int8_t *q, float *d,
+                  float *s)
+{
+    long nrun = cols / 32;
+    for (int t = 0; t < n_tok; t++)
+        for (long k = 0; k < nrun; k++) {
+            const float *xr = x + (long)t * cols + 32 * k;
+            float amax = 0.0f, sum = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float a = fabsf(xr[i]);
+                amax = a > amax ? a : amax;
+                sum += xr[i];
+            }
+            float dd = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+            int8_t *qr = q + (long)t * cols + 32 * k;
+            for (int i = 0; i < 32; i++) {
+                int dst = even_odd ? (i % 2 ? 16 + i / 2 : i / 2) : i;
+                qr[dst] = (int8_t)lrintf(xr[i] * id);
+            }
+            d[(long)t * nrun + k] = dd;
+            s[(long)t * nrun + k] = sum;
+        }
 }
 
 void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y)
 {
     RP_ASSERT(w->n_dims == 2 && w->dtype < RP_DT_COUNT);
     rp_matmul_kernel k = b->ref ? rp_ref_matmul : b->k.matmul[w->dtype];
+    rp_qmatmul_kernel qk = b->ref ? NULL : b->k.qmatmul[w->dtype];
     if (!k)
         k = rp_ref_matmul;
-    matmul_job j = {.w = w, .x = x, .n_tok = n_tok, .y = y, .kernel = k};
+    long cols = (long)w->shape[1];
+    rp_qact xq = {0};
+    if (qk) {
+        long need = (long)n_tok * cols;
+        if (need > b->act_cap) {
+            rp_free_aligned(b->act_q);
+            rp_free_aligned(b->act_ds);
+            b->act_q = rp_alloc_aligned((size_t)need, RP_TAG_MODEL);
+            b->act_ds = rp_alloc_aligned(sizeof(float) * (size_t)(need / 16 + 16), RP_TAG_MODEL);
+            RP_ASSERT(b->act_q && b->act_ds); /* at most a few MB */
+            b->act_cap = need;
+        }
+        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(w->dtype), b->act_q, b->act_ds,
+                     b->act_ds + need / 32);
+        xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32};
+    }
+    matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};
     /* tiny matrices are not worth waking the pool */
     if ((long)w->shape[0] * w->shape[1] * n_tok < 32768)
-        k(w, 0, (long)w->shape[0], x, n_tok, y);
+        matmul_part(&j, 0, 1);
     else
         rp_pool_run(b->pool, matmul_part, &j);
 }
@@ -168,6 +223,10 @@ void rp_tensor_to_f32(const rp_tensor *t, float *out, int64_t n) { to_f32(t->dty
 void rp_tensor_row_f32(const rp_tensor *t, int64_t row, float *out)
 {
     RP_ASSERT(t->n_dims == 2 && row >= 0 && row < t->shape[0]);
+    if (rp_dtype_is_quant(t->dtype)) {
+        rp_quant_dequant_row(t, row, out);
+        return;
+    }
     size_t rb = rp_dtype_row_bytes(t->dtype, t->shape[1]);
     to_f32(t->dtype, (const char *)t->data + (size_t)row * rb, out, t->shape[1]);
 }

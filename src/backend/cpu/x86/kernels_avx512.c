@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "backend/backend_impl.h"
+#include "base/cpu.h"
 
 #define RB 4 /* rows per tile */
 #define TB 4 /* tokens per tile */
@@ -114,8 +115,16 @@ static uint64_t read_bytes(const void *p, size_t n)
     return (uint64_t)_mm512_reduce_add_epi64(a);
 }
 
+/* int8 kernels for the quantized types: AVX-512 VNNI dpbusd on 256-bit vectors. */
+#define QK_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#define QK_HIBITS(qh) _mm256_maskz_mov_epi8((__mmask32)(qh), _mm256_set1_epi8(0x10))
+#define QK_PREFIX avx512_
+#include "backend/cpu/x86/quant_kernels.inc.h"
+
 void rp_cpu_kernels_avx512(rp_cpu_kernels *k)
 {
+    if (rp_cpu()->has_avx512_vnni) /* else the AVX2 int8 kernels stay in the table */
+        avx512_fill_qtable(k);
     k->read = read_bytes;
     k->isa = "avx512";
     k->matmul[RP_DT_F32] = matmul_f32;
