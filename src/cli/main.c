@@ -26,6 +26,10 @@ static const rp_cmd g_commands[] = {
      "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
      "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
      "  (tok/s x bytes read per token / read bandwidth measured in the same run)."},
+    {"quantize", rp_cmd_quantize, "write an MLX-layout 4/8-bit quantized checkpoint",
+     "rapid quantize --model DIR --bits 4|8 [--group-size 32|64|128] --out DIR2\n"
+     "  Quantizes every linear layer, the embedding and lm_head (affine, per group), as\n"
+     "  mlx_lm.convert -q does; the output loads anywhere a checkpoint does."},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
 };

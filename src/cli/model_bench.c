@@ -11,18 +11,26 @@
 #include "model/model_impl.h"
 
 /* Bytes a decode step reads: every 2-D weight except the embedding table (one row of it is
- * read), plus the lm_head when it is the tied embedding. */
+ * read; its MLX scales/biases likewise), plus the lm_head when it is the tied embedding. */
+static int is_embedding(const char *name)
+{
+    return strcmp(name, "model.embed_tokens.weight") == 0 ||
+           strcmp(name, "model.embed_tokens.scales") == 0 ||
+           strcmp(name, "model.embed_tokens.biases") == 0;
+}
+
 static double decode_bytes(rp_model *m)
 {
-    double total = 0.0;
-    const rp_st_tensor *emb = rp_st_find(m->st, "model.embed_tokens.weight");
+    double total = 0.0, emb = 0.0;
     for (int i = 0; i < rp_st_count(m->st); i++) {
         const rp_st_tensor *t = rp_st_at(m->st, i);
-        if (t != emb)
+        if (is_embedding(t->name))
+            emb += (double)t->t.n_bytes;
+        else
             total += (double)t->t.n_bytes;
     }
-    if (emb && !rp_st_find(m->st, "lm_head.weight"))
-        total += (double)emb->t.n_bytes;
+    if (!rp_st_find(m->st, "lm_head.weight"))
+        total += emb;
     return total;
 }
 

@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "model/mlx.h"
 #include "model/model_impl.h"
 
 typedef struct arch_entry {
@@ -119,7 +120,7 @@ rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **o
                         m->cfg.arch[0] ? m->cfg.arch : "(none in config.json)");
         goto fail;
     }
-    if ((rc = rp_st_open(dir, &m->st, err)))
+    if ((rc = rp_st_open(dir, &m->st, err)) || (rc = rp_mlx_bind(m->st, &m->cfg, err)))
         goto fail;
     m->be = rp_backend_new(opts ? opts->n_threads : 0, opts ? opts->ref_kernels : 0);
     if (!m->be) {

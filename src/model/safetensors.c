@@ -233,3 +233,11 @@ const rp_st_tensor *rp_st_find(const rp_st *st, const char *name)
     rp_st_tensor key = {.name = name};
     return bsearch(&key, st->tensors, (size_t)st->n_tensors, sizeof key, cmp_tensor);
 }
+
+rp_st_tensor *rp_st_at_mut(rp_st *st, int i) { return &st->tensors[i]; }
+
+rp_st_tensor *rp_st_find_mut(rp_st *st, const char *name)
+{
+    rp_st_tensor key = {.name = name};
+    return bsearch(&key, st->tensors, (size_t)st->n_tensors, sizeof key, cmp_tensor);
+}

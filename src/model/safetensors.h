@@ -36,5 +36,8 @@ void rp_st_close(rp_st *st);
 int rp_st_count(const rp_st *st);
 const rp_st_tensor *rp_st_at(const rp_st *st, int i);
 const rp_st_tensor *rp_st_find(const rp_st *st, const char *name); /* NULL: absent */
+/* Mutable views, for loaders that reinterpret raw tensors at open (model/mlx.c). */
+rp_st_tensor *rp_st_at_mut(rp_st *st, int i);
+rp_st_tensor *rp_st_find_mut(rp_st *st, const char *name);
 
 #endif
