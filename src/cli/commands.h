@@ -17,5 +17,7 @@ typedef struct rp_cmd {
 int rp_cmd_logits(int argc, char **argv);
 int rp_cmd_generate(int argc, char **argv);
 int rp_cmd_quantize(int argc, char **argv);
+int rp_cmd_tokenize(int argc, char **argv);
+int rp_cmd_detokenize(int argc, char **argv);
 
 #endif

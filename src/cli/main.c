@@ -32,6 +32,11 @@ static const rp_cmd g_commands[] = {
      "  mlx_lm.convert -q does; the output loads anywhere a checkpoint does."},
     {"version", cmd_version, "print the version", "rapid version"},
     {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
+    {"tokenize", rp_cmd_tokenize, "print the token ids of a text (JSON array)",
+     "rapid tokenize --tokenizer PATH (--text-file FILE | --text STRING) [--add-special]\n"
+     "  PATH: a tokenizer.json, a model directory or a .gguf file"},
+    {"detokenize", rp_cmd_detokenize, "print the text of token ids",
+     "rapid detokenize --tokenizer PATH --ids 1,2,3 [--skip-special]"},
 };
 
 static const rp_cmd *find_command(const char *name)

@@ -1,0 +1,342 @@
+/* text/tok_json.c - a fast path for the two big members of tokenizer.json (model.vocab and
+ * model.merges: hundreds of thousands of short strings). A general DOM parser spends most of
+ * the load time allocating them; this scanner walks the text once, unescapes strings into
+ * one reusable buffer and hands them to callbacks. The rest of the file (small) still goes
+ * through jansson, with these two members blanked out in place.
+ */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "text/tok_json.h"
+#include "text/unicode.h"
+
+static const char *ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* p at '"': returns the position after the closing quote, or NULL. */
+static const char *skip_string(const char *p, const char *e)
+{
+    p++;
+    while (p < e) {
+        const char *q = memchr(p, '"', (size_t)(e - p));
+        if (!q)
+            return NULL;
+        /* count the backslashes before the quote */
+        const char *b = q;
+        while (b > p && b[-1] == '\\')
+            b--;
+        if (((q - b) & 1) == 0)
+            return q + 1;
+        p = q + 1;
+    }
+    return NULL;
+}
+
+static const char *skip_value(const char *p, const char *e)
+{
+    p = ws(p, e);
+    if (p >= e)
+        return NULL;
+    if (*p == '"')
+        return skip_string(p, e);
+    if (*p == '{' || *p == '[') {
+        int depth = 0;
+        while (p < e) {
+            while (p < e && *p != '"' && *p != '{' && *p != '[' && *p != '}' && *p != ']')
+                p++;
+            if (p >= e)
+                break;
+            char c = *p;
+            if (c == '"') {
+                p = skip_string(p, e);
+                if (!p)
+                    return NULL;
+                continue;
+            }
+            if (c == '{' || c == '[')
+                depth++;
+            else if (c == '}' || c == ']') {
+                if (--depth == 0)
+                    return p + 1;
+            }
+            p++;
+        }
+        return NULL;
+    }
+    while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n' &&
+           *p != '\r' && *p != '\t')
+        p++;
+    return p;
+}
+
+static int hexv(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static int hex4(const char *p, const char *e, uint32_t *v)
+{
+    if (e - p < 4)
+        return -1;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexv(p[i]);
+        if (h < 0)
+            return -1;
+        r = r * 16 + (uint32_t)h;
+    }
+    *v = r;
+    return 0;
+}
+
+/* p at '"': unescapes into out; returns the position after the string or NULL. */
+static const char *read_string(const char *p, const char *e, rp_buf *out)
+{
+    rp_buf_reset(out);
+    p++;
+    for (;;) {
+        const char *q = p;
+        while (q < e && *q != '"' && *q != '\\')
+            q++;
+        if (q >= e)
+            return NULL;
+        if (q > p && rp_buf_append(out, p, (size_t)(q - p)))
+            return NULL;
+        if (*q == '"')
+            return q + 1;
+        q++;
+        if (q >= e)
+            return NULL;
+        char c = *q++, o;
+        switch (c) {
+        case '"': o = '"'; break;
+        case '\\': o = '\\'; break;
+        case '/': o = '/'; break;
+        case 'b': o = '\b'; break;
+        case 'f': o = '\f'; break;
+        case 'n': o = '\n'; break;
+        case 'r': o = '\r'; break;
+        case 't': o = '\t'; break;
+        case 'u': {
+            uint32_t cp;
+            if (hex4(q, e, &cp))
+                return NULL;
+            q += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                uint32_t lo;
+                if (e - q < 6 || q[0] != '\\' || q[1] != 'u' || hex4(q + 2, e, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return NULL;
+                q += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                return NULL;
+            }
+            char tmp[4];
+            int l = rp_utf8_encode(cp, tmp);
+            if (rp_buf_append(out, tmp, (size_t)l))
+                return NULL;
+            p = q;
+            continue;
+        }
+        default:
+            return NULL;
+        }
+        if (rp_buf_putc(out, o))
+            return NULL;
+        p = q;
+    }
+}
+
+/* Finds member `key` (no escapes in it) of the object starting at p; value span out. */
+static int find_member(const char *p, const char *e, const char *key, const char **vs,
+                       const char **ve)
+{
+    size_t kl = strlen(key);
+    p = ws(p, e);
+    if (p >= e || *p != '{')
+        return 0;
+    p++;
+    for (;;) {
+        p = ws(p, e);
+        if (p >= e || *p != '"')
+            return 0;
+        const char *ks = p + 1;
+        const char *kend = skip_string(p, e);
+        if (!kend)
+            return 0;
+        int match = (size_t)(kend - 1 - ks) == kl && memcmp(ks, key, kl) == 0;
+        p = ws(kend, e);
+        if (p >= e || *p != ':')
+            return 0;
+        p = ws(p + 1, e);
+        const char *v_end = skip_value(p, e);
+        if (!v_end)
+            return 0;
+        if (match) {
+            *vs = p;
+            *ve = v_end;
+            return 1;
+        }
+        p = ws(v_end, e);
+        if (p < e && *p == ',') {
+            p++;
+            continue;
+        }
+        return 0;
+    }
+}
+
+int tk_json_find_model_parts(const char *buf, size_t n, tk_span *vocab, tk_span *merges)
+{
+    const char *e = buf + n, *ms, *me;
+    memset(vocab, 0, sizeof(*vocab));
+    memset(merges, 0, sizeof(*merges));
+    if (!find_member(buf, e, "model", &ms, &me))
+        return 0;
+    /* one pass over model's members */
+    const char *p = ws(ms, me);
+    if (p >= me || *p != '{')
+        return 0;
+    p++;
+    for (;;) {
+        p = ws(p, me);
+        if (p >= me || *p != '"')
+            break;
+        const char *ks = p + 1, *kend = skip_string(p, me);
+        if (!kend)
+            break;
+        size_t kl = (size_t)(kend - 1 - ks);
+        p = ws(kend, me);
+        if (p >= me || *p != ':')
+            break;
+        p = ws(p + 1, me);
+        const char *v_end = skip_value(p, me);
+        if (!v_end)
+            break;
+        if (kl == 5 && !memcmp(ks, "vocab", 5) && *p == '{')
+            vocab->p = p, vocab->n = (size_t)(v_end - p);
+        else if (kl == 6 && !memcmp(ks, "merges", 6) && *p == '[')
+            merges->p = p, merges->n = (size_t)(v_end - p);
+        p = ws(v_end, me);
+        if (p < me && *p == ',') {
+            p++;
+            continue;
+        }
+        break;
+    }
+    return vocab->p != NULL;
+}
+
+void tk_json_blank(char *buf, const tk_span *s)
+{
+    if (!s->p || s->n < 2)
+        return;
+    char *p = buf + (s->p - buf);
+    char open = p[0];
+    memset(p, ' ', s->n);
+    p[0] = open;
+    p[1] = open == '{' ? '}' : ']';
+}
+
+rp_status tk_json_vocab(const tk_span *s, tk_vocab_cb cb, void *ud)
+{
+    const char *p = s->p + 1, *e = s->p + s->n;
+    rp_buf key = {0};
+    rp_status st = RP_OK;
+    for (;;) {
+        p = ws(p, e);
+        if (p < e && *p == '}')
+            break;
+        if (p >= e || *p != '"' || !(p = read_string(p, e, &key))) {
+            st = RP_ERR_INVALID;
+            break;
+        }
+        p = ws(p, e);
+        if (p >= e || *p != ':') {
+            st = RP_ERR_INVALID;
+            break;
+        }
+        p = ws(p + 1, e);
+        long long v = 0;
+        int digits = 0;
+        while (p < e && *p >= '0' && *p <= '9' && digits < 12) {
+            v = v * 10 + (*p++ - '0');
+            digits++;
+        }
+        if (!digits) {
+            st = RP_ERR_INVALID;
+            break;
+        }
+        if ((st = cb(ud, key.data ? key.data : "", key.len, v)))
+            break;
+        p = ws(p, e);
+        if (p < e && *p == ',')
+            p++;
+    }
+    rp_buf_deinit(&key);
+    return st;
+}
+
+rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
+{
+    const char *p = s->p + 1, *e = s->p + s->n;
+    rp_buf a = {0}, b = {0};
+    rp_status st = RP_OK;
+    for (;;) {
+        p = ws(p, e);
+        if (p < e && *p == ']')
+            break;
+        if (p < e && *p == '"') {
+            if (!(p = read_string(p, e, &a))) {
+                st = RP_ERR_INVALID;
+                break;
+            }
+            const char *sp = a.data ? memchr(a.data, ' ', a.len) : NULL;
+            if (!sp) {
+                st = RP_ERR_INVALID;
+                break;
+            }
+            size_t al = (size_t)(sp - a.data);
+            st = cb(ud, a.data, al, sp + 1, a.len - al - 1);
+        } else if (p < e && *p == '[') {
+            p = ws(p + 1, e);
+            if (p >= e || *p != '"' || !(p = read_string(p, e, &a))) {
+                st = RP_ERR_INVALID;
+                break;
+            }
+            p = ws(p, e);
+            if (p >= e || *p != ',') {
+                st = RP_ERR_INVALID;
+                break;
+            }
+            p = ws(p + 1, e);
+            if (p >= e || *p != '"' || !(p = read_string(p, e, &b))) {
+                st = RP_ERR_INVALID;
+                break;
+            }
+            p = ws(p, e);
+            if (p >= e || *p != ']') {
+                st = RP_ERR_INVALID;
+                break;
+            }
+            p++;
+            st = cb(ud, a.data ? a.data : "", a.len, b.data ? b.data : "", b.len);
+        } else {
+            st = RP_ERR_INVALID;
+        }
+        if (st)
+            break;
+        p = ws(p, e);
+        if (p < e && *p == ',')
+            p++;
+    }
+    rp_buf_deinit(&a);
+    rp_buf_deinit(&b);
+    return st;
+}
