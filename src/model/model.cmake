@@ -1,5 +1,6 @@
 list(APPEND RP_SOURCES
   src/model/config.c
+  src/model/gguf_model.c
   src/model/llama.c
   src/model/mlx.c
   src/model/model.c
