@@ -17,11 +17,12 @@ typedef void (*rp_matmul_kernel)(const rp_tensor *w, long r0, long r1, const flo
 typedef uint64_t (*rp_read_kernel)(const void *p, size_t n);
 
 /* Activations quantized to int8 once per matmul call, for the int8 dot-product kernels of
- * quantized weights. Per token, per 32-element run k of the row: x[32k + i] ~= d[k] * q[..],
- * with q in [-127, 127] (d = max |x| / 127: the added error per element is at most d / 2,
- * i.e. 1/254 of the run's largest |x|) and s[k] the exact f32 sum of the run (for the
- * bias/min terms). Within a run q is in the element order the weight type unpacks to:
- * natural, or even elements then odd ones (even_odd, MLX 4-bit). */
+ * quantized weights. Per token, per 32-element run k: x ~= d[k] * q[32k ..], q in [-127, 127]
+ * (d = max |x| / 127 over the run: the added error per element is at most d / 2, i.e. 1/254
+ * of the run's largest |x|), and s[k] the exact f32 sum of x[32k .. 32k + 31] (for bias/min
+ * terms). Runs are natural (elements 32k .. 32k + 31), or with even_odd (MLX 4-bit, whose
+ * packed bytes hold an even and an odd element) run 2j holds the even elements of the 64-block
+ * j in order and run 2j + 1 its odd ones (cols a multiple of 64); s stays natural either way. */
 typedef struct rp_qact {
     const int8_t *q; /* [n_tok][cols] */
     const float *d;  /* [n_tok][cols / 32] */
@@ -45,6 +46,12 @@ void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int8_t *q,
                   float *s);
 /* Whether a weight type's int8 kernels want even_odd activations. */
 static inline int rp_quant_act_even_odd(rp_dtype dt) { return dt == RP_DT_MLX4; }
+/* Whether the int8 kernels take this shape (MLX 4-bit needs rows of 64-blocks; the scalar
+ * dequantizing kernel runs the others). */
+static inline int rp_qmatmul_fits(rp_dtype dt, long cols)
+{
+    return dt == RP_DT_MLX4 ? cols % 64 == 0 : cols % 32 == 0;
+}
 
 /* Each ISA file fills its table (kernels it lacks stay NULL). */
 void rp_cpu_kernels_scalar(rp_cpu_kernels *k);

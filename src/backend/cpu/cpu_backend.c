@@ -111,24 +111,28 @@ void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int8_t *q,
                   float *s)
 {
     long nrun = cols / 32;
-    for (int t = 0; t < n_tok; t++)
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * cols;
         for (long k = 0; k < nrun; k++) {
-            const float *xr = x + (long)t * cols + 32 * k;
-            float amax = 0.0f, sum = 0.0f;
-            for (int i = 0; i < 32; i++) {
-                float a = fabsf(xr[i]);
-                amax = a > amax ? a : amax;
-                sum += xr[i];
-            }
-            float dd = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-            int8_t *qr = q + (long)t * cols + 32 * k;
-            for (int i = 0; i < 32; i++) {
-                int dst = even_odd ? (i % 2 ? 16 + i / 2 : i / 2) : i;
-                qr[dst] = (int8_t)lrintf(xr[i] * id);
-            }
-            d[(long)t * nrun + k] = dd;
+            float sum = 0.0f, v[32];
+            for (int i = 0; i < 32; i++)
+                sum += xt[32 * k + i];
             s[(long)t * nrun + k] = sum;
+            /* the run's elements in kernel order */
+            for (int i = 0; i < 32; i++)
+                v[i] = even_odd ? xt[64 * (k / 2) + 2 * i + (k % 2)] : xt[32 * k + i];
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++)
+                amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+            float id = amax > 0 ? 127.0f / amax : 0.0f;
+            int8_t *qr = q + (long)t * cols + 32 * k;
+            /* round to nearest even by the 1.5 * 2^23 trick (|v * id| <= 127): vectorises,
+             * unlike a call to lrintf */
+            for (int i = 0; i < 32; i++)
+                qr[i] = (int8_t)(int)((v[i] * id + 12582912.0f) - 12582912.0f);
+            d[(long)t * nrun + k] = amax / 127.0f;
         }
+    }
 }
 
 void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y)
@@ -139,6 +143,8 @@ void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, 
     if (!k)
         k = rp_ref_matmul;
     long cols = (long)w->shape[1];
+    if (qk && !rp_qmatmul_fits(w->dtype, cols))
+        qk = NULL;
     rp_qact xq = {0};
     if (qk) {
         long need = (long)n_tok * cols;

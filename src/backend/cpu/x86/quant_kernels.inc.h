@@ -155,19 +155,22 @@ QK_AI void qk_unpack(rp_dtype dt, const rp_tensor *w, const qk_row *row, long k,
         o->d2 = d * (float)S[1];
         return;
     }
-    case RP_DT_MLX4: {
-        o->q = qk_nib16(p + 16 * k);
-        long g = k * 32 / w->group_size;
+    case RP_DT_MLX4: { /* run k: the low (k even) or high nibbles of 64-block k / 2 */
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * (k >> 1)));
+        if (k & 1)
+            v = _mm256_srli_epi16(v, 4);
+        o->q = _mm256_and_si256(v, _mm256_set1_epi8(15));
+        long g = 64 * (k >> 1) / w->group_size;
         o->d = qk_scale_at(w->scale_dtype, row->scales, (size_t)g);
-        o->m = qk_scale_at(w->scale_dtype, row->biases, (size_t)g);
+        /* group size 32: lanes 4..7 hold elements 32..63 of the block */
+        o->d2 = w->group_size == 32 ? qk_scale_at(w->scale_dtype, row->scales, (size_t)g + 1)
+                                    : o->d;
         return;
     }
     case RP_DT_MLX8: {
         __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * k));
         o->q = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)); /* q - 128, signed */
-        long g = k * 32 / w->group_size;
-        o->d = qk_scale_at(w->scale_dtype, row->scales, (size_t)g);
-        o->m = qk_scale_at(w->scale_dtype, row->biases, (size_t)g) + 128.0f * o->d;
+        o->d = qk_scale_at(w->scale_dtype, row->scales, (size_t)(k * 32 / w->group_size));
         return;
     }
     default: return;
@@ -179,7 +182,32 @@ QK_AI int qk_signed(rp_dtype dt)
     return dt == RP_DT_Q8_0 || dt == RP_DT_Q6_K || dt == RP_DT_MLX8;
 }
 
-QK_AI int qk_affine(rp_dtype dt) { return dt != RP_DT_Q8_0 && dt != RP_DT_Q6_K; }
+/* In-loop affine term (m x run sum); MLX biases are added per group after the loop. */
+QK_AI int qk_affine(rp_dtype dt)
+{
+    return dt != RP_DT_Q8_0 && dt != RP_DT_Q6_K && dt != RP_DT_MLX4 && dt != RP_DT_MLX8;
+}
+
+QK_AI int qk_lane_scales(rp_dtype dt) { return dt == RP_DT_Q6_K || dt == RP_DT_MLX4; }
+
+/* sum over groups of bias_g x (sum of x over group g), for one row and token; MLX 8-bit runs
+ * as q - 128, so its bias gains 128 x scale. */
+QK_AI float qk_mlx_bias(const rp_tensor *w, const qk_row *row, const float *xs, long cols,
+                        rp_dtype dt)
+{
+    long ng = cols / w->group_size, per = w->group_size / 32;
+    float acc = 0.0f;
+    for (long g = 0; g < ng; g++) {
+        float xg = 0.0f;
+        for (long k = 0; k < per; k++)
+            xg += xs[g * per + k];
+        float b = qk_scale_at(w->scale_dtype, row->biases, (size_t)g);
+        if (dt == RP_DT_MLX8)
+            b += 128.0f * qk_scale_at(w->scale_dtype, row->scales, (size_t)g);
+        acc += b * xg;
+    }
+    return acc;
+}
 
 QK_AI void qk_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, float *y, rp_dtype dt,
                    const int nr, const int nt)
@@ -225,8 +253,8 @@ QK_AI void qk_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, float *
             qk_run u;
             qk_unpack(dt, w, &R[i], k, &u);
             __m256i wu = qk_signed(dt) ? _mm256_sign_epi8(u.q, u.q) : u.q;
-            __m256 ws = dt == RP_DT_Q6_K ? _mm256_set_m128(_mm_set1_ps(u.d2), _mm_set1_ps(u.d))
-                                         : _mm256_set1_ps(u.d);
+            __m256 ws = qk_lane_scales(dt) ? _mm256_set_m128(_mm_set1_ps(u.d2), _mm_set1_ps(u.d))
+                                           : _mm256_set1_ps(u.d);
 #pragma GCC unroll 4
             for (int j = 0; j < nt; j++) {
                 __m256i xs8 = qk_signed(dt) ? _mm256_sign_epi8(xv[j], u.q) : xv[j];
@@ -238,6 +266,10 @@ QK_AI void qk_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, float *
             }
         }
     }
+    if (dt == RP_DT_MLX4 || dt == RP_DT_MLX8)
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < nt; j++)
+                macc[i][j] = qk_mlx_bias(w, &R[i], xs[j], cols, dt);
     for (int i = 0; i < nr; i++)
         for (int j = 0; j < nt; j++)
             y[(long)(t0 + j) * rows + r + i] = qk_hsum(acc[i][j]) + macc[i][j];
