@@ -58,6 +58,16 @@ void rp_cpu_kernels_scalar(rp_cpu_kernels *k);
 void rp_cpu_kernels_avx2(rp_cpu_kernels *k);
 void rp_cpu_kernels_avx512(rp_cpu_kernels *k);
 
+/* AMX (backend/cpu/x86/kernels_amx.c), prefill of bf16 weights: rp_amx_enable asks Linux
+ * for the tile state (1 ok); activations are packed once per call (rp_amx_pack_bf16, into
+ * rp_amx_packed_bytes), then rp_amx_matmul_bf16 computes rows [r0, r) in blocks of 16 and
+ * returns r (r1 - r < 16 rows are left to the caller). */
+int rp_amx_enable(void);
+size_t rp_amx_packed_bytes(int n_tok, long cols);
+void rp_amx_pack_bf16(const float *x, int n_tok, long cols, uint16_t *out);
+long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
+                        float *y);
+
 /* Plain-C references (src/backend/cpu/ref_ops.c): obvious loops, never optimised. */
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y);
 void rp_ref_rmsnorm(float *out, const float *x, const float *w, int n_tok, int dim, float eps,

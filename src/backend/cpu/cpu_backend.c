@@ -24,6 +24,9 @@
 #include "base/half.h"
 #include "base/threadpool.h"
 
+/* Below this many tokens a matmul stays on the AVX-512 kernels (AMX pads tokens to 16). */
+#define RP_AMX_MIN_TOKENS 8
+
 struct rp_backend {
     rp_pool *pool;
     int n_threads;
@@ -34,6 +37,9 @@ struct rp_backend {
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
+    int amx;          /* AMX tiles usable (prefill of bf16 weights) */
+    uint16_t *amx_x;  /* packed bf16 activations */
+    size_t amx_cap;
     char desc[96];
 };
 
@@ -56,8 +62,11 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         rp_cpu_kernels_avx2(&b->k);
     if (rp_cpu()->isa >= RP_ISA_AVX512)
         rp_cpu_kernels_avx512(&b->k);
+    if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !ref_kernels)
+        b->amx = rp_amx_enable();
 #endif
-    snprintf(b->desc, sizeof b->desc, "cpu %s, %d thread%s", ref_kernels ? "reference" : b->k.isa,
+    snprintf(b->desc, sizeof b->desc, "cpu %s%s, %d thread%s",
+             ref_kernels ? "reference" : b->k.isa, b->amx ? "+amx" : "",
              b->n_threads, b->n_threads == 1 ? "" : "s");
     return b;
 fail:
@@ -75,6 +84,7 @@ void rp_backend_free(rp_backend *b)
     rp_free(b->scratch);
     rp_free_aligned(b->act_q);
     rp_free_aligned(b->act_ds);
+    rp_free_aligned(b->amx_x);
     rp_pool_free(b->pool);
     rp_free(b);
 }
@@ -92,15 +102,24 @@ typedef struct matmul_job {
     float *y;
     rp_matmul_kernel kernel;
     rp_qmatmul_kernel qkernel;
+    const uint16_t *amx_x; /* set: AMX bf16 path */
 } matmul_job;
 
 static void matmul_part(void *p, int i, int n)
 {
     matmul_job *j = p;
     long r0, r1;
-    rp_pool_split((long)j->w->shape[0], i, n, 4, &r0, &r1);
+    rp_pool_split((long)j->w->shape[0], i, n, 16, &r0, &r1);
     if (r0 >= r1)
         return;
+#if defined(__x86_64__)
+    if (j->amx_x) {
+        long r = rp_amx_matmul_bf16(j->w, r0, r1, j->amx_x, j->n_tok, j->y);
+        if (r < r1)
+            j->kernel(j->w, r, r1, j->x, j->n_tok, j->y);
+        return;
+    }
+#endif
     if (j->qkernel)
         j->qkernel(j->w, r0, r1, j->xq, j->n_tok, j->y);
     else
@@ -161,6 +180,21 @@ void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, 
         xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32};
     }
     matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};
+#if defined(__x86_64__)
+    /* prefill of bf16 weights on AMX tiles: activations rounded to bf16 (see kernels_amx.c) */
+    if (b->amx && !b->ref && w->dtype == RP_DT_BF16 && n_tok >= RP_AMX_MIN_TOKENS &&
+        cols % 32 == 0 && w->shape[0] >= 16) {
+        size_t need = rp_amx_packed_bytes(n_tok, cols);
+        if (need > b->amx_cap) {
+            rp_free_aligned(b->amx_x);
+            b->amx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
+            RP_ASSERT(b->amx_x); /* n_tok x cols x 2 bytes: a few MB */
+            b->amx_cap = need;
+        }
+        rp_amx_pack_bf16(x, n_tok, cols, b->amx_x);
+        j.amx_x = b->amx_x;
+    }
+#endif
     /* tiny matrices are not worth waking the pool */
     if ((long)w->shape[0] * w->shape[1] * n_tok < 32768)
         matmul_part(&j, 0, 1);

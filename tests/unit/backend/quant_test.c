@@ -356,3 +356,41 @@ Test(quant, op_matmul_threads_match_reference)
     rp_backend_free(fast);
     rp_backend_free(ref);
 }
+
+/* ---- 5. AMX prefill of bf16 weights (when the CPU has it; else the AVX-512 path) -------- */
+
+Test(quant, bf16_prefill_matches_reference)
+{
+    rp_backend *fast = rp_backend_new(2, 0);
+    static const int shapes[][3] = {{300, 512, 37}, {64, 96, 16}, {17, 64, 8}, {48, 128, 70}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int rows = shapes[s][0], cols = shapes[s][1], n_tok = shapes[s][2];
+        uint16_t *w = rp_alloc(2 * (size_t)rows * cols);
+        float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+        float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        for (long i = 0; i < (long)rows * cols; i++)
+            w[i] = rp_f32_to_bf16(frand());
+        for (long i = 0; i < (long)n_tok * cols; i++)
+            x[i] = frand();
+        rp_tensor t = {.dtype = RP_DT_BF16, .n_dims = 2, .shape = {rows, cols}, .data = w,
+                       .n_bytes = 2 * (size_t)rows * cols};
+        rp_op_matmul(fast, &t, x, n_tok, y);
+        rp_ref_matmul(&t, 0, rows, x, n_tok, yr);
+        for (int tk = 0; tk < n_tok; tk++)
+            for (int r = 0; r < rows; r++) {
+                double mag = 0;
+                for (int c = 0; c < cols; c++)
+                    mag += fabs((double)rp_bf16_to_f32(w[(long)r * cols + c]) * x[(long)tk * cols + c]);
+                long i = (long)tk * rows + r;
+                cr_assert(fabs((double)y[i] - yr[i]) <= 1e-5 * mag + 1e-6,
+                          "%s %dx%d n_tok %d [%d][%d]: %g vs %g", rp_backend_describe(fast), rows,
+                          cols, n_tok, tk, r, y[i], yr[i]);
+            }
+        rp_free(w);
+        rp_free(x);
+        rp_free(y);
+        rp_free(yr);
+    }
+    rp_backend_free(fast);
+}

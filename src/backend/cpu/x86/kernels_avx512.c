@@ -214,7 +214,8 @@ static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, l
     const __m512i g32_idx = bits == 4 ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0,
                                                          0, 0, 0)
                                       : half_idx;
-    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i shift4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const int gshift = gs == 128 ? 1 : 0; /* step -> group for group sizes 64 and 128 */
     for (long st = 0; st < nstep; st++) {
         __m512i xv[4];
@@ -228,11 +229,10 @@ static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, l
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             __m512i wz;
-            if (bits == 4) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(wp[i] + 32 * st));
-                __m256i lo = _mm256_and_si256(v, low4);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                wz = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            if (bits == 4) { /* the 32 bytes in both halves, the upper half shifted by 4 */
+                __m512i v = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256((const __m256i *)(wp[i] + 32 * st)));
+                wz = _mm512_and_si512(_mm512_srlv_epi16(v, shift4), low4);
             } else {
                 wz = _mm512_loadu_si512(wp[i] + 64 * st);
             }
