@@ -103,6 +103,7 @@ typedef struct matmul_job {
     rp_matmul_kernel kernel;
     rp_qmatmul_kernel qkernel;
     const uint16_t *amx_x; /* set: AMX bf16 path */
+    const rp_amx_qact *amx_q; /* set: AMX int8 path (MLX) */
 } matmul_job;
 
 static void matmul_part(void *p, int i, int n)
@@ -117,6 +118,12 @@ static void matmul_part(void *p, int i, int n)
         long r = rp_amx_matmul_bf16(j->w, r0, r1, j->amx_x, j->n_tok, j->y);
         if (r < r1)
             j->kernel(j->w, r, r1, j->x, j->n_tok, j->y);
+        return;
+    }
+    if (j->amx_q) {
+        long r = rp_amx_matmul_mlx(j->w, r0, r1, j->amx_q, j->y);
+        if (r < r1)
+            j->qkernel(j->w, r, r1, j->xq, j->n_tok, j->y);
         return;
     }
 #endif
@@ -193,6 +200,21 @@ void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, 
         }
         rp_amx_pack_bf16(x, n_tok, cols, b->amx_x);
         j.amx_x = b->amx_x;
+    }
+    rp_amx_qact aq;
+    /* (MLX 4-bit with group size 32 has two groups in an even/odd run: not on tiles) */
+    if (b->amx && qk && (w->dtype == RP_DT_MLX8 || (w->dtype == RP_DT_MLX4 && w->group_size >= 64)) &&
+        n_tok >= RP_AMX_MIN_TOKENS && n_tok <= 128 && cols / w->group_size <= 512 &&
+        w->shape[0] >= 16) {
+        size_t need = rp_amx_qpacked_bytes(n_tok, cols, w->group_size);
+        if (need > b->amx_cap) {
+            rp_free_aligned(b->amx_x);
+            b->amx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
+            RP_ASSERT(b->amx_x);
+            b->amx_cap = need;
+        }
+        rp_amx_pack_q(&xq, n_tok, cols, w->group_size, b->amx_x, &aq);
+        j.amx_q = &aq;
     }
 #endif
     /* tiny matrices are not worth waking the pool */

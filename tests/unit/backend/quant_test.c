@@ -394,3 +394,54 @@ Test(quant, bf16_prefill_matches_reference)
     }
     rp_backend_free(fast);
 }
+
+/* ---- 6. MLX prefill through the backend (AMX int8 tiles when present) ------------------- */
+
+Test(quant, mlx_prefill_matches_reference)
+{
+    rp_backend *fast = rp_backend_new(2, 0);
+    static const int gss[] = {32, 64, 128};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int gi = 0; gi < 3; gi++) {
+            rp_dtype dt = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8;
+            int rows = 100, cols = 512, n_tok = 37;
+            qw q = make_qw(dt, rows, cols, gss[gi], gi == 1 ? RP_DT_F16 : RP_DT_BF16, 0.0f);
+            float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+            float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
+            for (int i = 0; i < n_tok * cols; i++)
+                x[i] = frand();
+            rp_op_matmul(fast, &q.t, x, n_tok, y);
+            rp_ref_matmul(&q.t, 0, rows, x, n_tok, yr);
+            for (int r = 0; r < rows; r++) {
+                rp_quant_dequant_row(&q.t, r, wrow);
+                for (int t = 0; t < n_tok; t++) {
+                    const float *xt = x + (long)t * cols;
+                    double bound = 0, mag = 0;
+                    for (int c0 = 0; c0 < cols; c0 += 64) /* runs: even/odd (4-bit) or halves */
+                        for (int par = 0; par < 2; par++) {
+                            float amax = 0, wsum = 0;
+                            for (int e = 0; e < 32; e++) {
+                                int cc = bits == 4 ? c0 + 2 * e + par : c0 + 32 * par + e;
+                                amax = fabsf(xt[cc]) > amax ? fabsf(xt[cc]) : amax;
+                                wsum += fabsf(wrow[cc]);
+                                mag += fabs((double)wrow[cc] * xt[cc]);
+                            }
+                            bound += (double)amax / 254.0 * wsum;
+                        }
+                    long i = (long)t * rows + r;
+                    cr_assert(fabs((double)y[i] - yr[i]) <= bound * 1.001 + 1e-5 * mag + 1e-6,
+                              "%s %s g%d [%d][%d]: %g vs %g (bound %g)",
+                              rp_backend_describe(fast), rp_dtype_name(dt), gss[gi], t, r, y[i],
+                              yr[i], bound);
+                }
+            }
+            free_qw(&q);
+            rp_free(x);
+            rp_free(y);
+            rp_free(yr);
+            rp_free(wrow);
+        }
+    rp_backend_free(fast);
+}

@@ -141,3 +141,136 @@ long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb
     _tile_release();
     return r; /* rows [r, r1) are not done */
 }
+
+/* ---- MLX affine weights on int8 tiles (TDPBUSD: u8 weights x s8 activations) ----------- *
+ * Per 32-element activation run k (rp_qact order: MLX 4-bit runs are even/odd halves of
+ * 64-blocks, so the weights are unpacked the same way), one TDPBUSD of A = 16 weight rows x
+ * 32 u8 and B = 32 x 16 tokens (VNNI: 4 consecutive elements per token) gives 16 x 16 int32,
+ * scaled per row by the group scale and per token by the run's activation scale and added
+ * in f32; the biases are sum_g bias_g x (sum of x over group g) per row and token. Same
+ * arithmetic as the AVX-512 VNNI kernel, so the same error bound. */
+
+static void qconfig(void)
+{
+    tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = 16; /* C: 16 rows x 16 int32 */
+    c.colsb[0] = 64;
+    c.rows[1] = 16; /* A: 16 rows x 32 u8 */
+    c.colsb[1] = 32;
+    c.rows[2] = 8; /* B: 8 x (16 tokens x 4 s8) */
+    c.colsb[2] = 64;
+    _tile_loadconfig(&c);
+}
+
+size_t rp_amx_qpacked_bytes(int n_tok, long cols, int gs)
+{
+    long nb = (n_tok + 15) / 16, nrun = cols / 32;
+    return (size_t)nb * (size_t)cols * 16 + (size_t)nb * (size_t)nrun * 16 * 4 +
+           (size_t)n_tok * (size_t)(cols / gs) * 4 + 64;
+}
+
+void rp_amx_pack_q(const rp_qact *a, int n_tok, long cols, int gs, void *buf, rp_amx_qact *out)
+{
+    long nb = (n_tok + 15) / 16, nrun = cols / 32, ng = cols / gs, per = gs / 32;
+    int8_t *b = buf;
+    float *dT = (float *)(b + (size_t)nb * (size_t)cols * 16);
+    float *xg = dT + (size_t)nb * (size_t)nrun * 16;
+    for (long tb = 0; tb < nb; tb++)
+        for (long k = 0; k < nrun; k++) {
+            int8_t *tile = b + ((size_t)tb * (size_t)nrun + (size_t)k) * 512;
+            for (int t = 0; t < 16; t++) {
+                long tok = tb * 16 + t;
+                for (int e = 0; e < 32; e++) /* row e / 4, token t, byte e % 4 */
+                    tile[(e / 4) * 64 + t * 4 + e % 4] =
+                        tok < n_tok ? a->q[tok * cols + 32 * k + e] : 0;
+                dT[((size_t)tb * (size_t)nrun + (size_t)k) * 16 + (size_t)t] =
+                    tok < n_tok ? a->d[tok * nrun + k] : 0.0f;
+            }
+        }
+    for (int t = 0; t < n_tok; t++)
+        for (long g = 0; g < ng; g++) {
+            float v = 0.0f;
+            for (long k = 0; k < per; k++)
+                v += a->s[(long)t * nrun + g * per + k];
+            xg[(long)t * ng + g] = v;
+        }
+    *out = (rp_amx_qact){.b = b, .dT = dT, .xg = xg, .n_tok = n_tok};
+}
+
+static void widen_row(rp_dtype sdt, const void *p, long n, float *out)
+{
+    for (long g = 0; g < n; g++)
+        out[g] = sdt == RP_DT_F32    ? rp_load_f32(p, (size_t)g)
+                 : sdt == RP_DT_BF16 ? rp_bf16_to_f32(rp_load_u16(p, (size_t)g))
+                                     : _cvtsh_ss(rp_load_u16(p, (size_t)g));
+}
+
+long rp_amx_matmul_mlx(const rp_tensor *w, long r0, long r1, const rp_amx_qact *a, float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1], nrun = cols / 32;
+    long gs = w->group_size, ng = cols / gs;
+    int bits = w->dtype == RP_DT_MLX4 ? 4 : 8, n_tok = a->n_tok;
+    long nb = (n_tok + 15) / 16;
+    size_t rb = (size_t)cols * (size_t)bits / 8, sb = w->scale_dtype == RP_DT_F32 ? 4 : 2;
+    if (nb > 8 || ng > 512)
+        return r0;
+    float acc[8][16][16], sc[16][512], bias[512];
+    int32_t cb[256];
+    uint8_t abuf[16 * 32];
+    qconfig();
+    long r = r0;
+    for (; r + 16 <= r1; r += 16) {
+        for (int i = 0; i < 16; i++)
+            widen_row(w->scale_dtype, (const char *)w->scales + (size_t)(r + i) * (size_t)ng * sb,
+                      ng, sc[i]);
+        memset(acc, 0, sizeof(float) * 256 * (size_t)nb);
+        const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * rb;
+        for (long k = 0; k < nrun; k++) {
+            if (bits == 4) { /* run k: nibble k & 1 of the 32 bytes of 64-block k / 2 */
+                for (int i = 0; i < 16; i++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(wr + (size_t)i * rb + 32 * (k >> 1)));
+                    if (k & 1)
+                        v = _mm256_srli_epi16(v, 4);
+                    _mm256_storeu_si256((__m256i *)(abuf + 32 * i),
+                                        _mm256_and_si256(v, _mm256_set1_epi8(15)));
+                }
+                _tile_loadd(1, abuf, 32);
+            } else {
+                _tile_loadd(1, wr + 32 * k, (long)rb);
+            }
+            long g = k * 32 / gs;
+            for (long tb = 0; tb < nb; tb++) {
+                _tile_zero(0);
+                _tile_loadd(2, a->b + ((size_t)tb * (size_t)nrun + (size_t)k) * 512, 64);
+                _tile_dpbusd(0, 1, 2);
+                _tile_stored(0, cb, 64);
+                __m512 dx = _mm512_loadu_ps(a->dT + ((size_t)tb * (size_t)nrun + (size_t)k) * 16);
+                for (int i = 0; i < 16; i++) {
+                    __m512 p = _mm512_cvtepi32_ps(_mm512_loadu_si512(cb + 16 * i));
+                    __m512 s = _mm512_mul_ps(dx, _mm512_set1_ps(sc[i][g]));
+                    _mm512_storeu_ps(acc[tb][i],
+                                     _mm512_fmadd_ps(p, s, _mm512_loadu_ps(acc[tb][i])));
+                }
+            }
+        }
+        for (int i = 0; i < 16; i++) {
+            widen_row(w->scale_dtype, (const char *)w->biases + (size_t)(r + i) * (size_t)ng * sb,
+                      ng, bias);
+            for (int t = 0; t < n_tok; t++) {
+                const float *xg = a->xg + (long)t * ng;
+                __m512 bv = _mm512_setzero_ps();
+                long gg = 0;
+                for (; gg + 16 <= ng; gg += 16)
+                    bv = _mm512_fmadd_ps(_mm512_loadu_ps(bias + gg), _mm512_loadu_ps(xg + gg), bv);
+                float bsum = _mm512_reduce_add_ps(bv);
+                for (; gg < ng; gg++)
+                    bsum += bias[gg] * xg[gg];
+                y[(long)t * rows + r + i] = acc[t / 16][i][t % 16] + bsum;
+            }
+        }
+    }
+    _tile_release();
+    return r;
+}
