@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "model/quantize.h"
 #include "model/safetensors.h"
+#include <jansson.h>
 
 #define F32_TOL 1e-3f
 #define SAME_TOL 1e-4f
@@ -339,5 +340,89 @@ Test(quant_model, gguf_unsupported_type_is_named)
     cr_assert(rp_model_load(p, NULL, &m, &err) == RP_ERR_UNSUPPORTED);
     cr_assert(strstr(err.msg, "Q8_1") && strstr(err.msg, "blk.0.ffn_up.weight"), "%s", err.msg);
     unlink(p);
+    fixture_free(&f);
+}
+
+/* ---- MLX per-module overrides ----------------------------------------------------------- */
+
+typedef struct mix_ctx {
+    const rp_st_tensor **src;
+} mix_ctx;
+
+static int mix_write(void *vc, int i, FILE *fp)
+{
+    const rp_st_tensor *t = ((mix_ctx *)vc)->src[i];
+    return fwrite(t->t.data, 1, t->t.n_bytes, fp) == t->t.n_bytes ? 0 : -1;
+}
+
+Test(quant_model, mlx_per_module_overrides)
+{
+    fixture f;
+    cr_assert(fixture_load("llama_gqa", &f) == 0);
+    char a[512], b[512], mix[512];
+    snprintf(a, sizeof a, "/tmp/rp_mlxa_XXXXXX");
+    snprintf(b, sizeof b, "/tmp/rp_mlxb_XXXXXX");
+    snprintf(mix, sizeof mix, "/tmp/rp_mlxm_XXXXXX");
+    cr_assert(mkdtemp(a) && mkdtemp(b) && mkdtemp(mix));
+    cr_assert(rp_quantize_dir(f.dir, a, 8, 64, NULL) == RP_OK);
+    cr_assert(rp_quantize_dir(f.dir, b, 4, 32, NULL) == RP_OK);
+    rp_st *sa, *sb, *sf;
+    cr_assert(rp_st_open(a, &sa, NULL) == RP_OK && rp_st_open(b, &sb, NULL) == RP_OK &&
+              rp_st_open(f.dir, &sf, NULL) == RP_OK);
+    /* 4-bit g32 everywhere, but layer 0's down_proj 8-bit g64 and lm_head left in f32 */
+    int n = rp_st_count(sb), k = 0;
+    rp_st_out *o = rp_calloc((size_t)n + 4, sizeof *o);
+    const rp_st_tensor **src = rp_calloc((size_t)n + 4, sizeof *src);
+    for (int i = 0; i < n; i++) {
+        const rp_st_tensor *t = rp_st_at(sb, i);
+        if (strncmp(t->name, "lm_head.", 8) == 0)
+            t = strcmp(t->name, "lm_head.weight") == 0 ? rp_st_find(sf, t->name) : NULL;
+        else if (strncmp(t->name, "model.layers.0.mlp.down_proj.", 29) == 0)
+            t = rp_st_find(sa, t->name);
+        if (!t)
+            continue;
+        src[k] = t;
+        o[k] = (rp_st_out){.name = t->name, .dtype = t->dtype, .n_dims = t->t.n_dims,
+                           .n_bytes = t->t.n_bytes};
+        memcpy(o[k].shape, t->t.shape, sizeof o[k].shape);
+        k++;
+    }
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", mix);
+    mix_ctx c = {.src = src};
+    cr_assert(rp_quantize_write_st(path, o, k, mix_write, &c, NULL) == RP_OK);
+    snprintf(path, sizeof path, "%s/config.json", b);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    json_t *q = json_object_get(cfg, "quantization");
+    json_object_set_new(q, "model.layers.0.mlp.down_proj",
+                        json_pack("{s:i, s:i}", "group_size", 64, "bits", 8));
+    json_object_set_new(q, "lm_head", json_false());
+    snprintf(path, sizeof path, "%s/config.json", mix);
+    json_dump_file(cfg, path, 0);
+    json_decref(cfg);
+    float *lg = logits(mix, f.ids, f.n_ids, f.vocab, 1);
+    cr_assert(lg, "the mixed checkpoint loads");
+    float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
+    cr_log_info("mixed 4/8-bit checkpoint vs transformers: %.4f", d);
+    cr_assert(d < 0.3f * max_abs(f.logits, (long)f.n_ids * f.vocab), "%g", d);
+    /* a group size the packed shapes contradict is named */
+    cfg = json_load_file(path, 0, NULL);
+    json_object_set_new(json_object_get(cfg, "quantization"), "model.layers.0.mlp.down_proj",
+                        json_pack("{s:i, s:i}", "group_size", 32, "bits", 8));
+    json_dump_file(cfg, path, 0);
+    json_decref(cfg);
+    rp_model *m = NULL;
+    rp_err err = {0};
+    cr_assert(rp_model_load(mix, NULL, &m, &err) == RP_ERR_INVALID);
+    cr_assert(strstr(err.msg, "model.layers.0.mlp.down_proj.weight"), "%s", err.msg);
+    rp_free(lg);
+    rp_free(o);
+    rp_free(src);
+    rp_st_close(sa);
+    rp_st_close(sb);
+    rp_st_close(sf);
+    rm_dir(a);
+    rm_dir(b);
+    rm_dir(mix);
     fixture_free(&f);
 }

@@ -130,6 +130,7 @@ static uint64_t read_bytes(const void *p, size_t n)
  * 2j + 1. The rows' scales are widened to f32 once per tile, and the bias term
  * sum_g bias_g x (sum of x over group g) is a separate f32 dot per row and token. */
 #define MLX_MAX_GROUPS 512 /* cols <= 16384 with group size 32 */
+#define MLX_PREFETCH 1024
 
 /* n scales or biases (f32, f16 or bf16) to f32; n a multiple of 16 is fastest. */
 static inline __attribute__((always_inline)) void widen(rp_dtype sdt, const void *p, long n,
@@ -229,6 +230,10 @@ static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, l
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             __m512i wz;
+            /* a line per row every 64 bytes, MLX_PREFETCH bytes ahead of use */
+            if (bits == 8 || (st & 1) == 0)
+                _mm_prefetch((const char *)wp[i] + (size_t)st * (size_t)bits * 8 + MLX_PREFETCH,
+                             _MM_HINT_T0);
             if (bits == 4) { /* the 32 bytes in both halves, the upper half shifted by 4 */
                 __m512i v = _mm512_broadcast_i64x4(
                     _mm256_loadu_si256((const __m256i *)(wp[i] + 32 * st)));
