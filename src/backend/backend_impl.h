@@ -25,8 +25,11 @@ typedef uint64_t (*rp_read_kernel)(const void *p, size_t n);
  * j in order and run 2j + 1 its odd ones (cols a multiple of 64); s stays natural either way. */
 typedef struct rp_qact {
     const int8_t *q; /* [n_tok][cols] */
-    const float *d;  /* [n_tok][cols / 32] */
+    const float *d;  /* [n_tok][cols / 32], or [n_tok][cols / 64] with run64 */
     const float *s;  /* [n_tok][cols / 32] */
+    int run64;       /* one scale per 64-block (both its runs): d[k / 2] (max error 1/254 of
+                      * the block's max |x|); lets a kernel scale a 64-element step by one
+                      * scalar */
 } rp_qact;
 
 typedef void (*rp_qmatmul_kernel)(const rp_tensor *w, long r0, long r1, const rp_qact *x,
@@ -38,12 +41,14 @@ typedef struct rp_cpu_kernels {
      * too (scalar table: dequantize + f32 dot); qmatmul, when set, is preferred. */
     rp_matmul_kernel matmul[RP_DT_COUNT];
     rp_qmatmul_kernel qmatmul[RP_DT_COUNT];
+    unsigned char act_run64[RP_DT_COUNT]; /* qmatmul prefers run64 activations (MLX groups >= 64) */
     rp_read_kernel read;
 } rp_cpu_kernels;
 
-/* Quantizes n_tok rows of cols floats (cols a multiple of 32) as rp_qact describes. */
-void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int8_t *q, float *d,
-                  float *s);
+/* Quantizes n_tok rows of cols floats (cols a multiple of 32; of 64 with even_odd or run64)
+ * as rp_qact describes. */
+void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64, int8_t *q,
+                  float *d, float *s);
 /* Whether a weight type's int8 kernels want even_odd activations. */
 static inline int rp_quant_act_even_odd(rp_dtype dt) { return dt == RP_DT_MLX4; }
 /* Whether the int8 kernels take this shape (MLX 4-bit needs rows of 64-blocks; the scalar

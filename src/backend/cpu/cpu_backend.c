@@ -133,30 +133,33 @@ static void matmul_part(void *p, int i, int n)
         j->kernel(j->w, r0, r1, j->x, j->n_tok, j->y);
 }
 
-void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int8_t *q, float *d,
-                  float *s)
+void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64, int8_t *q,
+                  float *d, float *s)
 {
-    long nrun = cols / 32;
+    long nrun = cols / 32, step = run64 ? 2 : 1;
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (long)t * cols;
-        for (long k = 0; k < nrun; k++) {
-            float sum = 0.0f, v[32];
-            for (int i = 0; i < 32; i++)
-                sum += xt[32 * k + i];
-            s[(long)t * nrun + k] = sum;
-            /* the run's elements in kernel order */
-            for (int i = 0; i < 32; i++)
-                v[i] = even_odd ? xt[64 * (k / 2) + 2 * i + (k % 2)] : xt[32 * k + i];
-            float amax = 0.0f;
-            for (int i = 0; i < 32; i++)
+        for (long k0 = 0; k0 < nrun; k0 += step) {
+            float v[64], amax = 0.0f;
+            for (long k = k0; k < k0 + step; k++) {
+                float sum = 0.0f;
+                for (int i = 0; i < 32; i++)
+                    sum += xt[32 * k + i];
+                s[(long)t * nrun + k] = sum;
+                /* the run's elements in kernel order */
+                float *vr = v + 32 * (k - k0);
+                for (int i = 0; i < 32; i++)
+                    vr[i] = even_odd ? xt[64 * (k / 2) + 2 * i + (k % 2)] : xt[32 * k + i];
+            }
+            for (int i = 0; i < 32 * step; i++)
                 amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
             float id = amax > 0 ? 127.0f / amax : 0.0f;
-            int8_t *qr = q + (long)t * cols + 32 * k;
+            int8_t *qr = q + (long)t * cols + 32 * k0;
             /* round to nearest even by the 1.5 * 2^23 trick (|v * id| <= 127): vectorises,
              * unlike a call to lrintf */
-            for (int i = 0; i < 32; i++)
+            for (int i = 0; i < 32 * step; i++)
                 qr[i] = (int8_t)(int)((v[i] * id + 12582912.0f) - 12582912.0f);
-            d[(long)t * nrun + k] = amax / 127.0f;
+            d[(long)t * (nrun / step) + k0 / step] = amax / 127.0f;
         }
     }
 }
@@ -182,9 +185,10 @@ void rp_op_matmul(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, 
             RP_ASSERT(b->act_q && b->act_ds); /* at most a few MB */
             b->act_cap = need;
         }
-        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(w->dtype), b->act_q, b->act_ds,
-                     b->act_ds + need / 32);
-        xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32};
+        int run64 = b->k.act_run64[w->dtype] && w->group_size >= 64 && cols % 64 == 0;
+        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, b->act_q,
+                     b->act_ds, b->act_ds + need / 32);
+        xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
     }
     matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};
 #if defined(__x86_64__)

@@ -240,8 +240,9 @@ static void check_kernel(const rp_cpu_kernels *k, rp_dtype dt, int rows, int col
         int8_t *aq = rp_alloc((size_t)n_tok * cols);
         float *ad = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
         float *as = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
-        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(dt), aq, ad, as);
-        rp_qact a = {.q = aq, .d = ad, .s = as};
+        int run64 = k->act_run64[dt] && gs >= 64;
+        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(dt), run64, aq, ad, as);
+        rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = run64};
         k->qmatmul[dt](&q.t, 0, mid, &a, n_tok, y);
         k->qmatmul[dt](&q.t, mid, rows, &a, n_tok, y);
         rp_free(aq);
@@ -256,9 +257,10 @@ static void check_kernel(const rp_cpu_kernels *k, rp_dtype dt, int rows, int col
         for (int t = 0; t < n_tok; t++) {
             const float *xt = x + (long)t * cols;
             double bound = 0, mag = 0;
-            for (int c0 = 0; c0 < cols; c0 += 32) {
+            int blk = k->act_run64[dt] && gs >= 64 ? 64 : 32; /* activation scale blocks */
+            for (int c0 = 0; c0 < cols; c0 += blk) {
                 float amax = 0, wsum = 0;
-                for (int c = c0; c < c0 + 32; c++) {
+                for (int c = c0; c < c0 + blk; c++) {
                     amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
                     wsum += fabsf(wrow[c]);
                     mag += fabs((double)wrow[c] * xt[c]);
@@ -419,17 +421,17 @@ Test(quant, mlx_prefill_matches_reference)
                 for (int t = 0; t < n_tok; t++) {
                     const float *xt = x + (long)t * cols;
                     double bound = 0, mag = 0;
-                    for (int c0 = 0; c0 < cols; c0 += 64) /* runs: even/odd (4-bit) or halves */
-                        for (int par = 0; par < 2; par++) {
-                            float amax = 0, wsum = 0;
-                            for (int e = 0; e < 32; e++) {
-                                int cc = bits == 4 ? c0 + 2 * e + par : c0 + 32 * par + e;
-                                amax = fabsf(xt[cc]) > amax ? fabsf(xt[cc]) : amax;
-                                wsum += fabsf(wrow[cc]);
-                                mag += fabs((double)wrow[cc] * xt[cc]);
-                            }
-                            bound += (double)amax / 254.0 * wsum;
+                    /* activation scales per even/odd run (4-bit), per half, or per
+                     * 64-block (run64): the 64-block's max bounds all three */
+                    for (int c0 = 0; c0 < cols; c0 += 64) {
+                        float amax = 0, wsum = 0;
+                        for (int cc = c0; cc < c0 + 64; cc++) {
+                            amax = fabsf(xt[cc]) > amax ? fabsf(xt[cc]) : amax;
+                            wsum += fabsf(wrow[cc]);
+                            mag += fabs((double)wrow[cc] * xt[cc]);
                         }
+                        bound += (double)amax / 254.0 * wsum;
+                    }
                     long i = (long)t * rows + r;
                     cr_assert(fabs((double)y[i] - yr[i]) <= bound * 1.001 + 1e-5 * mag + 1e-6,
                               "%s %s g%d [%d][%d]: %g vs %g (bound %g)",

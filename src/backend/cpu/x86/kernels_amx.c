@@ -186,7 +186,8 @@ void rp_amx_pack_q(const rp_qact *a, int n_tok, long cols, int gs, void *buf, rp
                     tile[(e / 4) * 64 + t * 4 + e % 4] =
                         tok < n_tok ? a->q[tok * cols + 32 * k + e] : 0;
                 dT[((size_t)tb * (size_t)nrun + (size_t)k) * 16 + (size_t)t] =
-                    tok < n_tok ? a->d[tok * nrun + k] : 0.0f;
+                    tok >= n_tok ? 0.0f : a->run64 ? a->d[tok * (nrun / 2) + k / 2]
+                                                   : a->d[tok * nrun + k];
             }
         }
     for (int t = 0; t < n_tok; t++)

@@ -170,7 +170,7 @@ static inline __attribute__((always_inline)) float dot_f32(const float *a, const
 static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, long r,
                                                            const rp_qact *a, int t0, float *y,
                                                            const int bits, const int nr,
-                                                           const int nt)
+                                                           const int nt, const int r64)
 {
     long rows = (long)w->shape[0], cols = (long)w->shape[1], nrun = cols / 32;
     long nstep = cols / 64, gs = w->group_size, ng = cols / gs;
@@ -210,6 +210,57 @@ static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, l
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++)
             acc[i][j] = _mm512_setzero_ps();
+    if (r64) { /* run64 activations, group >= 64: one scalar scale per (row, token, step) */
+        float sdx[4][4][MLX_MAX_GROUPS / 2];
+        const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < nt; j++) {
+                const float *d64 = a->d + (long)(t0 + j) * (nrun / 2);
+                long st = 0;
+                for (; st + 16 <= nstep; st += 16) {
+                    __m512 sv = gs == 64 ? _mm512_loadu_ps(sc[i] + st)
+                                         : _mm512_permutexvar_ps(
+                                               dup, _mm512_castps256_ps512(
+                                                        _mm256_loadu_ps(sc[i] + st / 2)));
+                    _mm512_storeu_ps(sdx[i][j] + st, _mm512_mul_ps(sv, _mm512_loadu_ps(d64 + st)));
+                }
+                for (; st < nstep; st++)
+                    sdx[i][j][st] = sc[i][gs == 64 ? st : st >> 1] * d64[st];
+            }
+        const __m512i lo4 = _mm512_set1_epi8(15);
+        const __m512i sh4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+        for (long st = 0; st < nstep; st++) {
+            __m512i xv[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < nt; j++)
+                xv[j] = _mm512_loadu_si512(a->q + (long)(t0 + j) * cols + 64 * st);
+#pragma GCC unroll 4
+            for (int i = 0; i < nr; i++) {
+                __m512i wz;
+                if (bits == 8 || (st & 1) == 0)
+                    _mm_prefetch((const char *)wp[i] + (size_t)st * (size_t)bits * 8 +
+                                     MLX_PREFETCH,
+                                 _MM_HINT_T0);
+                if (bits == 4)
+                    wz = _mm512_and_si512(
+                        _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                              (const __m256i *)(wp[i] + 32 * st))),
+                                          sh4),
+                        lo4);
+                else
+                    wz = _mm512_loadu_si512(wp[i] + 64 * st);
+#pragma GCC unroll 4
+                for (int j = 0; j < nt; j++)
+                    acc[i][j] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, xv[j])),
+                        _mm512_set1_ps(sdx[i][j][st]), acc[i][j]);
+            }
+        }
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < nt; j++)
+                y[(long)(t0 + j) * rows + r + i] = _mm512_reduce_add_ps(acc[i][j]) + bias[i][j];
+        return;
+    }
     const __m512i half_idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     /* group size 32: which of the step's two groups each lane's elements are in */
     const __m512i g32_idx = bits == 4 ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0,
@@ -260,9 +311,10 @@ static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, l
             y[(long)(t0 + j) * rows + r + i] = _mm512_reduce_add_ps(acc[i][j]) + bias[i][j];
 }
 
-static inline __attribute__((always_inline)) void mlx_matmul(const rp_tensor *w, long r0,
-                                                             long r1, const rp_qact *a,
-                                                             int n_tok, float *y, const int bits)
+static inline __attribute__((always_inline)) void mlx_matmul_r(const rp_tensor *w, long r0,
+                                                               long r1, const rp_qact *a,
+                                                               int n_tok, float *y,
+                                                               const int bits, const int r64)
 {
     for (long r = r0; r < r1; r += 4) {
         int nr = r1 - r >= 4 ? 4 : (int)(r1 - r);
@@ -270,18 +322,28 @@ static inline __attribute__((always_inline)) void mlx_matmul(const rp_tensor *w,
             int nt = n_tok - t >= 4 ? 4 : n_tok - t;
             if (nr == 4) {
                 switch (nt) {
-                case 4: mlx_tile(w, r, a, t, y, bits, 4, 4); break;
-                case 3: mlx_tile(w, r, a, t, y, bits, 4, 3); break;
-                case 2: mlx_tile(w, r, a, t, y, bits, 4, 2); break;
-                default: mlx_tile(w, r, a, t, y, bits, 4, 1); break;
+                case 4: mlx_tile(w, r, a, t, y, bits, 4, 4, r64); break;
+                case 3: mlx_tile(w, r, a, t, y, bits, 4, 3, r64); break;
+                case 2: mlx_tile(w, r, a, t, y, bits, 4, 2, r64); break;
+                default: mlx_tile(w, r, a, t, y, bits, 4, 1, r64); break;
                 }
             } else {
                 for (int i = 0; i < nr; i++)
                     for (int j = 0; j < nt; j++)
-                        mlx_tile(w, r + i, a, t + j, y, bits, 1, 1);
+                        mlx_tile(w, r + i, a, t + j, y, bits, 1, 1, r64);
             }
         }
     }
+}
+
+static inline __attribute__((always_inline)) void mlx_matmul(const rp_tensor *w, long r0,
+                                                             long r1, const rp_qact *a,
+                                                             int n_tok, float *y, const int bits)
+{
+    if (a->run64)
+        mlx_matmul_r(w, r0, r1, a, n_tok, y, bits, 1);
+    else
+        mlx_matmul_r(w, r0, r1, a, n_tok, y, bits, 0);
 }
 
 static void matmul_mlx4(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n, float *y)
@@ -306,6 +368,7 @@ void rp_cpu_kernels_avx512(rp_cpu_kernels *k)
         avx512_fill_qtable(k);
         k->qmatmul[RP_DT_MLX4] = matmul_mlx4;
         k->qmatmul[RP_DT_MLX8] = matmul_mlx8;
+        k->act_run64[RP_DT_MLX4] = k->act_run64[RP_DT_MLX8] = 1;
     }
     k->read = read_bytes;
     k->isa = "avx512";

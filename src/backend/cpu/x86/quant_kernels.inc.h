@@ -237,7 +237,7 @@ QK_AI void qk_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, float *
     const float *xd[4], *xs[4];
     for (int j = 0; j < nt; j++) {
         xq[j] = a->q + (long)(t0 + j) * cols;
-        xd[j] = a->d + (long)(t0 + j) * nrun;
+        xd[j] = a->d + (long)(t0 + j) * (a->run64 ? nrun / 2 : nrun);
         xs[j] = a->s + (long)(t0 + j) * nrun;
     }
     for (long k = 0; k < nrun; k++) {
@@ -246,7 +246,7 @@ QK_AI void qk_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, float *
 #pragma GCC unroll 4
         for (int j = 0; j < nt; j++) {
             xv[j] = _mm256_loadu_si256((const __m256i *)(xq[j] + 32 * k));
-            dx[j] = xd[j][k];
+            dx[j] = a->run64 ? xd[j][k >> 1] : xd[j][k];
         }
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
