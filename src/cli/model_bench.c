@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -32,6 +33,13 @@ static double decode_bytes(rp_model *m)
     if (!rp_st_find(m->st, "lm_head.weight"))
         total += emb;
     return total;
+}
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int rp_model_bench_main(int argc, char **argv)
@@ -79,29 +87,34 @@ int rp_model_bench_main(int argc, char **argv)
     double t_prefill = (double)(rp_now_ns() - t0) * 1e-9;
     int32_t tok = 1;
     t0 = rp_now_ns();
+    double cpu0 = cpu_seconds();
     for (long i = 0; i < n_gen; i++)
         if (rp_model_eval(m, kv, &tok, 1, logits, 0, &err))
             goto out;
     double t_decode = (double)(rp_now_ns() - t0) * 1e-9;
+    /* how much of its threads the decode got: on a loaded machine tok/s and the bandwidth
+     * probe (short bursts, best of 5) see different shares of the CPU */
+    double cpu_share = (cpu_seconds() - cpu0) / t_decode / rp_backend_n_threads(m->be);
     double bw = rp_backend_read_bandwidth(m->be, (size_t)1 << 30, 5);
     double bytes = decode_bytes(m), tg = (double)n_gen / t_decode, pp = (double)n_prompt / t_prefill;
     double ratio = bw > 0 ? tg * bytes / (bw * 1e9) : 0.0;
     if (json)
         printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"gen\":%ld,"
                "\"prefill_tok_s\":%.2f,\"ttft_s\":%.4f,\"decode_tok_s\":%.2f,"
-               "\"bytes_per_token\":%.0f,\"read_bw_gb_s\":%.2f,\"bw_ratio\":%.3f}\n",
+               "\"bytes_per_token\":%.0f,\"read_bw_gb_s\":%.2f,\"bw_ratio\":%.3f,"
+               "\"decode_cpu_share\":%.2f}\n",
                model_dir, in->dtype, rp_backend_n_threads(m->be), n_prompt, n_gen, pp, t_prefill,
-               tg, bytes, bw, ratio);
+               tg, bytes, bw, ratio, cpu_share);
     else
         printf("model        %s (%s, %lld params, %s)\n"
                "backend      %s\n"
                "prefill      %ld tokens: %.2f tok/s (TTFT %.3f s)\n"
-               "decode       %ld tokens: %.2f tok/s\n"
+               "decode       %ld tokens: %.2f tok/s (CPU share %.0f%% of the threads)\n"
                "bytes/token  %.3f GB\n"
                "read bw      %.2f GB/s (probe, same run)\n"
                "decode / bandwidth bound: %.3f\n",
                model_dir, in->arch, (long long)in->n_params, in->dtype, rp_backend_describe(m->be),
-               n_prompt, pp, t_prefill, n_gen, tg, bytes / 1e9, bw, ratio);
+               n_prompt, pp, t_prefill, n_gen, tg, 100.0 * cpu_share, bytes / 1e9, bw, ratio);
     status = 0;
 out:
     if (status)
