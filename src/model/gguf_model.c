@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "base/file.h"
 #include "base/gguf.h"
+#include "base/log.h"
 
 static const struct {
     uint32_t ggml;
@@ -298,6 +299,10 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
     }
     if ((rc = rp_st_finish(st, err)))
         goto fail;
+    if (rp_st_find(st, "rope_freqs.weight"))
+        RP_WARN("%s: rope_freqs.weight (Llama 3.1+ RoPE frequency factors) is not applied yet: "
+                "logits will differ from llama.cpp's",
+                path);
     if ((rc = make_config(&m, rp_st_find(st, "lm_head.weight") == NULL, config, err)))
         goto fail;
     *out = st;

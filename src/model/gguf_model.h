@@ -14,6 +14,9 @@
  * stored at 2i + a. Those rows are copied back into HF order at load (heap, owned by the st);
  * every other tensor is a view into the mmap'd file.
  *
+ * Not yet: the rope_freqs.weight tensor of Llama 3.1+ files (RoPE frequency factors) is
+ * ignored with a warning.
+ *
  * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; any other is
  * RP_ERR_UNSUPPORTED naming the tensor and the type.
  *
