@@ -82,9 +82,11 @@ int rp_model_bench_main(int argc, char **argv)
         goto out;
     rp_kv_truncate(kv, 0);
     int64_t t0 = rp_now_ns();
+    double pcpu0 = cpu_seconds();
     if (rp_model_eval(m, kv, ids, (int)n_prompt, logits, 0, &err))
         goto out;
     double t_prefill = (double)(rp_now_ns() - t0) * 1e-9;
+    double prefill_share = (cpu_seconds() - pcpu0) / t_prefill / rp_backend_n_threads(m->be);
     int32_t tok = 1;
     t0 = rp_now_ns();
     double cpu0 = cpu_seconds();
@@ -102,19 +104,19 @@ int rp_model_bench_main(int argc, char **argv)
         printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"gen\":%ld,"
                "\"prefill_tok_s\":%.2f,\"ttft_s\":%.4f,\"decode_tok_s\":%.2f,"
                "\"bytes_per_token\":%.0f,\"read_bw_gb_s\":%.2f,\"bw_ratio\":%.3f,"
-               "\"decode_cpu_share\":%.2f}\n",
+               "\"prefill_cpu_share\":%.2f,\"decode_cpu_share\":%.2f}\n",
                model_dir, in->dtype, rp_backend_n_threads(m->be), n_prompt, n_gen, pp, t_prefill,
-               tg, bytes, bw, ratio, cpu_share);
+               tg, bytes, bw, ratio, prefill_share, cpu_share);
     else
         printf("model        %s (%s, %lld params, %s)\n"
                "backend      %s\n"
-               "prefill      %ld tokens: %.2f tok/s (TTFT %.3f s)\n"
+               "prefill      %ld tokens: %.2f tok/s (TTFT %.3f s, CPU share %.0f%%)\n"
                "decode       %ld tokens: %.2f tok/s (CPU share %.0f%% of the threads)\n"
                "bytes/token  %.3f GB\n"
                "read bw      %.2f GB/s (probe, same run)\n"
                "decode / bandwidth bound: %.3f\n",
                model_dir, in->arch, (long long)in->n_params, in->dtype, rp_backend_describe(m->be),
-               n_prompt, pp, t_prefill, n_gen, tg, 100.0 * cpu_share, bytes / 1e9, bw, ratio);
+               n_prompt, pp, t_prefill, 100.0 * prefill_share, n_gen, tg, 100.0 * cpu_share, bytes / 1e9, bw, ratio);
     status = 0;
 out:
     if (status)

@@ -7,8 +7,8 @@
  * f32. Each activation is split into three bf16 numbers, x = hi + mid + lo (hi = bf16(x),
  * mid = bf16(x - hi), lo = bf16(x - hi - mid): 24 significant bits, all of an f32's), and all
  * three are multiplied, so the result is f32 math on the same weights up to summation order
- * (tested against the reference like the AVX-512 kernel). A step computes 2 row blocks x 1
- * token block (C: 2 tiles, A: 1 reloaded per block, B hi/mid/lo: 3; 6 TDPBF16PS). Tokens are
+ * (tested against the reference like the AVX-512 kernel). A step computes 4 row blocks x 1
+ * token block (C: 4 tiles, A: 1 reloaded per block, B hi/mid/lo: 3; 12 TDPBF16PS). Tokens are
  * padded to a multiple of 16 with zeros.
  *
  * Compiled with -mamx-*; only called when rp_cpu() reports AMX and the kernel tables set it.
@@ -57,27 +57,46 @@ size_t rp_amx_packed_bytes(int n_tok, long cols)
     return (size_t)nb * (size_t)cols * 16 * 2 * 3; /* hi, mid, lo */
 }
 
-/* Layout: token block b: hi [cols/2][16 tokens][2], then mid and lo, same shape. */
+/* Layout: token block b: hi [cols/2][16 tokens][2], then mid and lo, same shape. A token's
+ * 32 consecutive columns become 16 bf16 pairs (AVX-512 BF16 conversion, round to nearest
+ * even) scattered down the 16 rows of a B tile. */
 void rp_amx_pack_bf16(const float *x, int n_tok, long cols, uint16_t *out)
 {
     long nb = (n_tok + 15) / 16;
+    const __m512i rows = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(64));
     for (long b = 0; b < nb; b++) {
         uint16_t *hi = out + (size_t)b * (size_t)cols * 48, *mid = hi + (size_t)cols * 16,
                  *lo = mid + (size_t)cols * 16;
-        for (long k2 = 0; k2 < cols / 2; k2++)
-            for (int t = 0; t < 16; t++) {
-                long tok = b * 16 + t;
-                size_t o = ((size_t)k2 * 16 + (size_t)t) * 2;
-                for (int e = 0; e < 2; e++) {
-                    float v = tok < n_tok ? x[tok * cols + 2 * k2 + e] : 0.0f;
-                    uint16_t h = rp_f32_to_bf16(v);
-                    float r1 = v - rp_bf16_to_f32(h);
-                    uint16_t m = rp_f32_to_bf16(r1);
-                    hi[o + (size_t)e] = h;
-                    mid[o + (size_t)e] = m;
-                    lo[o + (size_t)e] = rp_f32_to_bf16(r1 - rp_bf16_to_f32(m));
+        for (int t = 0; t < 16; t++) {
+            long tok = b * 16 + t;
+            for (long c = 0; c < cols; c += 32) {
+                __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+                if (tok < n_tok) {
+                    x0 = _mm512_loadu_ps(x + tok * cols + c);
+                    x1 = _mm512_loadu_ps(x + tok * cols + c + 16);
                 }
+                __m512i parts[3];
+                for (int p = 0; p < 3; p++) {
+                    __m512bh h = _mm512_cvtne2ps_pbh(x1, x0); /* x0 in the low half */
+                    parts[p] = (__m512i)h;
+                    /* residuals: x - float(h) */
+                    __m512i hv = (__m512i)h;
+                    __m512 h0 = _mm512_castsi512_ps(
+                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hv)), 16));
+                    __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hv, 1)), 16));
+                    x0 = _mm512_sub_ps(x0, h0);
+                    x1 = _mm512_sub_ps(x1, h1);
+                }
+                /* pair j of the 32 columns is B row c / 2 + j, token t */
+                size_t off = ((size_t)(c / 2) * 16 + (size_t)t) * 2;
+                _mm512_i32scatter_epi32(hi + off, rows, parts[0], 1);
+                _mm512_i32scatter_epi32(mid + off, rows, parts[1], 1);
+                _mm512_i32scatter_epi32(lo + off, rows, parts[2], 1);
             }
+        }
     }
 }
 
@@ -93,7 +112,46 @@ static void store_block(const float *c, long r, int n_rows, long tb, int n_tok, 
     }
 }
 
-/* rows [r0, r1) with r0 % 16 == 0; the last partial row block is left to the caller. */
+/* C tiles 0..nblk-1 += rows [r, r + 16 nblk) x token block tb (A in tile 4, B parts 5..7). */
+static inline __attribute__((always_inline)) void bf16_block(const char *a, size_t rb,
+                                                             const uint16_t *bh, size_t part,
+                                                             long kst, const int nblk, int pf)
+{
+    const uint16_t *bm = bh + part, *bl = bm + part;
+    for (long k = 0; k < kst; k++) {
+        /* a tile load touches one line in each of 16 rows: too many streams for the
+         * hardware prefetcher, so fetch the lines 8 steps ahead (first token block) */
+        if (pf && k + 8 < kst)
+            for (int i = 0; i < 16 * nblk; i++)
+                _mm_prefetch(a + (size_t)i * rb + 64 * (k + 8), _MM_HINT_T0);
+        _tile_loadd(5, bh + (size_t)k * 512, 64);
+        _tile_loadd(6, bm + (size_t)k * 512, 64);
+        _tile_loadd(7, bl + (size_t)k * 512, 64);
+        _tile_loadd(4, a + 64 * k, (long)rb);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(0, 4, 7);
+        if (nblk > 1) {
+            _tile_loadd(4, a + 16 * rb + 64 * k, (long)rb);
+            _tile_dpbf16ps(1, 4, 5);
+            _tile_dpbf16ps(1, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (nblk > 2) {
+            _tile_loadd(4, a + 32 * rb + 64 * k, (long)rb);
+            _tile_dpbf16ps(2, 4, 5);
+            _tile_dpbf16ps(2, 4, 6);
+            _tile_dpbf16ps(2, 4, 7);
+            _tile_loadd(4, a + 48 * rb + 64 * k, (long)rb);
+            _tile_dpbf16ps(3, 4, 5);
+            _tile_dpbf16ps(3, 4, 6);
+            _tile_dpbf16ps(3, 4, 7);
+        }
+    }
+}
+
+/* rows [r0, r1) with r0 % 16 == 0, in blocks of 64 rows (4 C tiles: each token block's
+ * activations are read once per 64 rows) then 16; the last partial 16 is left to the caller. */
 long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
                         float *y)
 {
@@ -101,41 +159,34 @@ long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb
     size_t rb = (size_t)cols * 2;
     long nb = (n_tok + 15) / 16, kst = cols / 32;
     size_t bstride = (size_t)cols * 48, part = (size_t)cols * 16; /* uint16 */
-    float cbuf[2][256];
+    float cbuf[256];
     config();
     long r = r0;
-    for (; r + 16 <= r1; r += 32) {
-        int two = r + 32 <= r1;
-        const char *a0 = (const char *)w->data + (size_t)r * rb, *a1 = a0 + 16 * rb;
+    for (; r + 64 <= r1; r += 64) {
+        const char *a = (const char *)w->data + (size_t)r * rb;
         for (long tb = 0; tb < nb; tb++) {
-            const uint16_t *bh = xb + (size_t)tb * bstride, *bm = bh + part, *bl = bm + part;
             _tile_zero(0);
             _tile_zero(1);
-            for (long k = 0; k < kst; k++) {
-                _tile_loadd(5, bh + (size_t)k * 512, 64);
-                _tile_loadd(6, bm + (size_t)k * 512, 64);
-                _tile_loadd(7, bl + (size_t)k * 512, 64);
-                _tile_loadd(4, a0 + 64 * k, (long)rb);
-                _tile_dpbf16ps(0, 4, 5);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(0, 4, 7);
-                if (two) {
-                    _tile_loadd(3, a1 + 64 * k, (long)rb);
-                    _tile_dpbf16ps(1, 3, 5);
-                    _tile_dpbf16ps(1, 3, 6);
-                    _tile_dpbf16ps(1, 3, 7);
-                }
-            }
-            _tile_stored(0, cbuf[0], 64);
-            store_block(cbuf[0], r, 16, tb, n_tok, rows, y);
-            if (two) {
-                _tile_stored(1, cbuf[1], 64);
-                store_block(cbuf[1], r + 16, 16, tb, n_tok, rows, y);
-            }
+            _tile_zero(2);
+            _tile_zero(3);
+            bf16_block(a, rb, xb + (size_t)tb * bstride, part, kst, 4, tb == 0);
+            _tile_stored(0, cbuf, 64);
+            store_block(cbuf, r, 16, tb, n_tok, rows, y);
+            _tile_stored(1, cbuf, 64);
+            store_block(cbuf, r + 16, 16, tb, n_tok, rows, y);
+            _tile_stored(2, cbuf, 64);
+            store_block(cbuf, r + 32, 16, tb, n_tok, rows, y);
+            _tile_stored(3, cbuf, 64);
+            store_block(cbuf, r + 48, 16, tb, n_tok, rows, y);
         }
-        if (!two) {
-            r += 16;
-            break;
+    }
+    for (; r + 16 <= r1; r += 16) {
+        const char *a = (const char *)w->data + (size_t)r * rb;
+        for (long tb = 0; tb < nb; tb++) {
+            _tile_zero(0);
+            bf16_block(a, rb, xb + (size_t)tb * bstride, part, kst, 1, tb == 0);
+            _tile_stored(0, cbuf, 64);
+            store_block(cbuf, r, 16, tb, n_tok, rows, y);
         }
     }
     _tile_release();
