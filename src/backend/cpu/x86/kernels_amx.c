@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend/backend_impl.h"
+#include "base/alloc.h"
 #include "base/half.h"
 
 typedef struct tilecfg {
@@ -112,18 +113,14 @@ static void store_block(const float *c, long r, int n_rows, long tb, int n_tok, 
     }
 }
 
-/* C tiles 0..nblk-1 += rows [r, r + 16 nblk) x token block tb (A in tile 4, B parts 5..7). */
+/* C tiles 0..nblk-1 += rows [r, r + 16 nblk) x one token block, k-steps [k0, k1) (A in
+ * tile 4, B parts in 5..7). */
 static inline __attribute__((always_inline)) void bf16_block(const char *a, size_t rb,
                                                              const uint16_t *bh, size_t part,
-                                                             long kst, const int nblk, int pf)
+                                                             long k0, long k1, const int nblk)
 {
     const uint16_t *bm = bh + part, *bl = bm + part;
-    for (long k = 0; k < kst; k++) {
-        /* a tile load touches one line in each of 16 rows: too many streams for the
-         * hardware prefetcher, so fetch the lines 8 steps ahead (first token block) */
-        if (pf && k + 8 < kst)
-            for (int i = 0; i < 16 * nblk; i++)
-                _mm_prefetch(a + (size_t)i * rb + 64 * (k + 8), _MM_HINT_T0);
+    for (long k = k0; k < k1; k++) {
         _tile_loadd(5, bh + (size_t)k * 512, 64);
         _tile_loadd(6, bm + (size_t)k * 512, 64);
         _tile_loadd(7, bl + (size_t)k * 512, 64);
@@ -136,8 +133,6 @@ static inline __attribute__((always_inline)) void bf16_block(const char *a, size
             _tile_dpbf16ps(1, 4, 5);
             _tile_dpbf16ps(1, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
-        }
-        if (nblk > 2) {
             _tile_loadd(4, a + 32 * rb + 64 * k, (long)rb);
             _tile_dpbf16ps(2, 4, 5);
             _tile_dpbf16ps(2, 4, 6);
@@ -150,47 +145,70 @@ static inline __attribute__((always_inline)) void bf16_block(const char *a, size
     }
 }
 
-/* rows [r0, r1) with r0 % 16 == 0, in blocks of 64 rows (4 C tiles: each token block's
- * activations are read once per 64 rows) then 16; the last partial 16 is left to the caller. */
+#define AMX_KCHUNK 32 /* k-steps (of 32 columns) per pass: the B parts of every token block
+                         for one chunk stay in L2 while all row blocks go by */
+
+/* rows [r0, r1) with r0 % 16 == 0. Passes over K chunks, outermost: for each chunk, every
+ * 64-row (then 16-row) block x token block accumulates into an f32 buffer [tb][row][16]
+ * (C tiles loaded and stored per chunk), so the weights stream from memory once and the
+ * activations come from L2. The last partial 16 rows are left to the caller. */
 long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
                         float *y)
 {
     long rows = (long)w->shape[0], cols = (long)w->shape[1];
     size_t rb = (size_t)cols * 2;
-    long nb = (n_tok + 15) / 16, kst = cols / 32;
+    long nb = (n_tok + 15) / 16, kst = cols / 32, nr = (r1 - r0) / 16 * 16;
     size_t bstride = (size_t)cols * 48, part = (size_t)cols * 16; /* uint16 */
-    float cbuf[256];
+    if (nr <= 0)
+        return r0;
+    float *acc = rp_alloc_aligned(sizeof(float) * 16 * (size_t)nr * (size_t)nb, RP_TAG_MODEL);
+    if (!acc)
+        return r0; /* the caller's kernel does it all */
     config();
-    long r = r0;
-    for (; r + 64 <= r1; r += 64) {
-        const char *a = (const char *)w->data + (size_t)r * rb;
-        for (long tb = 0; tb < nb; tb++) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            bf16_block(a, rb, xb + (size_t)tb * bstride, part, kst, 4, tb == 0);
-            _tile_stored(0, cbuf, 64);
-            store_block(cbuf, r, 16, tb, n_tok, rows, y);
-            _tile_stored(1, cbuf, 64);
-            store_block(cbuf, r + 16, 16, tb, n_tok, rows, y);
-            _tile_stored(2, cbuf, 64);
-            store_block(cbuf, r + 32, 16, tb, n_tok, rows, y);
-            _tile_stored(3, cbuf, 64);
-            store_block(cbuf, r + 48, 16, tb, n_tok, rows, y);
-        }
-    }
-    for (; r + 16 <= r1; r += 16) {
-        const char *a = (const char *)w->data + (size_t)r * rb;
-        for (long tb = 0; tb < nb; tb++) {
-            _tile_zero(0);
-            bf16_block(a, rb, xb + (size_t)tb * bstride, part, kst, 1, tb == 0);
-            _tile_stored(0, cbuf, 64);
-            store_block(cbuf, r, 16, tb, n_tok, rows, y);
+    for (long k0 = 0; k0 < kst; k0 += AMX_KCHUNK) {
+        long k1 = k0 + AMX_KCHUNK < kst ? k0 + AMX_KCHUNK : kst;
+        for (long r = 0; r < nr;) {
+            int four = r + 64 <= nr, nblk = four ? 4 : 1;
+            const char *a = (const char *)w->data + (size_t)(r0 + r) * rb;
+            for (long tb = 0; tb < nb; tb++) {
+                float *c = acc + ((size_t)tb * (size_t)nr + (size_t)r) * 16;
+                if (k0 == 0) {
+                    _tile_zero(0);
+                    if (four) {
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                    }
+                } else {
+                    _tile_loadd(0, c, 64);
+                    if (four) {
+                        _tile_loadd(1, c + 256, 64);
+                        _tile_loadd(2, c + 512, 64);
+                        _tile_loadd(3, c + 768, 64);
+                    }
+                }
+                const uint16_t *bh = xb + (size_t)tb * bstride;
+                if (four)
+                    bf16_block(a, rb, bh, part, k0, k1, 4);
+                else
+                    bf16_block(a, rb, bh, part, k0, k1, 1);
+                _tile_stored(0, c, 64);
+                if (four) {
+                    _tile_stored(1, c + 256, 64);
+                    _tile_stored(2, c + 512, 64);
+                    _tile_stored(3, c + 768, 64);
+                }
+            }
+            r += 16 * nblk;
         }
     }
     _tile_release();
-    return r; /* rows [r, r1) are not done */
+    for (long tb = 0; tb < nb; tb++)
+        for (long r = 0; r < nr; r += 16)
+            store_block(acc + ((size_t)tb * (size_t)nr + (size_t)r) * 16, r0 + r, 16, tb, n_tok,
+                        rows, y);
+    rp_free_aligned(acc);
+    return r0 + nr; /* rows [r0 + nr, r1) are not done */
 }
 
 /* ---- MLX affine weights on int8 tiles (TDPBUSD: u8 weights x s8 activations) ----------- *
