@@ -81,6 +81,7 @@ typedef struct rp_amx_qact {
     const int8_t *b;
     const float *dT, *xg;
     int n_tok;
+    int run64; /* the rp_qact's run64 */
 } rp_amx_qact;
 size_t rp_amx_qpacked_bytes(int n_tok, long cols, int gs);
 void rp_amx_pack_q(const rp_qact *a, int n_tok, long cols, int gs, void *buf, rp_amx_qact *out);

@@ -219,16 +219,17 @@ long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb
  * in f32; the biases are sum_g bias_g x (sum of x over group g) per row and token. Same
  * arithmetic as the AVX-512 VNNI kernel, so the same error bound. */
 
-static void qconfig(void)
+/* k = 32 or 64 elements per TDPBUSD */
+static void qconfig(int k)
 {
     tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     c.rows[0] = 16; /* C: 16 rows x 16 int32 */
     c.colsb[0] = 64;
-    c.rows[1] = 16; /* A: 16 rows x 32 u8 */
-    c.colsb[1] = 32;
-    c.rows[2] = 8; /* B: 8 x (16 tokens x 4 s8) */
+    c.rows[1] = 16; /* A: 16 rows x k u8 */
+    c.colsb[1] = (uint16_t)k;
+    c.rows[2] = (uint8_t)(k / 4); /* B: k/4 x (16 tokens x 4 s8) */
     c.colsb[2] = 64;
     _tile_loadconfig(&c);
 }
@@ -266,7 +267,7 @@ void rp_amx_pack_q(const rp_qact *a, int n_tok, long cols, int gs, void *buf, rp
                 v += a->s[(long)t * nrun + g * per + k];
             xg[(long)t * ng + g] = v;
         }
-    *out = (rp_amx_qact){.b = b, .dT = dT, .xg = xg, .n_tok = n_tok};
+    *out = (rp_amx_qact){.b = b, .dT = dT, .xg = xg, .n_tok = n_tok, .run64 = a->run64};
 }
 
 static void widen_row(rp_dtype sdt, const void *p, long n, float *out)
@@ -288,8 +289,12 @@ long rp_amx_matmul_mlx(const rp_tensor *w, long r0, long r1, const rp_amx_qact *
         return r0;
     float acc[8][16][16], sc[16][512], bias[512];
     int32_t cb[256];
-    uint8_t abuf[16 * 32];
-    qconfig();
+    uint8_t abuf[16 * 64];
+    /* run64 activations with groups >= 64: one TDPBUSD per 64-block (the two runs' B tiles
+     * are adjacent in the packing, so a 16-row B tile covers both) */
+    int k64 = a->run64 && gs >= 64;
+    long kstep = k64 ? 2 : 1;
+    qconfig(k64 ? 64 : 32);
     long r = r0;
     for (; r + 16 <= r1; r += 16) {
         for (int i = 0; i < 16; i++)
@@ -297,8 +302,18 @@ long rp_amx_matmul_mlx(const rp_tensor *w, long r0, long r1, const rp_amx_qact *
                       ng, sc[i]);
         memset(acc, 0, sizeof(float) * 256 * (size_t)nb);
         const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * rb;
-        for (long k = 0; k < nrun; k++) {
-            if (bits == 4) { /* run k: nibble k & 1 of the 32 bytes of 64-block k / 2 */
+        for (long k = 0; k < nrun; k += kstep) {
+            if (bits == 4 && k64) { /* 64-block k / 2: low nibbles | high nibbles */
+                for (int i = 0; i < 16; i++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(wr + (size_t)i * rb + 32 * (k >> 1)));
+                    _mm256_storeu_si256((__m256i *)(abuf + 64 * i),
+                                        _mm256_and_si256(v, _mm256_set1_epi8(15)));
+                    _mm256_storeu_si256((__m256i *)(abuf + 64 * i + 32),
+                                        _mm256_and_si256(_mm256_srli_epi16(v, 4),
+                                                         _mm256_set1_epi8(15)));
+                }
+                _tile_loadd(1, abuf, 64);
+            } else if (bits == 4) { /* run k: nibble k & 1 of the 32 bytes of 64-block k / 2 */
                 for (int i = 0; i < 16; i++) {
                     __m256i v = _mm256_loadu_si256((const __m256i *)(wr + (size_t)i * rb + 32 * (k >> 1)));
                     if (k & 1)
