@@ -4,17 +4,34 @@
 const float rp_fp4_values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
+#include "backend/quant.h"
+
 const char *rp_dtype_name(rp_dtype dt)
 {
-    switch (dt) {
-    case RP_DT_F32: return "f32";
-    case RP_DT_F16: return "f16";
-    case RP_DT_BF16: return "bf16";
-    case RP_DT_MXFP4: return "mxfp4";
-    default: break;
-    }
-    return "?";
+    static const char *const names[RP_DT_COUNT] = {
+        [RP_DT_F32] = "f32",   [RP_DT_F16] = "f16",   [RP_DT_BF16] = "bf16",
+        [RP_DT_Q8_0] = "q8_0", [RP_DT_Q4_0] = "q4_0", [RP_DT_Q4_1] = "q4_1",
+        [RP_DT_Q5_0] = "q5_0", [RP_DT_Q5_1] = "q5_1", [RP_DT_Q4_K] = "q4_k",
+        [RP_DT_Q5_K] = "q5_k", [RP_DT_Q6_K] = "q6_k", [RP_DT_MLX4] = "mlx4",
+        [RP_DT_MLX8] = "mlx8",   [RP_DT_MXFP4] = "mxfp4",
+    };
+    return (unsigned)dt < RP_DT_COUNT ? names[dt] : "?";
 }
+
+int rp_dtype_block(rp_dtype dt)
+{
+    switch (dt) {
+    case RP_DT_F32:
+    case RP_DT_F16:
+    case RP_DT_BF16: return 1;
+    case RP_DT_Q4_K:
+    case RP_DT_Q5_K:
+    case RP_DT_Q6_K: return 256;
+    default: return 32;
+    }
+}
+
+int rp_dtype_is_quant(rp_dtype dt) { return dt >= RP_DT_Q8_0 && dt < RP_DT_COUNT; }
 
 size_t rp_dtype_row_bytes(rp_dtype dt, int64_t n)
 {
@@ -23,9 +40,12 @@ size_t rp_dtype_row_bytes(rp_dtype dt, int64_t n)
     case RP_DT_F16:
     case RP_DT_BF16: return (size_t)n * 2;
     case RP_DT_MXFP4: return (size_t)(n / 32) * 17;
+    case RP_DT_MLX4: return (size_t)n / 2;
+    case RP_DT_MLX8: return (size_t)n;
     default: break;
     }
-    return 0;
+    size_t bb = rp_quant_block_bytes(dt);
+    return bb ? (size_t)(n / rp_dtype_block(dt)) * bb : 0;
 }
 
 /* ---- dispatch through the vtable (backend_impl.h) -------------------------------------- */

@@ -39,12 +39,31 @@ typedef enum rp_dtype {
      * E8M0 scale 2^(s - 127). A row of n elements (n % 32 == 0) is n / 32 blocks of 17 bytes:
      * the scale byte, then 16 bytes of nibbles (element 2i in the low nibble, 2i + 1 high). */
     RP_DT_MXFP4,
+    /* GGUF block types (layouts in backend/quant.h) */
+    RP_DT_Q8_0,
+    RP_DT_Q4_0,
+    RP_DT_Q4_1,
+    RP_DT_Q5_0,
+    RP_DT_Q5_1,
+    RP_DT_Q4_K,
+    RP_DT_Q5_K,
+    RP_DT_Q6_K,
+    /* MLX affine: w = scale * q + bias per group of group_size elements of a row; q packed
+     * little-endian into uint32 words (8 x 4-bit or 4 x 8-bit per word, element 0 in the
+     * lowest bits); scales/biases are separate [rows][cols / group_size] arrays. */
+    RP_DT_MLX4,
+    RP_DT_MLX8,
     RP_DT_COUNT
 } rp_dtype;
 
 const char *rp_dtype_name(rp_dtype dt);
-/* Bytes of one row of n elements (n must be a multiple of the block size for block types). */
+/* Bytes of one row of n elements (n must be a multiple of the block size for block types;
+ * MLX types: the packed weights only, scales and biases are extra). */
 size_t rp_dtype_row_bytes(rp_dtype dt, int64_t n);
+/* Elements per block: 1 (f32/f16/bf16), 32 (Q*_0/Q*_1; MLX packs in 32-element runs), 256
+ * (K types). A quantized row's length must be a multiple of it. */
+int rp_dtype_block(rp_dtype dt);
+int rp_dtype_is_quant(rp_dtype dt);
 
 /* The 16 FP4 (e2m1) values by nibble, sign in bit 3 (MXFP4 elements before scaling). */
 extern const float rp_fp4_values[16];
@@ -57,6 +76,11 @@ typedef struct rp_tensor {
     int64_t shape[4];
     const void *data;
     size_t n_bytes;
+    /* MLX types only: scales and biases, [shape[0]][shape[1] / group_size] of scale_dtype
+     * (f32, f16 or bf16); group_size is 32, 64 or 128. */
+    const void *scales, *biases;
+    rp_dtype scale_dtype;
+    int group_size;
 } rp_tensor;
 
 typedef struct rp_backend rp_backend;
@@ -102,7 +126,7 @@ void rp_op_rmsnorm(rp_backend *b, float *out, const float *x, const rp_tensor *w
 
 /* Reads a 1-D tensor into f32 (n elements). */
 void rp_tensor_to_f32(const rp_tensor *t, float *out, int64_t n);
-/* Row `row` of a 2-D tensor into f32 (embedding lookup). */
+/* Row `row` of a 2-D tensor into f32 (embedding lookup; quantized rows are dequantized). */
 void rp_tensor_row_f32(const rp_tensor *t, int64_t row, float *out);
 
 /* Rotary embedding, in place on x[t][n_heads][head_dim] for the first rot_dim dims of each head,

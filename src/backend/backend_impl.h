@@ -53,16 +53,76 @@ typedef void (*rp_matmul_kernel)(const rp_tensor *w, long r0, long r1, const flo
  * every byte so the loop cannot be elided. The memory-bandwidth probe. */
 typedef uint64_t (*rp_read_kernel)(const void *p, size_t n);
 
+/* Activations quantized to int8 once per matmul call, for the int8 dot-product kernels of
+ * quantized weights. Per token, per 32-element run k: x ~= d[k] * q[32k ..], q in [-127, 127]
+ * (d = max |x| / 127 over the run: the added error per element is at most d / 2, i.e. 1/254
+ * of the run's largest |x|), and s[k] the exact f32 sum of x[32k .. 32k + 31] (for bias/min
+ * terms). Runs are natural (elements 32k .. 32k + 31), or with even_odd (MLX 4-bit, whose
+ * packed bytes hold an even and an odd element) run 2j holds the even elements of the 64-block
+ * j in order and run 2j + 1 its odd ones (cols a multiple of 64); s stays natural either way. */
+typedef struct rp_qact {
+    const int8_t *q; /* [n_tok][cols] */
+    const float *d;  /* [n_tok][cols / 32], or [n_tok][cols / 64] with run64 */
+    const float *s;  /* [n_tok][cols / 32] */
+    int run64;       /* one scale per 64-block (both its runs): d[k / 2] (max error 1/254 of
+                      * the block's max |x|); lets a kernel scale a 64-element step by one
+                      * scalar */
+} rp_qact;
+
+typedef void (*rp_qmatmul_kernel)(const rp_tensor *w, long r0, long r1, const rp_qact *x,
+                                  int n_tok, float *y);
+
 typedef struct rp_cpu_kernels {
     const char *isa;
+    /* f32/f16/bf16: f32 activations. Quantized types: a kernel here takes f32 activations
+     * too (scalar table: dequantize + f32 dot); qmatmul, when set, is preferred. */
     rp_matmul_kernel matmul[RP_DT_COUNT];
+    rp_qmatmul_kernel qmatmul[RP_DT_COUNT];
+    unsigned char act_run64[RP_DT_COUNT]; /* qmatmul prefers run64 activations (MLX groups >= 64) */
     rp_read_kernel read;
 } rp_cpu_kernels;
+
+/* Quantizes n_tok rows of cols floats (cols a multiple of 32; of 64 with even_odd or run64)
+ * as rp_qact describes. */
+void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64, int8_t *q,
+                  float *d, float *s);
+/* Whether a weight type's int8 kernels want even_odd activations. */
+static inline int rp_quant_act_even_odd(rp_dtype dt) { return dt == RP_DT_MLX4; }
+/* Whether the int8 kernels take this shape (MLX 4-bit needs rows of 64-blocks; the scalar
+ * dequantizing kernel runs the others). */
+static inline int rp_qmatmul_fits(rp_dtype dt, long cols)
+{
+    return dt == RP_DT_MLX4 ? cols % 64 == 0 : cols % 32 == 0;
+}
 
 /* Each ISA file fills its table (kernels it lacks stay NULL). */
 void rp_cpu_kernels_scalar(rp_cpu_kernels *k);
 void rp_cpu_kernels_avx2(rp_cpu_kernels *k);
 void rp_cpu_kernels_avx512(rp_cpu_kernels *k);
+
+/* AMX (backend/cpu/x86/kernels_amx.c), prefill of bf16 weights: rp_amx_enable asks Linux
+ * for the tile state (1 ok); activations are packed once per call (rp_amx_pack_bf16, into
+ * rp_amx_packed_bytes), then rp_amx_matmul_bf16 computes rows [r0, r) in blocks of 16 and
+ * returns r (r1 - r < 16 rows are left to the caller). */
+int rp_amx_enable(void);
+size_t rp_amx_packed_bytes(int n_tok, long cols);
+void rp_amx_pack_bf16(const float *x, int n_tok, long cols, uint16_t *out);
+long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
+                        float *y);
+
+/* AMX int8 prefill of MLX weights: rp_amx_pack_q lays a call's rp_qact out as VNNI B tiles
+ * (plus transposed run scales and per-group sums of x) in rp_amx_qpacked_bytes of buf;
+ * rp_amx_matmul_mlx then does rows [r0, r) in blocks of 16 and returns r (n_tok <= 128,
+ * cols / group_size <= 512; otherwise it returns r0 and does nothing). */
+typedef struct rp_amx_qact {
+    const int8_t *b;
+    const float *dT, *xg;
+    int n_tok;
+    int run64; /* the rp_qact's run64 */
+} rp_amx_qact;
+size_t rp_amx_qpacked_bytes(int n_tok, long cols, int gs);
+void rp_amx_pack_q(const rp_qact *a, int n_tok, long cols, int gs, void *buf, rp_amx_qact *out);
+long rp_amx_matmul_mlx(const rp_tensor *w, long r0, long r1, const rp_amx_qact *a, float *y);
 
 /* Plain-C references (src/backend/cpu/ref_ops.c): obvious loops, never optimised. */
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y);

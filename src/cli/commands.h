@@ -27,6 +27,7 @@ int rp_cmd_doctor(int argc, char **argv);
 int rp_cmd_launch(int argc, char **argv);
 int rp_cmd_chat(int argc, char **argv);
 int rp_cmd_bench(int argc, char **argv);
+int rp_cmd_quantize(int argc, char **argv);
 int rp_cmd_tokenize(int argc, char **argv);
 int rp_cmd_detokenize(int argc, char **argv);
 int rp_cmd_perplexity(int argc, char **argv);

@@ -14,25 +14,16 @@ static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const rp_cmd g_commands[] = {
-    {"logits", rp_cmd_logits, "write float32 logits for token ids",
-     "rapid logits --model DIR --ids 1,2,3 --out FILE [--threads N] [--ref-kernels]\n"
-     "  FILE gets one row of vocab_size little-endian float32 per input position."},
-    {"generate", rp_cmd_generate, "generate token ids from token ids",
-     "rapid generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
-     "               [--top-p P] [--min-p P] [--seed S] [--threads N] [--ignore-eos]\n"
-     "  Greedy unless --temperature is given; prints the generated ids on one line."},
-    {"bench", rp_cmd_bench, "benchmark a model in-process, or a running server",
-     "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
-     "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
-     "  (tok/s x bytes read per token / read bandwidth measured in the same run).\n"
-     "rapid bench [--url URL] [--model NAME] [--prompt-tokens N] [--max-tokens N]\n"
-     "            [--concurrency N] [--runs N] [--json]\n"
-     "  Against a running server (default http://127.0.0.1:8000): TTFT, prefill and decode\n"
-     "  tok/s per run, and the aggregate of N concurrent streams."},
-    {"template", rp_cmd_template, "render a chat template against a JSON context",
-     "rapid template (--template FILE.jinja | --model DIR) [--context CTX.json] [--now SECONDS]"},
-    {"version", cmd_version, "print the version", "rapid version"},
-    {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
+    /* for users */
+    {"serve", rp_cmd_serve, "serve a model over the OpenAI and Anthropic APIs",
+     "rapid serve [MODEL] [--host H] [--port P] [--api-key KEY] [--max-request-bytes N]\n"
+     "            [--cors-origins LIST] [--log-level L] [--served-model-name NAME]\n"
+     "            [--threads N] [--max-queue N] [--tool-call-parser NAME]\n"
+     "            [--reasoning-parser NAME]\n"
+     "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
+    {"chat", rp_cmd_chat, "chat with a running server in the terminal",
+     "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"
+     "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit"},
     {"models", rp_cmd_models, "list catalog models and aliases (downloaded, size, memory)",
      "rapid models [--json]"},
     {"ls", rp_cmd_ls, "list downloaded models", "rapid ls [--json]"},
@@ -51,9 +42,22 @@ static const rp_cmd g_commands[] = {
     {"launch", rp_cmd_launch, "point a coding agent at the local server",
      "rapid launch AGENT|list [--url URL] [--model NAME] [--dry-run] [--no-check]\n"
      "  AGENT: claude-code, codex, aider, opencode, continue"},
-    {"chat", rp_cmd_chat, "chat with a running server in the terminal",
-     "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"
-     "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit"},
+    {"bench", rp_cmd_bench, "benchmark a model in-process, or a running server",
+     "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
+     "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
+     "  (tok/s x bytes read per token / read bandwidth measured in the same run).\n"
+     "rapid bench [--url URL] [--model NAME] [--prompt-tokens N] [--max-tokens N]\n"
+     "            [--concurrency N] [--runs N] [--json]\n"
+     "  Against a running server (default http://127.0.0.1:8000): TTFT, prefill and decode\n"
+     "  tok/s per run, and the aggregate of N concurrent streams."},
+    /* tools: stable interfaces for tests, checks and model work */
+    {"generate", rp_cmd_generate, "generate token ids from token ids",
+     "rapid generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
+     "               [--top-p P] [--min-p P] [--seed S] [--threads N] [--ignore-eos]\n"
+     "  Greedy unless --temperature is given; prints the generated ids on one line."},
+    {"logits", rp_cmd_logits, "write float32 logits for token ids",
+     "rapid logits --model DIR --ids 1,2,3 --out FILE [--threads N] [--ref-kernels]\n"
+     "  FILE gets one row of vocab_size little-endian float32 per input position."},
     {"perplexity", rp_cmd_perplexity, "perplexity of a model on a text file",
      "rapid perplexity --model DIR --text-file FILE [--ctx N] [--threads N] [--ref-kernels]\n"
      "                 [--json]\n"
@@ -64,12 +68,8 @@ static const rp_cmd g_commands[] = {
      "  PATH: a tokenizer.json, a model directory or a .gguf file"},
     {"detokenize", rp_cmd_detokenize, "print the text of token ids",
      "rapid detokenize --tokenizer PATH --ids 1,2,3 [--skip-special]"},
-    {"serve", rp_cmd_serve, "serve a model over the OpenAI and Anthropic APIs",
-     "rapid serve [MODEL] [--host H] [--port P] [--api-key KEY] [--max-request-bytes N]\n"
-     "            [--cors-origins LIST] [--log-level L] [--served-model-name NAME]\n"
-     "            [--threads N] [--max-queue N] [--tool-call-parser NAME]\n"
-     "            [--reasoning-parser NAME]\n"
-     "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
+    {"template", rp_cmd_template, "render a chat template against a JSON context",
+     "rapid template (--template FILE.jinja | --model DIR) [--context CTX.json] [--now SECONDS]"},
     {"parse", rp_cmd_parse, "raw model output -> assistant message (tool calls, reasoning)",
      "rapid parse [--tool-call-parser NAME] [--reasoning-parser NAME] [--tools TOOLS.json]\n"
      "            [--chunk N] [--think-opened] [--stable-ids] --text-file F\n"
@@ -80,6 +80,12 @@ static const rp_cmd g_commands[] = {
      "  mistral seed_oss granite gemma4 cohere_command3 openai_gptoss\n"
      "--chunk N feeds N characters at a time through the streaming path; --think-opened: the\n"
      "prompt ended inside an open think block; --stable-ids: ids call_000..0, call_000..1"},
+    {"quantize", rp_cmd_quantize, "write an MLX-layout 4/8-bit quantized checkpoint",
+     "rapid quantize --model DIR --bits 4|8 [--group-size 32|64|128] --out DIR2\n"
+     "  Quantizes every linear layer, the embedding and lm_head (affine, per group), as\n"
+     "  mlx_lm.convert -q does; the output loads anywhere a checkpoint does."},
+    {"version", cmd_version, "print the version", "rapid version"},
+    {"help", cmd_help, "help on a command", "rapid help [COMMAND]"},
 };
 
 static const rp_cmd *find_command(const char *name)

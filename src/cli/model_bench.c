@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -14,18 +15,26 @@
 #include "model/model_impl.h"
 
 /* Bytes a decode step reads: every 2-D weight except the embedding table (one row of it is
- * read), plus the lm_head when it is the tied embedding. */
+ * read; its MLX scales/biases likewise), plus the lm_head when it is the tied embedding. */
+static int is_embedding(const char *name)
+{
+    return strcmp(name, "model.embed_tokens.weight") == 0 ||
+           strcmp(name, "model.embed_tokens.scales") == 0 ||
+           strcmp(name, "model.embed_tokens.biases") == 0;
+}
+
 static double decode_bytes(rp_model *m)
 {
-    double total = 0.0;
-    const rp_st_tensor *emb = rp_st_find(m->st, "model.embed_tokens.weight");
+    double total = 0.0, emb = 0.0;
     for (int i = 0; i < rp_st_count(m->st); i++) {
         const rp_st_tensor *t = rp_st_at(m->st, i);
-        if (t != emb)
+        if (is_embedding(t->name))
+            emb += (double)t->t.n_bytes;
+        else
             total += (double)t->t.n_bytes;
     }
-    if (emb && !rp_st_find(m->st, "lm_head.weight"))
-        total += (double)emb->t.n_bytes;
+    if (!rp_st_find(m->st, "lm_head.weight"))
+        total += emb;
     return total;
 }
 
@@ -112,6 +121,13 @@ static int bench_prefix(rp_model *m, int n, double *t_cold, double *t_warm, rp_e
     return rc;
 }
 
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int rp_model_bench_main(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt_s = "128", *gen_s = "32", *threads_s = NULL;
@@ -161,34 +177,42 @@ int rp_model_bench_main(int argc, char **argv)
         goto out;
     rp_kv_truncate(kv, 0);
     int64_t t0 = rp_now_ns();
+    double pcpu0 = cpu_seconds();
     if (rp_model_eval(m, kv, ids, (int)n_prompt, logits, 0, &err))
         goto out;
     double t_prefill = (double)(rp_now_ns() - t0) * 1e-9;
+    double prefill_share = (cpu_seconds() - pcpu0) / t_prefill / rp_backend_n_threads(m->be);
     int32_t tok = 1;
     t0 = rp_now_ns();
+    double cpu0 = cpu_seconds();
     for (long i = 0; i < n_gen; i++)
         if (rp_model_eval(m, kv, &tok, 1, logits, 0, &err))
             goto out;
     double t_decode = (double)(rp_now_ns() - t0) * 1e-9;
+    /* how much of its threads the decode got: on a loaded machine tok/s and the bandwidth
+     * probe (short bursts, best of 5) see different shares of the CPU */
+    double cpu_share = (cpu_seconds() - cpu0) / t_decode / rp_backend_n_threads(m->be);
     double bw = rp_backend_read_bandwidth(m->be, (size_t)1 << 30, 5);
     double bytes = decode_bytes(m), tg = (double)n_gen / t_decode, pp = (double)n_prompt / t_prefill;
     double ratio = bw > 0 ? tg * bytes / (bw * 1e9) : 0.0;
     if (json)
         printf("{\"model\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"gen\":%ld,"
                "\"prefill_tok_s\":%.2f,\"ttft_s\":%.4f,\"decode_tok_s\":%.2f,"
-               "\"bytes_per_token\":%.0f,\"read_bw_gb_s\":%.2f,\"bw_ratio\":%.3f}\n",
+               "\"bytes_per_token\":%.0f,\"read_bw_gb_s\":%.2f,\"bw_ratio\":%.3f,"
+               "\"prefill_cpu_share\":%.2f,\"decode_cpu_share\":%.2f}\n",
                model_dir, in->dtype, rp_backend_n_threads(m->be), n_prompt, n_gen, pp, t_prefill,
-               tg, bytes, bw, ratio);
+               tg, bytes, bw, ratio, prefill_share, cpu_share);
     else
         printf("model        %s (%s, %lld params, %s)\n"
                "backend      %s\n"
-               "prefill      %ld tokens: %.2f tok/s (TTFT %.3f s)\n"
-               "decode       %ld tokens: %.2f tok/s\n"
+               "prefill      %ld tokens: %.2f tok/s (TTFT %.3f s, CPU share %.0f%%)\n"
+               "decode       %ld tokens: %.2f tok/s (CPU share %.0f%% of the threads)\n"
                "bytes/token  %.3f GB\n"
                "read bw      %.2f GB/s (probe, same run)\n"
                "decode / bandwidth bound: %.3f\n",
                model_dir, in->arch, (long long)in->n_params, in->dtype, rp_backend_describe(m->be),
-               n_prompt, pp, t_prefill, n_gen, tg, bytes / 1e9, bw, ratio);
+               n_prompt, pp, t_prefill, 100.0 * prefill_share, n_gen, tg, 100.0 * cpu_share,
+               bytes / 1e9, bw, ratio);
     rp_kv_free(kv);
     kv = NULL;
     if (streams_s) {

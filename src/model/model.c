@@ -5,6 +5,8 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "model/gguf_model.h"
+#include "model/mlx.h"
 #include "model/model_impl.h"
 
 typedef struct arch_entry {
@@ -119,7 +121,16 @@ rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **o
     rp_model *m = rp_calloc(1, sizeof *m);
     if (!m)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_model_config_load(dir, &m->cfg, err);
+    rp_status rc;
+    if (rp_gguf_model_is(dir)) { /* a GGUF file: config and tensors both come from it */
+        json_t *root = NULL;
+        if ((rc = rp_gguf_model_open(dir, &root, &m->st, err)))
+            goto fail;
+        rc = rp_model_config_parse(root, NULL, &m->cfg, err);
+        json_decref(root);
+    } else {
+        rc = rp_model_config_load(dir, &m->cfg, err);
+    }
     if (rc)
         goto fail;
     m->arch = find_arch(m->cfg.arch);
@@ -132,7 +143,8 @@ rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **o
                         m->cfg.arch[0] ? m->cfg.arch : "(none in config.json)");
         goto fail;
     }
-    if ((rc = rp_st_open(dir, &m->st, err)))
+    if ((!m->st && (rc = rp_st_open(dir, &m->st, err))) ||
+        (rc = rp_mlx_bind(m->st, &m->cfg, err)))
         goto fail;
     rp_device dev = opts ? opts->device : RP_DEVICE_CPU;
     if (dev == RP_DEVICE_AUTO) /* families that touch host memory directly stay on the CPU */

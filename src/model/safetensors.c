@@ -15,6 +15,10 @@ struct rp_st {
     int n_maps;
     rp_st_tensor *tensors; /* sorted by name after open */
     int n_tensors, cap_tensors;
+    void **owned; /* rp_st_add buffers */
+    int n_owned;
+    void (*on_close)(void *);
+    void *on_close_ctx;
 };
 
 static int dtype_from_str(const char *s, rp_dtype *dt, size_t *elem)
@@ -140,6 +144,56 @@ static int cmp_tensor(const void *a, const void *b)
     return strcmp(((const rp_st_tensor *)a)->name, ((const rp_st_tensor *)b)->name);
 }
 
+rp_st *rp_st_new(void) { return rp_calloc(1, sizeof(rp_st)); }
+
+rp_status rp_st_add(rp_st *st, const char *name, const char *dtype, int known,
+                    const rp_tensor *t, void *owned, rp_err *err)
+{
+    if (owned) {
+        void **o = rp_realloc(st->owned, sizeof *o * (size_t)(st->n_owned + 1));
+        if (!o) {
+            rp_free(owned);
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        }
+        st->owned = o;
+        st->owned[st->n_owned++] = owned;
+    }
+    if (st->n_tensors == st->cap_tensors) {
+        int cap = st->cap_tensors ? st->cap_tensors * 2 : 256;
+        rp_st_tensor *n = rp_realloc(st->tensors, sizeof *n * (size_t)cap);
+        if (!n)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        st->tensors = n;
+        st->cap_tensors = cap;
+    }
+    rp_st_tensor *e = &st->tensors[st->n_tensors];
+    memset(e, 0, sizeof *e);
+    e->name = rp_strdup(name);
+    if (!e->name)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    snprintf(e->dtype, sizeof e->dtype, "%s", dtype);
+    e->known = known;
+    e->t = *t;
+    st->n_tensors++;
+    return RP_OK;
+}
+
+void rp_st_on_close(rp_st *st, void (*fn)(void *), void *ctx)
+{
+    st->on_close = fn;
+    st->on_close_ctx = ctx;
+}
+
+rp_status rp_st_finish(rp_st *st, rp_err *err)
+{
+    qsort(st->tensors, (size_t)st->n_tensors, sizeof *st->tensors, cmp_tensor);
+    for (int i = 1; i < st->n_tensors; i++)
+        if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0)
+            return rp_err_set(err, RP_ERR_INVALID, "tensor '%s' appears twice",
+                              st->tensors[i].name);
+    return RP_OK;
+}
+
 /* Opens every distinct shard named by the index's weight_map. */
 static rp_status open_sharded(rp_st *st, const char *dir, const char *index_path, rp_err *err)
 {
@@ -195,12 +249,8 @@ rp_status rp_st_open(const char *dir, rp_st **out, rp_err *err)
                         "%s has no model.safetensors or model.safetensors.index.json", dir);
     if (rc)
         goto fail;
-    qsort(st->tensors, (size_t)st->n_tensors, sizeof *st->tensors, cmp_tensor);
-    for (int i = 1; i < st->n_tensors; i++)
-        if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0) {
-            rc = rp_err_set(err, RP_ERR_INVALID, "tensor '%s' appears twice", st->tensors[i].name);
-            goto fail;
-        }
+    if ((rc = rp_st_finish(st, err)))
+        goto fail;
     rp_free(single);
     rp_free(index);
     *out = st;
@@ -219,6 +269,11 @@ void rp_st_close(rp_st *st)
     for (int i = 0; i < st->n_tensors; i++)
         rp_free((void *)st->tensors[i].name);
     rp_free(st->tensors);
+    for (int i = 0; i < st->n_owned; i++)
+        rp_free(st->owned[i]);
+    rp_free(st->owned);
+    if (st->on_close)
+        st->on_close(st->on_close_ctx);
     for (int i = 0; i < st->n_maps; i++)
         rp_mmap_close(&st->maps[i]);
     rp_free(st->maps);
@@ -229,6 +284,14 @@ int rp_st_count(const rp_st *st) { return st->n_tensors; }
 const rp_st_tensor *rp_st_at(const rp_st *st, int i) { return &st->tensors[i]; }
 
 const rp_st_tensor *rp_st_find(const rp_st *st, const char *name)
+{
+    rp_st_tensor key = {.name = name};
+    return bsearch(&key, st->tensors, (size_t)st->n_tensors, sizeof key, cmp_tensor);
+}
+
+rp_st_tensor *rp_st_at_mut(rp_st *st, int i) { return &st->tensors[i]; }
+
+rp_st_tensor *rp_st_find_mut(rp_st *st, const char *name)
 {
     rp_st_tensor key = {.name = name};
     return bsearch(&key, st->tensors, (size_t)st->n_tensors, sizeof key, cmp_tensor);

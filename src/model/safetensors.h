@@ -36,5 +36,17 @@ void rp_st_close(rp_st *st);
 int rp_st_count(const rp_st *st);
 const rp_st_tensor *rp_st_at(const rp_st *st, int i);
 const rp_st_tensor *rp_st_find(const rp_st *st, const char *name); /* NULL: absent */
+/* A checkpoint filled by another loader (model/gguf_model.c): rp_st_new, rp_st_add for each
+ * tensor (a view; `owned`, may be NULL, is rp_free'd at close), rp_st_on_close for the
+ * container the views point into, then rp_st_finish (sorts, rejects duplicates). */
+rp_st *rp_st_new(void);
+rp_status rp_st_add(rp_st *st, const char *name, const char *dtype, int known,
+                    const rp_tensor *t, void *owned, rp_err *err);
+void rp_st_on_close(rp_st *st, void (*fn)(void *), void *ctx);
+rp_status rp_st_finish(rp_st *st, rp_err *err);
+
+/* Mutable views, for loaders that reinterpret raw tensors at open (model/mlx.c). */
+rp_st_tensor *rp_st_at_mut(rp_st *st, int i);
+rp_st_tensor *rp_st_find_mut(rp_st *st, const char *name);
 
 #endif

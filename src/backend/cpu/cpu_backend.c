@@ -9,12 +9,15 @@
  *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
  *     results are bit-identical to the recipe before it became backend-agnostic.
+ *  5. Quantized weights with an int8 kernel get the activations quantized once per call
+ *     (rp_quant_act, on the caller thread, into a buffer the backend keeps) before the fan-out.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/quant.h"
 #include <stdatomic.h>
 
 #include "base/alloc.h"
@@ -23,6 +26,9 @@
 #include "base/status.h"
 #include "base/half.h"
 #include "base/threadpool.h"
+
+/* Below this many tokens a matmul stays on the AVX-512 kernels (AMX pads tokens to 16). */
+#define RP_AMX_MIN_TOKENS 8
 
 typedef struct cpu_backend {
     rp_backend base; /* first: the vtable and description */
@@ -34,6 +40,12 @@ typedef struct cpu_backend {
     long scratch_len;
     rp_step_seq *seqs; /* the step layout (rp_op_step_begin) */
     int n_seqs, seqs_cap;
+    int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
+    float *act_ds; /* d then s, 2 * act_cap / 32 floats */
+    long act_cap;
+    int amx;         /* AMX tiles usable (prefill of bf16 and MLX weights) */
+    uint16_t *amx_x; /* packed activations for the tiles */
+    size_t amx_cap;
 } cpu_backend;
 
 #define CPU(bk) ((cpu_backend *)(bk))
@@ -48,6 +60,9 @@ static void cpu_destroy(rp_backend *bk)
             rp_free_aligned(b->scratch[i]);
     rp_free(b->scratch);
     rp_free(b->seqs);
+    rp_free_aligned(b->act_q);
+    rp_free_aligned(b->act_ds);
+    rp_free_aligned(b->amx_x);
     rp_pool_free(b->pool);
     rp_free(b);
 }
@@ -74,9 +89,12 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         rp_cpu_kernels_avx2(&b->k);
     if (rp_cpu()->isa >= RP_ISA_AVX512)
         rp_cpu_kernels_avx512(&b->k);
+    if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !ref_kernels)
+        b->amx = rp_amx_enable();
 #endif
-    snprintf(b->base.desc, sizeof b->base.desc, "cpu %s, %d thread%s",
-             ref_kernels ? "reference" : b->k.isa, b->n_threads, b->n_threads == 1 ? "" : "s");
+    snprintf(b->base.desc, sizeof b->base.desc, "cpu %s%s, %d thread%s",
+             ref_kernels ? "reference" : b->k.isa, b->amx ? "+amx" : "", b->n_threads,
+             b->n_threads == 1 ? "" : "s");
     return &b->base;
 fail:
     cpu_destroy(&b->base);
@@ -109,18 +127,71 @@ static rp_status cpu_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst
 typedef struct matmul_job {
     const rp_tensor *w;
     const float *x;
+    const rp_qact *xq;
     int n_tok;
     float *y;
     rp_matmul_kernel kernel;
+    rp_qmatmul_kernel qkernel;
+    const uint16_t *amx_x; /* set: AMX bf16 path */
+    const rp_amx_qact *amx_q; /* set: AMX int8 path (MLX) */
 } matmul_job;
 
 static void matmul_part(void *p, int i, int n)
 {
     matmul_job *j = p;
     long r0, r1;
-    rp_pool_split((long)j->w->shape[0], i, n, 4, &r0, &r1);
-    if (r0 < r1)
+    rp_pool_split((long)j->w->shape[0], i, n, 16, &r0, &r1);
+    if (r0 >= r1)
+        return;
+#if defined(__x86_64__)
+    if (j->amx_x) {
+        long r = rp_amx_matmul_bf16(j->w, r0, r1, j->amx_x, j->n_tok, j->y);
+        if (r < r1)
+            j->kernel(j->w, r, r1, j->x, j->n_tok, j->y);
+        return;
+    }
+    if (j->amx_q) {
+        long r = rp_amx_matmul_mlx(j->w, r0, r1, j->amx_q, j->y);
+        if (r < r1)
+            j->qkernel(j->w, r, r1, j->xq, j->n_tok, j->y);
+        return;
+    }
+#endif
+    if (j->qkernel)
+        j->qkernel(j->w, r0, r1, j->xq, j->n_tok, j->y);
+    else
         j->kernel(j->w, r0, r1, j->x, j->n_tok, j->y);
+}
+
+void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64, int8_t *q,
+                  float *d, float *s)
+{
+    long nrun = cols / 32, step = run64 ? 2 : 1;
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * cols;
+        for (long k0 = 0; k0 < nrun; k0 += step) {
+            float v[64], amax = 0.0f;
+            for (long k = k0; k < k0 + step; k++) {
+                float sum = 0.0f;
+                for (int i = 0; i < 32; i++)
+                    sum += xt[32 * k + i];
+                s[(long)t * nrun + k] = sum;
+                /* the run's elements in kernel order */
+                float *vr = v + 32 * (k - k0);
+                for (int i = 0; i < 32; i++)
+                    vr[i] = even_odd ? xt[64 * (k / 2) + 2 * i + (k % 2)] : xt[32 * k + i];
+            }
+            for (int i = 0; i < 32 * step; i++)
+                amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+            float id = amax > 0 ? 127.0f / amax : 0.0f;
+            int8_t *qr = q + (long)t * cols + 32 * k0;
+            /* round to nearest even by the 1.5 * 2^23 trick (|v * id| <= 127): vectorises,
+             * unlike a call to lrintf */
+            for (int i = 0; i < 32 * step; i++)
+                qr[i] = (int8_t)(int)((v[i] * id + 12582912.0f) - 12582912.0f);
+            d[(long)t * (nrun / step) + k0 / step] = amax / 127.0f;
+        }
+    }
 }
 
 static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
@@ -128,12 +199,62 @@ static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n
     cpu_backend *b = CPU(bk);
     RP_ASSERT(w->n_dims == 2 && w->dtype < RP_DT_COUNT);
     rp_matmul_kernel k = b->ref ? rp_ref_matmul : b->k.matmul[w->dtype];
+    rp_qmatmul_kernel qk = b->ref ? NULL : b->k.qmatmul[w->dtype];
     if (!k)
         k = rp_ref_matmul;
-    matmul_job j = {.w = w, .x = x, .n_tok = n_tok, .y = y, .kernel = k};
+    long cols = (long)w->shape[1];
+    if (qk && !rp_qmatmul_fits(w->dtype, cols))
+        qk = NULL;
+    rp_qact xq = {0};
+    if (qk) {
+        long need = (long)n_tok * cols;
+        if (need > b->act_cap) {
+            rp_free_aligned(b->act_q);
+            rp_free_aligned(b->act_ds);
+            b->act_q = rp_alloc_aligned((size_t)need, RP_TAG_MODEL);
+            b->act_ds = rp_alloc_aligned(sizeof(float) * (size_t)(need / 16 + 16), RP_TAG_MODEL);
+            RP_ASSERT(b->act_q && b->act_ds); /* at most a few MB */
+            b->act_cap = need;
+        }
+        int run64 = b->k.act_run64[w->dtype] && w->group_size >= 64 && cols % 64 == 0;
+        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, b->act_q,
+                     b->act_ds, b->act_ds + need / 32);
+        xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
+    }
+    matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};
+#if defined(__x86_64__)
+    /* prefill of bf16 weights on AMX tiles: activations rounded to bf16 (see kernels_amx.c) */
+    if (b->amx && !b->ref && w->dtype == RP_DT_BF16 && n_tok >= RP_AMX_MIN_TOKENS &&
+        cols % 32 == 0 && w->shape[0] >= 16) {
+        size_t need = rp_amx_packed_bytes(n_tok, cols);
+        if (need > b->amx_cap) {
+            rp_free_aligned(b->amx_x);
+            b->amx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
+            RP_ASSERT(b->amx_x); /* n_tok x cols x 2 bytes: a few MB */
+            b->amx_cap = need;
+        }
+        rp_amx_pack_bf16(x, n_tok, cols, b->amx_x);
+        j.amx_x = b->amx_x;
+    }
+    rp_amx_qact aq;
+    /* (MLX 4-bit with group size 32 has two groups in an even/odd run: not on tiles) */
+    if (b->amx && qk && (w->dtype == RP_DT_MLX8 || (w->dtype == RP_DT_MLX4 && w->group_size >= 64)) &&
+        n_tok >= RP_AMX_MIN_TOKENS && n_tok <= 128 && cols / w->group_size <= 512 &&
+        w->shape[0] >= 16) {
+        size_t need = rp_amx_qpacked_bytes(n_tok, cols, w->group_size);
+        if (need > b->amx_cap) {
+            rp_free_aligned(b->amx_x);
+            b->amx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
+            RP_ASSERT(b->amx_x);
+            b->amx_cap = need;
+        }
+        rp_amx_pack_q(&xq, n_tok, cols, w->group_size, b->amx_x, &aq);
+        j.amx_q = &aq;
+    }
+#endif
     /* tiny matrices are not worth waking the pool */
     if ((long)w->shape[0] * w->shape[1] * n_tok < 32768)
-        k(w, 0, (long)w->shape[0], x, n_tok, y);
+        matmul_part(&j, 0, 1);
     else
         rp_pool_run(b->pool, matmul_part, &j);
 }
@@ -207,6 +328,10 @@ void rp_tensor_to_f32(const rp_tensor *t, float *out, int64_t n) { to_f32(t->dty
 void rp_tensor_row_f32(const rp_tensor *t, int64_t row, float *out)
 {
     RP_ASSERT(t->n_dims == 2 && row >= 0 && row < t->shape[0]);
+    if (rp_dtype_is_quant(t->dtype)) {
+        rp_quant_dequant_row(t, row, out);
+        return;
+    }
     size_t rb = rp_dtype_row_bytes(t->dtype, t->shape[1]);
     to_f32(t->dtype, (const char *)t->data + (size_t)row * rb, out, t->shape[1]);
 }

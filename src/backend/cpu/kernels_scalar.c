@@ -3,7 +3,9 @@
 #include <math.h>
 
 #include "backend/backend_impl.h"
+#include "backend/quant.h"
 #include "base/half.h"
+#include "base/status.h"
 
 static void matmul_f32(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y)
 {
@@ -73,6 +75,25 @@ static void matmul_mxfp4(const rp_tensor *w, long r0, long r1, const float *x, i
     }
 }
 
+/* Quantized weights: dequantize one row (backend/quant.c), then f32 dots for every token. */
+static void matmul_quant(const rp_tensor *w, long r0, long r1, const float *x, int n_tok,
+                         float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    float row[16384];
+    RP_ASSERT(cols <= 16384);
+    for (long r = r0; r < r1; r++) {
+        rp_quant_dequant_row(w, r, row);
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + (long)t * cols;
+            float acc = 0.0f;
+            for (long c = 0; c < cols; c++)
+                acc += row[c] * xt[c];
+            y[(long)t * rows + r] = acc;
+        }
+    }
+}
+
 static uint64_t read_bytes(const void *p, size_t n)
 {
     const uint64_t *q = p;
@@ -93,5 +114,7 @@ void rp_cpu_kernels_scalar(rp_cpu_kernels *k)
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;
     k->matmul[RP_DT_BF16] = matmul_bf16;
+    for (int dt = RP_DT_Q8_0; dt < RP_DT_COUNT; dt++)
+        k->matmul[dt] = matmul_quant;
     k->matmul[RP_DT_MXFP4] = matmul_mxfp4;
 }

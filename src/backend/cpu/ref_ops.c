@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "backend/backend_impl.h"
+#include "backend/quant.h"
 #include "base/half.h"
 #include "base/status.h"
 
@@ -29,6 +30,20 @@ static float weight_at(const rp_tensor *w, long r, long c)
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y)
 {
     long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    if (rp_dtype_is_quant(w->dtype)) { /* dequantize each row (backend/quant.c), f32 dot */
+        float row[16384];
+        RP_ASSERT(cols <= 16384);
+        for (long r = r0; r < r1; r++) {
+            rp_quant_dequant_row(w, r, row);
+            for (int t = 0; t < n_tok; t++) {
+                float acc = 0.0f;
+                for (long c = 0; c < cols; c++)
+                    acc += row[c] * x[t * cols + c];
+                y[t * rows + r] = acc;
+            }
+        }
+        return;
+    }
     for (int t = 0; t < n_tok; t++)
         for (long r = r0; r < r1; r++) {
             float acc = 0.0f;

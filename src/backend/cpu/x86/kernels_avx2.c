@@ -170,8 +170,30 @@ static void matmul_mxfp4(const rp_tensor *w, long r0, long r1, const float *x, i
     }
 }
 
+/* int8 kernels for the quantized types: AVX2 dot = maddubs (u8 x s8 -> s16 pairs) + madd. */
+static inline __attribute__((always_inline)) __m256i avx2_dot(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+static inline __attribute__((always_inline)) __m256i avx2_hibits(uint32_t qh)
+{
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                    _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+                                                      0x0101010101010101ll, 0));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+#define QK_DOT(u, s) avx2_dot(u, s)
+#define QK_HIBITS(qh) avx2_hibits(qh)
+#define QK_PREFIX avx2_
+#include "backend/cpu/x86/quant_kernels.inc.h"
+
 void rp_cpu_kernels_avx2(rp_cpu_kernels *k)
 {
+    avx2_fill_qtable(k);
     k->isa = "avx2";
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;

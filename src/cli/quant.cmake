@@ -1,0 +1,1 @@
+list(APPEND RP_CLI_SOURCES src/cli/cmd_quantize.c)

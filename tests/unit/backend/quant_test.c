@@ -1,0 +1,449 @@
+/* tests/unit/backend/quant_test.c - quantized formats and every quantized matmul kernel.
+ *
+ * 1. Layouts: hand-built blocks dequantize to the values the format defines (backend/quant.h).
+ * 2. Quantizers: dequant(quant(x)) stays within a per-type RMS error of x.
+ * 3. Kernels: every ISA table on this CPU (scalar: dequantize + f32 dot; AVX2 and AVX-512
+ *    VNNI: int8 dot products on activations quantized per 32-run) against rp_ref_matmul,
+ *    for every type over row tails, 1..9 tokens, MLX group sizes 32/64/128 and scale dtypes.
+ *    Tolerance of the int8 kernels: the activation quantization error bound, i.e. for each
+ *    run k, (max|x_k| / 254) * sum |w| over the run, plus 1e-5 relative of sum |w x| for f32
+ *    summation order. The scalar table: 1e-5 relative.
+ * 4. rp_op_matmul through a 2-thread backend (activation buffer, fan-out) against --ref.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include "backend/quant.h"
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/half.h"
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
+}
+
+static const rp_dtype k_types[] = {RP_DT_Q8_0, RP_DT_Q4_0, RP_DT_Q4_1, RP_DT_Q5_0, RP_DT_Q5_1,
+                                   RP_DT_Q4_K, RP_DT_Q5_K, RP_DT_Q6_K, RP_DT_MLX4, RP_DT_MLX8};
+
+/* A quantized weight with its buffers (qw). */
+typedef struct qw {
+    rp_tensor t;
+    void *data, *scales, *biases;
+} qw;
+
+static void store_scale(rp_dtype sdt, void *p, size_t i, float v)
+{
+    if (sdt == RP_DT_F32)
+        ((float *)p)[i] = v;
+    else if (sdt == RP_DT_F16)
+        ((uint16_t *)p)[i] = rp_f32_to_f16(v);
+    else
+        ((uint16_t *)p)[i] = rp_f32_to_bf16(v);
+}
+
+static qw make_qw(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, float offset)
+{
+    qw q = {0};
+    size_t rb = rp_dtype_row_bytes(dt, cols);
+    q.data = rp_alloc(rb * (size_t)rows);
+    float *x = rp_alloc(sizeof(float) * (size_t)cols);
+    int ng = gs ? cols / gs : 0;
+    if (gs) {
+        q.scales = rp_alloc(4 * (size_t)rows * ng);
+        q.biases = rp_alloc(4 * (size_t)rows * ng);
+    }
+    float *sc = rp_alloc(sizeof(float) * (size_t)(ng + 1)), *bi = rp_alloc(sizeof(float) * (size_t)(ng + 1));
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++)
+            x[c] = frand() + offset;
+        if (gs) {
+            rp_quant_mlx_row(dt == RP_DT_MLX4 ? 4 : 8, gs, x, cols,
+                             (uint32_t *)((char *)q.data + rb * (size_t)r), sc, bi,
+                             sdt == RP_DT_BF16);
+            for (int g = 0; g < ng; g++) {
+                store_scale(sdt, q.scales, (size_t)r * ng + g, sc[g]);
+                store_scale(sdt, q.biases, (size_t)r * ng + g, bi[g]);
+            }
+        } else {
+            rp_quant_row(dt, x, cols, (char *)q.data + rb * (size_t)r);
+        }
+    }
+    rp_free(x);
+    rp_free(sc);
+    rp_free(bi);
+    q.t = (rp_tensor){.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = q.data,
+                      .n_bytes = rb * (size_t)rows, .scales = q.scales, .biases = q.biases,
+                      .scale_dtype = sdt, .group_size = gs};
+    return q;
+}
+
+static void free_qw(qw *q)
+{
+    rp_free(q->data);
+    rp_free(q->scales);
+    rp_free(q->biases);
+}
+
+/* ---- 1. layouts ------------------------------------------------------------------------ */
+
+static void put_h(uint8_t *p, float f)
+{
+    uint16_t h = rp_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+static void dequant_one(rp_dtype dt, const void *blk, int n, float *out)
+{
+    rp_tensor t = {.dtype = dt, .n_dims = 2, .shape = {1, n}, .data = blk};
+    rp_quant_dequant_row(&t, 0, out);
+}
+
+Test(quant, block_layouts)
+{
+    uint8_t b[256];
+    float y[256];
+    /* Q4_0: d = 0.5; byte i = (lo = i, hi = 15 - i) */
+    put_h(b, 0.5f);
+    for (int i = 0; i < 16; i++)
+        b[2 + i] = (uint8_t)(i | (15 - i) << 4);
+    dequant_one(RP_DT_Q4_0, b, 32, y);
+    for (int i = 0; i < 16; i++) {
+        cr_assert_float_eq(y[i], 0.5f * (i - 8), 0);
+        cr_assert_float_eq(y[i + 16], 0.5f * (15 - i - 8), 0);
+    }
+    /* Q5_1: d = 1, m = -3; bit 4 set on elements 3 and 20 */
+    put_h(b, 1.0f);
+    put_h(b + 2, -3.0f);
+    uint32_t qh = 1u << 3 | 1u << 20;
+    memcpy(b + 4, &qh, 4);
+    for (int i = 0; i < 16; i++)
+        b[8 + i] = (uint8_t)(1 | 2 << 4);
+    dequant_one(RP_DT_Q5_1, b, 32, y);
+    cr_assert_float_eq(y[0], -2.0f, 0);
+    cr_assert_float_eq(y[3], 14.0f, 0);
+    cr_assert_float_eq(y[16], -1.0f, 0);
+    cr_assert_float_eq(y[20], 15.0f, 0);
+    /* Q8_0 */
+    put_h(b, 0.25f);
+    for (int i = 0; i < 32; i++)
+        b[2 + i] = (uint8_t)(int8_t)(i - 16);
+    dequant_one(RP_DT_Q8_0, b, 32, y);
+    cr_assert_float_eq(y[0], -4.0f, 0);
+    cr_assert_float_eq(y[31], 3.75f, 0);
+    /* Q4_K: d = 1, dmin = 1, sub-block j scale j+1 and min 2j (j >= 4 use the split bits:
+     * scale 40 + j and min 50 + j need the top bits) */
+    memset(b, 0, 144);
+    put_h(b, 1.0f);
+    put_h(b + 2, 1.0f);
+    int sc[8], mn[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = j < 4 ? j + 1 : 40 + j;
+        mn[j] = j < 4 ? 2 * j : 50 + j;
+    }
+    for (int j = 0; j < 4; j++) {
+        b[4 + j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        b[8 + j] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+        b[12 + j] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+    for (int l = 0; l < 128; l++)
+        b[16 + l] = (uint8_t)(3 | 5 << 4); /* even sub-blocks q = 3, odd q = 5 */
+    dequant_one(RP_DT_Q4_K, b, 256, y);
+    for (int j = 0; j < 8; j++)
+        cr_assert_float_eq(y[32 * j + 7], (float)(sc[j] * (j % 2 ? 5 : 3) - mn[j]), 0,
+                           "Q4_K sub-block %d", j);
+    /* Q6_K: d = 1, scale[i] = i - 8, every q6 = 33 (value +1) except element 200 (q = 0) */
+    memset(b, 0, 210);
+    put_h(b + 208, 1.0f);
+    for (int i = 0; i < 16; i++)
+        b[192 + i] = (uint8_t)(int8_t)(i - 8);
+    for (int l = 0; l < 128; l++)
+        b[l] = 1 | 1 << 4; /* low nibble 1 */
+    for (int l = 0; l < 64; l++)
+        b[128 + l] = 2 | 2 << 2 | 2 << 4 | 2 << 6; /* high bits 2 -> 32 + 1 */
+    /* element 200 = half 1, r = 72 -> run 2 (ql high nibble of ql[64 + 8]), qh bits 4..5 */
+    b[64 + 8] &= 0x0f;
+    b[128 + 32 + 8] &= (uint8_t)~(3 << 4);
+    dequant_one(RP_DT_Q6_K, b, 256, y);
+    for (int i = 0; i < 256; i++)
+        cr_assert_float_eq(y[i], i == 200 ? -32.0f * (i / 16 - 8) : (float)(i / 16 - 8), 0,
+                           "Q6_K element %d", i);
+}
+
+Test(quant, mlx_packing)
+{
+    /* 4-bit: element e in word e / 8, bits 4 (e % 8); w = s q + b per group */
+    uint32_t q[8] = {0x76543210u, 0xfedcba98u, 0, 0, 0, 0, 0, 0};
+    uint16_t s[2] = {rp_f32_to_bf16(0.5f), rp_f32_to_bf16(2.0f)};
+    uint16_t bi[2] = {rp_f32_to_bf16(-1.0f), rp_f32_to_bf16(1.0f)};
+    rp_tensor t = {.dtype = RP_DT_MLX4, .n_dims = 2, .shape = {1, 64}, .data = q,
+                   .scales = s, .biases = bi, .scale_dtype = RP_DT_BF16, .group_size = 32};
+    float y[64];
+    rp_quant_dequant_row(&t, 0, y);
+    for (int e = 0; e < 16; e++)
+        cr_assert_float_eq(y[e], 0.5f * e - 1.0f, 0);
+    cr_assert_float_eq(y[40], 1.0f, 0);
+}
+
+/* ---- 2. quantizers --------------------------------------------------------------------- */
+
+Test(quant, quantizers_round_trip)
+{
+    enum { N = 1024 };
+    float x[N], y[N];
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+        rp_dtype dt = k_types[ti];
+        /* RMS error / RMS of a uniform [-1, 1] signal: ~ step / sqrt(12) / 0.577 */
+        double lim = dt == RP_DT_Q8_0 || dt == RP_DT_MLX8 ? 0.01
+                     : dt == RP_DT_Q6_K                  ? 0.03
+                     : dt == RP_DT_Q5_0 || dt == RP_DT_Q5_1 || dt == RP_DT_Q5_K ? 0.05
+                                                         : 0.10;
+        g_rng = 0x9e3779b97f4a7c15ull;
+        qw q = make_qw(dt, 1, N, dt >= RP_DT_MLX4 ? 64 : 0, RP_DT_F32, 0.0f);
+        g_rng = 0x9e3779b97f4a7c15ull; /* the same x make_qw drew */
+        for (int i = 0; i < N; i++)
+            x[i] = frand();
+        rp_quant_dequant_row(&q.t, 0, y);
+        double se = 0, sx = 0;
+        for (int i = 0; i < N; i++) {
+            se += (double)(x[i] - y[i]) * (x[i] - y[i]);
+            sx += (double)x[i] * x[i];
+        }
+        cr_assert(sqrt(se / sx) < lim, "%s: relative RMS error %g >= %g", rp_dtype_name(dt),
+                  sqrt(se / sx), lim);
+        free_qw(&q);
+    }
+}
+
+/* ---- 3. kernels vs reference ----------------------------------------------------------- */
+
+static void check_kernel(const rp_cpu_kernels *k, rp_dtype dt, int rows, int cols, int gs,
+                         rp_dtype sdt, int n_tok)
+{
+    qw q = make_qw(dt, rows, cols, gs, sdt, dt == RP_DT_Q4_1 ? 0.5f : 0.0f);
+    float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+    float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
+    for (int i = 0; i < n_tok * cols; i++)
+        x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+    rp_ref_matmul(&q.t, 0, rows, x, n_tok, yr);
+    int mid = (rows / 2) & ~3, int8 = k->qmatmul[dt] != NULL;
+    if (int8) {
+        long nrun = cols / 32;
+        int8_t *aq = rp_alloc((size_t)n_tok * cols);
+        float *ad = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
+        float *as = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
+        int run64 = k->act_run64[dt] && gs >= 64;
+        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(dt), run64, aq, ad, as);
+        rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = run64};
+        k->qmatmul[dt](&q.t, 0, mid, &a, n_tok, y);
+        k->qmatmul[dt](&q.t, mid, rows, &a, n_tok, y);
+        rp_free(aq);
+        rp_free(ad);
+        rp_free(as);
+    } else {
+        k->matmul[dt](&q.t, 0, mid, x, n_tok, y);
+        k->matmul[dt](&q.t, mid, rows, x, n_tok, y);
+    }
+    for (int r = 0; r < rows; r++) {
+        rp_quant_dequant_row(&q.t, r, wrow);
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + (long)t * cols;
+            double bound = 0, mag = 0;
+            int blk = k->act_run64[dt] && gs >= 64 ? 64 : 32; /* activation scale blocks */
+            for (int c0 = 0; c0 < cols; c0 += blk) {
+                float amax = 0, wsum = 0;
+                for (int c = c0; c < c0 + blk; c++) {
+                    amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
+                    wsum += fabsf(wrow[c]);
+                    mag += fabs((double)wrow[c] * xt[c]);
+                }
+                bound += (double)amax / 254.0 * wsum;
+            }
+            double tol = (int8 ? bound * 1.001 : 0.0) + 1e-5 * mag + 1e-6;
+            float got = y[(long)t * rows + r], want = yr[(long)t * rows + r];
+            cr_assert(fabs((double)got - want) <= tol,
+                      "%s %s %dx%d gs %d n_tok %d row %d: %g vs %g (tol %g)", k->isa,
+                      rp_dtype_name(dt), rows, cols, gs, n_tok, r, got, want, tol);
+        }
+    }
+    free_qw(&q);
+    rp_free(x);
+    rp_free(y);
+    rp_free(yr);
+    rp_free(wrow);
+}
+
+static void check_table(const rp_cpu_kernels *k)
+{
+    static const int row_counts[] = {1, 3, 4, 5, 13};
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+        rp_dtype dt = k_types[ti];
+        int ktype = rp_dtype_block(dt) == 256, mlx = dt >= RP_DT_MLX4;
+        for (size_t ri = 0; ri < sizeof row_counts / sizeof row_counts[0]; ri++)
+            for (int n_tok = 1; n_tok <= 9; n_tok += 2) {
+                int rows = row_counts[ri];
+                if (mlx) {
+                    static const int gss[] = {32, 64, 128};
+                    static const rp_dtype sdts[] = {RP_DT_BF16, RP_DT_F16, RP_DT_F32};
+                    for (int g = 0; g < 3; g++)
+                        check_kernel(k, dt, rows, 384, gss[g], sdts[(ri + g) % 3], n_tok);
+                } else {
+                    check_kernel(k, dt, rows, ktype ? 512 : 96, 0, RP_DT_F32, n_tok);
+                }
+            }
+    }
+}
+
+Test(quant, kernels_every_isa_match_reference)
+{
+    rp_cpu_kernels k = {0};
+    rp_cpu_kernels_scalar(&k);
+    check_table(&k);
+    if (rp_cpu()->isa >= RP_ISA_AVX2) {
+        rp_cpu_kernels k2 = {0};
+        rp_cpu_kernels_scalar(&k2);
+        rp_cpu_kernels_avx2(&k2);
+        cr_assert(k2.qmatmul[RP_DT_Q4_0] != NULL);
+        check_table(&k2);
+    } else {
+        cr_log_warn("no AVX2 on this CPU: AVX2 int8 kernels not checked");
+    }
+    if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni) {
+        rp_cpu_kernels k3 = {0};
+        rp_cpu_kernels_scalar(&k3);
+        rp_cpu_kernels_avx512(&k3);
+        check_table(&k3);
+    } else {
+        cr_log_warn("no AVX-512 VNNI on this CPU: AVX-512 int8 kernels not checked");
+    }
+}
+
+/* ---- 4. through the backend ------------------------------------------------------------ */
+
+Test(quant, op_matmul_threads_match_reference)
+{
+    rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(2, 1);
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+        rp_dtype dt = k_types[ti];
+        int rows = 300, cols = 512, n_tok = 6;
+        qw q = make_qw(dt, rows, cols, dt >= RP_DT_MLX4 ? 64 : 0, RP_DT_BF16, 0.0f);
+        float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+        float *y1 = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        float *y2 = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        for (int i = 0; i < n_tok * cols; i++)
+            x[i] = frand();
+        rp_op_matmul(fast, &q.t, x, n_tok, y1);
+        rp_op_matmul(ref, &q.t, x, n_tok, y2);
+        double se = 0, s2 = 0;
+        for (int i = 0; i < n_tok * rows; i++) {
+            se += (double)(y1[i] - y2[i]) * (y1[i] - y2[i]);
+            s2 += (double)y2[i] * y2[i];
+        }
+        /* int8 activations: relative RMS error ~ 1/254 / sqrt(3) per element, averaged */
+        cr_assert(sqrt(se / s2) < 0.01, "%s: relative RMS %g", rp_dtype_name(dt),
+                  sqrt(se / s2));
+        free_qw(&q);
+        rp_free(x);
+        rp_free(y1);
+        rp_free(y2);
+    }
+    rp_backend_free(fast);
+    rp_backend_free(ref);
+}
+
+/* ---- 5. AMX prefill of bf16 weights (when the CPU has it; else the AVX-512 path) -------- */
+
+Test(quant, bf16_prefill_matches_reference)
+{
+    rp_backend *fast = rp_backend_new(2, 0);
+    static const int shapes[][3] = {{300, 512, 37}, {64, 96, 16}, {17, 64, 8}, {48, 128, 70}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int rows = shapes[s][0], cols = shapes[s][1], n_tok = shapes[s][2];
+        uint16_t *w = rp_alloc(2 * (size_t)rows * cols);
+        float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+        float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        for (long i = 0; i < (long)rows * cols; i++)
+            w[i] = rp_f32_to_bf16(frand());
+        for (long i = 0; i < (long)n_tok * cols; i++)
+            x[i] = frand();
+        rp_tensor t = {.dtype = RP_DT_BF16, .n_dims = 2, .shape = {rows, cols}, .data = w,
+                       .n_bytes = 2 * (size_t)rows * cols};
+        rp_op_matmul(fast, &t, x, n_tok, y);
+        rp_ref_matmul(&t, 0, rows, x, n_tok, yr);
+        for (int tk = 0; tk < n_tok; tk++)
+            for (int r = 0; r < rows; r++) {
+                double mag = 0;
+                for (int c = 0; c < cols; c++)
+                    mag += fabs((double)rp_bf16_to_f32(w[(long)r * cols + c]) * x[(long)tk * cols + c]);
+                long i = (long)tk * rows + r;
+                cr_assert(fabs((double)y[i] - yr[i]) <= 1e-5 * mag + 1e-6,
+                          "%s %dx%d n_tok %d [%d][%d]: %g vs %g", rp_backend_describe(fast), rows,
+                          cols, n_tok, tk, r, y[i], yr[i]);
+            }
+        rp_free(w);
+        rp_free(x);
+        rp_free(y);
+        rp_free(yr);
+    }
+    rp_backend_free(fast);
+}
+
+/* ---- 6. MLX prefill through the backend (AMX int8 tiles when present) ------------------- */
+
+Test(quant, mlx_prefill_matches_reference)
+{
+    rp_backend *fast = rp_backend_new(2, 0);
+    static const int gss[] = {32, 64, 128};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int gi = 0; gi < 3; gi++) {
+            rp_dtype dt = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8;
+            int rows = 100, cols = 512, n_tok = 37;
+            qw q = make_qw(dt, rows, cols, gss[gi], gi == 1 ? RP_DT_F16 : RP_DT_BF16, 0.0f);
+            float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+            float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
+            for (int i = 0; i < n_tok * cols; i++)
+                x[i] = frand();
+            rp_op_matmul(fast, &q.t, x, n_tok, y);
+            rp_ref_matmul(&q.t, 0, rows, x, n_tok, yr);
+            for (int r = 0; r < rows; r++) {
+                rp_quant_dequant_row(&q.t, r, wrow);
+                for (int t = 0; t < n_tok; t++) {
+                    const float *xt = x + (long)t * cols;
+                    double bound = 0, mag = 0;
+                    /* activation scales per even/odd run (4-bit), per half, or per
+                     * 64-block (run64): the 64-block's max bounds all three */
+                    for (int c0 = 0; c0 < cols; c0 += 64) {
+                        float amax = 0, wsum = 0;
+                        for (int cc = c0; cc < c0 + 64; cc++) {
+                            amax = fabsf(xt[cc]) > amax ? fabsf(xt[cc]) : amax;
+                            wsum += fabsf(wrow[cc]);
+                            mag += fabs((double)wrow[cc] * xt[cc]);
+                        }
+                        bound += (double)amax / 254.0 * wsum;
+                    }
+                    long i = (long)t * rows + r;
+                    cr_assert(fabs((double)y[i] - yr[i]) <= bound * 1.001 + 1e-5 * mag + 1e-6,
+                              "%s %s g%d [%d][%d]: %g vs %g (bound %g)",
+                              rp_backend_describe(fast), rp_dtype_name(dt), gss[gi], t, r, y[i],
+                              yr[i], bound);
+                }
+            }
+            free_qw(&q);
+            rp_free(x);
+            rp_free(y);
+            rp_free(yr);
+            rp_free(wrow);
+        }
+    rp_backend_free(fast);
+}

@@ -1,0 +1,23 @@
+/* tests/unit/model/gguf_writer.h - builds GGUF v3 model files from safetensors checkpoints
+ * for tests (written from the GGUF spec for these tests; no llama.cpp code).
+ *
+ * The file is laid out as llama.cpp's converter lays out a Llama-family model: metadata
+ * general.architecture ("llama", "qwen2" or "qwen3" from config.json), {arch}.* hyper-
+ * parameters, tokenizer.ggml.bos/eos_token_id, general.alignment 32; tensors under GGUF names
+ * (token_embd, blk.N.attn_q, ..., output) with ggml dims (ne[0] = row length); for "llama",
+ * the rows of Q and K (and their biases) permuted to the interleaved-RoPE order (HF row
+ * a * hd/2 + i of a head stored at 2i + a).
+ *
+ * 2-D weights are stored as `dt` (F32, F16, BF16 or a GGUF Q type; quantized with
+ * backend/quant.c), 1-D tensors as F32. With dequant_twin, every 2-D weight is instead stored
+ * as F32 holding dequant(quant(w, dt)): the same values the quantized file carries, in f32.
+ */
+#ifndef RP_TESTS_GGUF_WRITER_H
+#define RP_TESTS_GGUF_WRITER_H
+
+#include "backend/backend.h"
+
+/* 0 ok, -1 on any failure (message on stderr). */
+int gguf_write_from_dir(const char *dir, rp_dtype dt, int dequant_twin, const char *out_path);
+
+#endif
