@@ -187,6 +187,10 @@ static int g_range(jrender *r, const jargs *args, jv *out)
         return jr_nomem(r);
     for (int64_t k = 0; k < count; k++)
         out->u.l->items[out->u.l->n++] = jv_int(start + k * step);
+    out->flags = JV_F_RANGE;
+    out->u.l->range_start = start;
+    out->u.l->range_stop = stop;
+    out->u.l->range_step = step;
     return 0;
 }
 
@@ -699,7 +703,7 @@ int jr_getitem(jrender *r, jv obj, jv key, jv *out)
         break;
     }
     case JV_LIST:
-        if (obj.flags & JV_F_GEN) { /* 'generator' object is not subscriptable */
+        if (obj.flags & (JV_F_GEN | JV_F_VIEW)) { /* iterators and dict views are not subscriptable */
             *out = missing_elem(r, obj, key);
             return 0;
         }
@@ -805,6 +809,8 @@ static int slice(jrender *r, jv obj, jv start, jv stop, jv step, jv *out)
     for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st)
         if (jv_list_push(r->a, l.u.l, obj.u.l->items[i]))
             return jr_nomem(r);
+    if (obj.flags & JV_F_VIEW)
+        return jr_fail(r, "TypeError: '%s' object is not subscriptable", jv_type_name(obj));
     l.flags = obj.flags & JV_F_TUPLE;
     *out = l;
     return 0;
@@ -983,7 +989,8 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
         out->flags = JV_F_SAFE;
         return 0;
     }
-    if (op == OP_ADD && a.type == JV_LIST && b.type == JV_LIST && !((a.flags | b.flags) & JV_F_GEN) &&
+    if (op == OP_ADD && a.type == JV_LIST && b.type == JV_LIST &&
+        !((a.flags | b.flags) & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)) &&
         (a.flags & JV_F_TUPLE) == (b.flags & JV_F_TUPLE)) {
         jv l;
         if (jv_list_new(r->a, a.u.l->n + b.u.l->n, &l))
@@ -997,9 +1004,11 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
     }
     if (op == OP_ADD && a.type == JV_STR)
         return jr_fail(r, "TypeError: can only concatenate str (not \"%s\") to str", jv_type_name(b));
-    if (op == OP_MUL && (a.type == JV_STR || a.type == JV_LIST) && (b.type == JV_INT || b.type == JV_BOOL))
+    bool seq_a = a.type == JV_STR || (a.type == JV_LIST && !(a.flags & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)));
+    bool seq_b = b.type == JV_STR || (b.type == JV_LIST && !(b.flags & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)));
+    if (op == OP_MUL && seq_a && (b.type == JV_INT || b.type == JV_BOOL))
         return repeat(r, a, b.u.i, out);
-    if (op == OP_MUL && (b.type == JV_STR || b.type == JV_LIST) && (a.type == JV_INT || a.type == JV_BOOL))
+    if (op == OP_MUL && seq_b && (a.type == JV_INT || a.type == JV_BOOL))
         return repeat(r, b, a.u.i, out);
     if (op == OP_MOD && a.type == JV_STR)
         return rp_jinja_str_percent(r, a, b, out);

@@ -358,8 +358,6 @@ static int f_last(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "last", args))
         return -1;
-    if (v.type == JV_UNDEF)
-        return jr_fail(r, "TypeError: argument to reversed() must be a sequence");
     jv_list *items;
     if (list_of(r, v, &items))
         return -1;
@@ -730,8 +728,11 @@ static int f_indent(jrender *r, jv v, const jargs *args, jv *out)
     bool first = (present & 2) && jv_truthy(a[1]);
     bool blank = (present & 4) && jv_truthy(a[2]);
     jv s, lines;
-    if (to_str(r, v, &s))
-        return -1;
+    if (v.type == JV_UNDEF)
+        return jr_undefined_error(r, v);
+    if (v.type != JV_STR) /* do_indent appends "\n" to its argument without str() */
+        return jr_fail(r, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(v));
+    s = v;
     jv nl = jv_str("\n", 1);
     if (jr_binop(r, OP_ADD, s, nl, &s))
         return -1;
@@ -912,9 +913,13 @@ static int f_attr(jrender *r, jv v, const jargs *args, jv *out)
 static int f_truncate(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("truncate", "length", "killwords", "end", "leeway");
-    jv s;
-    if (to_str(r, v, &s))
-        return -1;
+    if (v.type == JV_UNDEF) {
+        *out = v;
+        return 0;
+    }
+    if (v.type != JV_STR) /* do_truncate takes len() of its argument and slices it as a str */
+        return jr_fail(r, "TypeError: truncate expects a string, not '%s'", jv_type_name(v));
+    jv s = v;
     int64_t length = (present & 1) && a[0].type == JV_INT ? a[0].u.i : 255;
     bool killwords = (present & 2) && jv_truthy(a[1]);
     jv end = (present & 4) ? a[2] : jv_str("...", 3);
@@ -1221,12 +1226,17 @@ static int need_arg(jrender *r, const char *name, const jargs *args, jv *arg)
     return jr_fail(r, "TypeError: test '%s' takes one argument", name);
 }
 
+/* str(value).isupper() / .islower(): at least one cased character, none of the other case. */
 static int case_test(jrender *r, jv v, bool upper, bool *out)
 {
-    jv s, c;
-    if (to_str(r, v, &s) || rp_jinja_str_case(r, s, upper ? 'u' : 'l', &c))
+    jv s, method;
+    if (to_str(r, v, &s) || jr_getattr(r, s, upper ? "isupper" : "islower", 7, &method))
         return -1;
-    *out = jv_equal(s, c);
+    static const jargs none = {0};
+    jv res;
+    if (jr_call(r, method, &none, &res))
+        return -1;
+    *out = jv_truthy(res);
     return 0;
 }
 

@@ -1079,6 +1079,7 @@ static int dict_method(jrender *r, jv d, const char *m, const jargs *args, jv *o
     }
     if (jv_list_new(r->a, dd->n, out))
         return jr_nomem(r);
+    out->flags = m[0] == 'k' ? JV_F_KEYS : m[0] == 'v' ? JV_F_VALUES : JV_F_VIEW;
     for (size_t i = 0; i < dd->n; i++) {
         if (m[0] == 'k') {
             out->u.l->items[i] = dd->keys[i];

@@ -10,6 +10,7 @@ usage: /usr/bin/python3 golden.py [--rapid PATH] [--jobs N] [--verbose] [--only 
 """
 import argparse
 import concurrent.futures
+import copy
 import hashlib
 import json
 import os
@@ -146,7 +147,9 @@ def reference_outputs(cache, cases, contexts):
                 continue
             if compiled is None:
                 compiled = reference.compile(env, src)
-            r = reference.render(env, compiled, ctx)
+            # a fresh copy each time: Python filters can mutate their input (indent does
+            # "s += newline", which extends a list in place)
+            r = reference.render(env, compiled, copy.deepcopy(ctx))
             results[(tname, cname)] = r
             fresh[key] = list(r)
     tmp = cpath + ".tmp"
