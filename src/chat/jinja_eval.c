@@ -502,6 +502,8 @@ int jr_iter_list(jrender *r, jv v, jv_list **out)
     case JV_LIST:
         if (v.flags & JV_F_GEN) { /* iterating a Python iterator consumes it */
             jv_list *g = v.u.l;
+            if (g->lazy_error)
+                return jr_fail(r, "%s", g->lazy_error);
             if (jv_list_new(r->a, g->n - g->pos, &l))
                 return jr_nomem(r);
             jv_copy(l.u.l->items, g->items + g->pos, (g->n - g->pos) * sizeof(jv));
@@ -1030,6 +1032,8 @@ static int contains(jrender *r, jv item, jv container, bool *out)
             return -1;
         jv_list *l = container.u.l;
         bool gen = container.flags & JV_F_GEN;
+        if (gen && l->lazy_error)
+            return jr_fail(r, "%s", l->lazy_error);
         size_t i = gen ? l->pos : 0;
         for (; i < l->n && !*out; i++)
             *out = jv_equal(l->items[i], item);

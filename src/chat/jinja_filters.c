@@ -118,6 +118,27 @@ static int list_of(jrender *r, jv v, jv_list **out)
     return jr_iter_list(r, v, out);
 }
 
+/* For filters that Jinja2 writes as generators (map, select, unique, batch, slice, items):
+ * when v cannot be iterated the error comes only when the result is consumed. Returns true
+ * when *out is such a deferred-error iterator (the filter returns it as is). */
+static bool lazy_fail(jrender *r, jv v, const char *msg, jv *out)
+{
+    bool iterable = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT ||
+                    (v.type == JV_UNDEF && !(v.flags & JV_F_UNSAFE));
+    if (iterable && !msg)
+        return false;
+    char *m = rp_arena_alloc(r->a, 96);
+    if (jv_list_new(r->a, 0, out) || !m)
+        return false; /* out of memory: let the eager path report it */
+    if (msg)
+        snprintf(m, 96, "%s", msg);
+    else
+        snprintf(m, 96, "TypeError: '%s' object is not iterable", jv_type_name(v));
+    out->flags = JV_F_GEN;
+    out->u.l->lazy_error = m;
+    return true;
+}
+
 static int new_list(jrender *r, size_t cap, jv *out)
 {
     return jv_list_new(r->a, cap, out) ? jr_nomem(r) : 0;
@@ -344,6 +365,8 @@ static int f_first(jrender *r, jv v, const jargs *args, jv *out)
         return -1;
     if (v.type == JV_LIST && (v.flags & JV_F_GEN)) { /* next(iter(gen)) takes one item */
         jv_list *g = v.u.l;
+        if (g->lazy_error)
+            return jr_fail(r, "%s", g->lazy_error);
         *out = g->pos < g->n ? g->items[g->pos++] : jv_undef("No first item, sequence was empty.");
         return 0;
     }
@@ -420,7 +443,7 @@ static int f_items(jrender *r, jv v, const jargs *args, jv *out)
     if (v.type == JV_UNDEF)
         return new_list(r, 0, out);
     if (v.type != JV_DICT)
-        return jr_fail(r, "TypeError: Can only get item pairs from a mapping.");
+        return lazy_fail(r, v, "TypeError: Can only get item pairs from a mapping.", out) ? 0 : jr_nomem(r);
     static const jargs none = {0};
     if (rp_jinja_call_method(r, v, "items", &none, out))
         return -1;
@@ -492,6 +515,8 @@ static int f_sort(jrender *r, jv v, const jargs *args, jv *out)
 static int f_unique(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("unique", "case_sensitive", "attribute");
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     jv_list *l;
     if (list_of(r, v, &l) || new_list(r, 0, out))
         return -1;
@@ -810,6 +835,8 @@ static int f_batch(jrender *r, jv v, const jargs *args, jv *out)
     BIND("batch", "linecount", "fill_with");
     if (a[0].type != JV_INT || a[0].u.i <= 0)
         return jr_fail(r, "ValueError: batch size must be a positive integer");
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     jv_list *l;
     if (list_of(r, v, &l) || new_list(r, 0, out))
         return -1;
@@ -980,6 +1007,8 @@ static int select_common(jrender *r, jv v, const jargs *args, jv *out, bool attr
     out->flags = JV_F_GEN;
     if (!jv_truthy(v)) /* Jinja2: "if value:" before iterating */
         return 0;
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     if (list_of(r, v, &l))
         return -1;
     size_t skip = attr ? 2 : 1;
@@ -1017,6 +1046,8 @@ static int f_map(jrender *r, jv v, const jargs *args, jv *out)
         out->flags = JV_F_GEN;
         return 0;
     }
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     if (list_of(r, v, &l) || new_list(r, l->n, out))
         return -1;
     out->flags = JV_F_GEN;
@@ -1112,6 +1143,8 @@ static int f_slice(jrender *r, jv v, const jargs *args, jv *out)
     BIND("slice", "slices", "fill_with");
     if (a[0].type != JV_INT || a[0].u.i <= 0)
         return jr_fail(r, "ValueError: slices must be a positive integer");
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     jv_list *l;
     if (list_of(r, v, &l) || new_list(r, 0, out))
         return -1;

@@ -76,6 +76,7 @@ struct jv_list {
     size_t n, cap;
     size_t pos; /* JV_F_GEN: items before pos were consumed (a Python iterator runs once) */
     int64_t range_start, range_stop, range_step; /* JV_F_RANGE: the range() arguments */
+    const char *lazy_error; /* JV_F_GEN: the error Python's generator raises when consumed */
 };
 
 struct jv_dict {
