@@ -1042,6 +1042,8 @@ static int contains(jrender *r, jv item, jv container, bool *out)
         return 0;
     }
     case JV_DICT:
+        if ((item.type == JV_LIST && !(item.flags & (JV_F_TUPLE | JV_F_GEN | JV_F_RANGE))) || item.type == JV_DICT)
+            return jr_fail(r, "TypeError: unhashable type: '%s'", jv_type_name(item));
         if (jr_charge(r, container.u.d->n))
             return -1;
         *out = jv_dict_get(container.u.d, item) != NULL;

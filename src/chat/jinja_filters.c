@@ -644,6 +644,8 @@ static bool parse_float(jv s, double *out)
 static int f_int(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("int", "default", "base");
+    if (v.type == JV_UNDEF) /* int(Undefined) raises UndefinedError, which do_int does not catch */
+        return jr_undefined_error(r, v);
     jv def = (present & 1) ? a[0] : jv_int(0);
     int base = (present & 2) && a[1].type == JV_INT ? (int)a[1].u.i : 10;
     switch (v.type) {
@@ -677,6 +679,8 @@ static int f_int(jrender *r, jv v, const jargs *args, jv *out)
 static int f_float(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("float", "default");
+    if (v.type == JV_UNDEF)
+        return jr_undefined_error(r, v);
     jv def = (present & 1) ? a[0] : jv_float(0.0);
     double f;
     if (jv_is_num(v))
@@ -692,6 +696,8 @@ static int f_abs(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "abs", args))
         return -1;
+    if (v.type == JV_UNDEF)
+        return jr_undefined_error(r, v);
     if (v.type == JV_FLOAT)
         *out = jv_float(fabs(v.u.f));
     else if (v.type == JV_INT || v.type == JV_BOOL)
@@ -944,13 +950,21 @@ static int f_truncate(jrender *r, jv v, const jargs *args, jv *out)
         *out = v;
         return 0;
     }
-    if (v.type != JV_STR) /* do_truncate takes len() of its argument and slices it as a str */
-        return jr_fail(r, "TypeError: truncate expects a string, not '%s'", jv_type_name(v));
-    jv s = v;
     int64_t length = (present & 1) && a[0].type == JV_INT ? a[0].u.i : 255;
     bool killwords = (present & 2) && jv_truthy(a[1]);
     jv end = (present & 4) ? a[2] : jv_str("...", 3);
     int64_t leeway = (present & 8) && a[3].type == JV_INT ? a[3].u.i : 5;
+    if (v.type != JV_STR) { /* do_truncate takes len() of its argument, then slices it as a str */
+        size_t n = v.type == JV_LIST && !(v.flags & JV_F_GEN) ? v.u.l->n : v.type == JV_DICT ? v.u.d->n : SIZE_MAX;
+        if (n == SIZE_MAX)
+            return jr_fail(r, "TypeError: object of type '%s' has no len()", jv_type_name(v));
+        if ((int64_t)n <= length + leeway) {
+            *out = v;
+            return 0;
+        }
+        return jr_fail(r, "AttributeError: '%s' object has no attribute 'rsplit'", jv_type_name(v));
+    }
+    jv s = v;
     size_t nc = rp_jinja_utf8_len(s.u.s, s.n), ne = rp_jinja_utf8_len(end.u.s, end.n);
     if ((int64_t)nc <= length + leeway) {
         *out = s;
@@ -1301,7 +1315,9 @@ int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *o
     } else if (name_is(name, "mapping", NULL, NULL)) {
         *out = v.type == JV_DICT;
     } else if (name_is(name, "sequence", NULL, NULL)) {
-        *out = v.type == JV_STR || (v.type == JV_LIST && !(v.flags & JV_F_GEN)) || v.type == JV_DICT;
+        /* len() and __getitem__ exist: Undefined has both (its __getitem__ raises when called) */
+        *out = v.type == JV_STR || (v.type == JV_LIST && !(v.flags & (JV_F_GEN | JV_F_VIEW))) ||
+               v.type == JV_DICT || v.type == JV_UNDEF;
     } else if (name_is(name, "iterable", NULL, NULL)) {
         *out = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF;
     } else if (name_is(name, "callable", NULL, NULL)) {

@@ -725,7 +725,9 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
         if (rc == 0 && b.len > r->out_limit)
             rc = jr_fail(r, "MemoryError: formatted string too large");
     }
-    if (rc == 0 && argv.type != JV_DICT && next < n_items)
+    /* a single non-tuple argument with __getitem__ (list, dict) counts as a mapping: unused is fine */
+    bool mapping_like = argv.type == JV_DICT || (argv.type == JV_LIST && !(argv.flags & JV_F_TUPLE));
+    if (rc == 0 && !mapping_like && next < n_items)
         rc = jr_fail(r, "TypeError: not all arguments converted during string formatting");
     if (rc) {
         rp_buf_deinit(&b);
