@@ -972,6 +972,8 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
             return -1;
         return concat(r, sa, sb, out);
     }
+    if (op == OP_MOD && a.type == JV_STR && !(b.flags & JV_F_UNSAFE)) /* str % Undefined formats too */
+        return rp_jinja_str_percent(r, a, b, out);
     if (a.type == JV_UNDEF)
         return jr_undefined_error(r, a);
     if (b.type == JV_UNDEF)

@@ -1325,11 +1325,11 @@ int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *o
                (v.type == JV_UNDEF && (v.flags & JV_F_UNSAFE));
     } else if (name_is(name, "escaped", NULL, NULL)) {
         *out = false;
-    } else if (name_is(name, "odd", "even", NULL)) {
-        if (v.type != JV_INT && v.type != JV_BOOL)
-            return jr_fail(r, "TypeError: not all arguments converted during string formatting");
-        int64_t m = v.u.i % 2;
-        *out = name[0] == 'o' ? m != 0 : m == 0;
+    } else if (name_is(name, "odd", "even", NULL)) { /* value % 2 == 1 / == 0 */
+        jv m;
+        if (jr_binop(r, OP_MOD, v, jv_int(2), &m))
+            return -1;
+        *out = jv_equal(m, jv_int(name[0] == 'o' ? 1 : 0));
     } else if (name_is(name, "divisibleby", NULL, NULL)) {
         if (need_arg(r, name, args, &arg))
             return -1;

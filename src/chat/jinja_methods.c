@@ -676,6 +676,10 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
             const char *k = ++s;
             while (s < e && *s != ')')
                 s++;
+            if (argv.type == JV_UNDEF) {
+                rc = jr_undefined_error(r, argv);
+                break;
+            }
             if (argv.type != JV_DICT) {
                 rc = jr_fail(r, "TypeError: format requires a mapping");
                 break;
@@ -726,7 +730,8 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
             rc = jr_fail(r, "MemoryError: formatted string too large");
     }
     /* a single non-tuple argument with __getitem__ (list, dict) counts as a mapping: unused is fine */
-    bool mapping_like = argv.type == JV_DICT || (argv.type == JV_LIST && !(argv.flags & JV_F_TUPLE));
+    bool mapping_like = argv.type == JV_DICT || argv.type == JV_UNDEF ||
+                        (argv.type == JV_LIST && !(argv.flags & JV_F_TUPLE));
     if (rc == 0 && !mapping_like && next < n_items)
         rc = jr_fail(r, "TypeError: not all arguments converted during string formatting");
     if (rc) {
@@ -812,6 +817,29 @@ static int justify(jrender *r, jv s, jv width, jv fill, char align, jv *out)
 {
     if (width.type != JV_INT && width.type != JV_BOOL)
         return jr_fail(r, "TypeError: integer argument expected");
+    if (align == '^') { /* str.center: the odd pad goes left when the width is odd (CPython's pad()) */
+        int64_t w = width.u.i > 100000 ? 100000 : width.u.i;
+        int64_t len = (int64_t)rp_jinja_utf8_len(s.u.s, s.n), marg = w - len;
+        if (marg <= 0) {
+            *out = s;
+            return 0;
+        }
+        int64_t left = marg / 2 + (marg & w & 1);
+        char fc = fill.type == JV_STR && fill.n == 1 ? fill.u.s[0] : ' ';
+        rp_buf b = {0};
+        int rc = 0;
+        for (int64_t i = 0; i < left && rc == 0; i++)
+            rc = rp_buf_putc(&b, fc);
+        if (rc == 0)
+            rc = rp_buf_append(&b, s.u.s, s.n);
+        for (int64_t i = left; i < marg && rc == 0; i++)
+            rc = rp_buf_putc(&b, fc);
+        if (rc) {
+            rp_buf_deinit(&b);
+            return jr_nomem(r);
+        }
+        return buf_to_str(r, &b, out);
+    }
     fspec f = {.fill = ' ', .align = align, .width = (int)(width.u.i > 100000 ? 100000 : width.u.i)};
     if (fill.type == JV_STR && fill.n == 1)
         f.fill = fill.u.s[0];
