@@ -125,7 +125,9 @@ static bool lazy_fail(jrender *r, jv v, const char *msg, jv *out)
 {
     bool iterable = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT ||
                     (v.type == JV_UNDEF && !(v.flags & JV_F_UNSAFE));
-    if (iterable && !msg)
+    if (!msg && v.type == JV_LIST && (v.flags & JV_F_GEN) && v.u.l->lazy_error)
+        msg = v.u.l->lazy_error; /* a generator over a failing generator fails when consumed */
+    else if (iterable && !msg)
         return false;
     char *m = rp_arena_alloc(r->a, 96);
     if (jv_list_new(r->a, 0, out) || !m)
@@ -381,6 +383,8 @@ static int f_last(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "last", args))
         return -1;
+    if (v.type == JV_LIST && (v.flags & JV_F_GEN)) /* last() calls reversed() */
+        return jr_fail(r, "TypeError: 'generator' object is not reversible");
     jv_list *items;
     if (list_of(r, v, &items))
         return -1;
@@ -440,8 +444,12 @@ static int f_items(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "items", args))
         return -1;
-    if (v.type == JV_UNDEF)
-        return new_list(r, 0, out);
+    if (v.type == JV_UNDEF) { /* an empty generator */
+        if (new_list(r, 0, out))
+            return -1;
+        out->flags = JV_F_GEN;
+        return 0;
+    }
     if (v.type != JV_DICT)
         return lazy_fail(r, v, "TypeError: Can only get item pairs from a mapping.", out) ? 0 : jr_nomem(r);
     static const jargs none = {0};
