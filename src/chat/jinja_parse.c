@@ -599,9 +599,7 @@ static jnode *parse_subscript(parser *p, jnode *target)
             return NULL;
     }
     next(p);
-    if (args.n == 0)
-        return fail(p, "%s", "expected a subscript");
-    jnode *n = node(p, N_GETITEM);
+    jnode *n = node(p, N_GETITEM); /* x[] indexes with the empty tuple, as in Jinja2 */
     if (!n)
         return NULL;
     n->a = target;
