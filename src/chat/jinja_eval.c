@@ -1099,6 +1099,48 @@ typedef struct evargs {
     jargs a;
 } evargs;
 
+static int eval(jrender *r, const jnode *n, jv *out);
+
+/* Appends *b (an iterable) and **c (a mapping with str keys) to already evaluated args. */
+static int eval_star_args(jrender *r, const jnode *n, evargs *ea)
+{
+    jv_list *extra = NULL;
+    jv d = jv_none();
+    if (n->b) {
+        jv v;
+        if (eval(r, n->b, &v) || jr_iter_list(r, v, &extra))
+            return -1;
+    }
+    if (n->c) {
+        if (eval(r, n->c, &d))
+            return -1;
+        if (d.type != JV_DICT)
+            return jr_fail(r, "TypeError: argument after ** must be a mapping, not %s", jv_type_name(d));
+    }
+    size_t np = ea->a.n_pos + (extra ? extra->n : 0), nk = ea->a.n_kw + (d.type == JV_DICT ? d.u.d->n : 0);
+    jv *pos = RP_ARENA_NEW(r->a, jv, np ? np : 1), *kw = RP_ARENA_NEW(r->a, jv, nk ? nk : 1);
+    const char **names = RP_ARENA_NEW(r->a, const char *, nk ? nk : 1);
+    if (!pos || !kw || !names)
+        return jr_nomem(r);
+    jv_copy(pos, ea->a.pos, ea->a.n_pos * sizeof(jv));
+    if (extra)
+        jv_copy(pos + ea->a.n_pos, extra->items, extra->n * sizeof(jv));
+    jv_copy(kw, ea->a.kw, ea->a.n_kw * sizeof(jv));
+    jv_copy(names, ea->a.kw_names, ea->a.n_kw * sizeof(char *));
+    for (size_t i = 0; d.type == JV_DICT && i < d.u.d->n; i++) {
+        jv k = d.u.d->keys[i];
+        if (k.type != JV_STR)
+            return jr_fail(r, "TypeError: keywords must be strings");
+        char *s = rp_arena_strndup(r->a, k.u.s, k.n);
+        if (!s)
+            return jr_nomem(r);
+        names[ea->a.n_kw + i] = s;
+        kw[ea->a.n_kw + i] = d.u.d->vals[i];
+    }
+    ea->a = (jargs){.pos = pos, .n_pos = np, .kw_names = names, .kw = kw, .n_kw = nk};
+    return 0;
+}
+
 static int eval_args(jrender *r, const jnode *n, evargs *ea)
 {
     jv *pos = ea->pos_small, *kw = ea->kw_small;
@@ -1117,6 +1159,8 @@ static int eval_args(jrender *r, const jnode *n, evargs *ea)
             return -1;
     }
     ea->a = (jargs){.pos = pos, .n_pos = n->items.n, .kw_names = names, .kw = kw, .n_kw = n->kw.n};
+    if ((n->kind == N_CALL || n->kind == N_FILTER || n->kind == N_TEST) && (n->b || n->c))
+        return eval_star_args(r, n, ea);
     return 0;
 }
 

@@ -522,10 +522,22 @@ static bool parse_call_args(parser *p, jnode *n)
     if (!expect_op(p, "("))
         return false;
     while (!is_op(cur(p), ")")) {
-        if (args.n + kw.n && !expect_op(p, ","))
+        if (args.n + kw.n + (n->b != NULL) + (n->c != NULL) && !expect_op(p, ","))
             return false;
         if (is_op(cur(p), ")"))
             break;
+        if (is_op(cur(p), "*") || is_op(cur(p), "**")) { /* f(*args, **kwargs) */
+            bool star2 = cur(p)->len == 2;
+            next(p);
+            jnode *e = parse_expression(p, true);
+            if (!e)
+                return false;
+            if (star2)
+                n->c = e;
+            else
+                n->b = e;
+            continue;
+        }
         if (cur(p)->kind == JT_NAME && is_op(peek(p, 1), "=")) {
             jnode *k = node(p, N_KWARG);
             if (!k || !set_name(p, k, cur(p)))
