@@ -265,7 +265,47 @@ static int g_strftime(jrender *r, const jargs *args, jv *out)
     return jv_str_dup(r->a, buf, n, out) ? jr_nomem(r) : 0;
 }
 
+/* joiner(sep=", "): a callable returning "" the first time and sep afterwards. Its state is a
+ * namespace only the bound method sees. */
+static int g_joiner(jrender *r, const jargs *args, jv *out)
+{
+    jv sep;
+    unsigned present;
+    static const char *const names[] = {"sep"};
+    if (jr_bind(r, "joiner", args, names, 1, &sep, &present))
+        return -1;
+    jv state;
+    if (jv_dict_new(r->a, 2, &state))
+        return jr_nomem(r);
+    state.type = JV_NS;
+    if (jv_dict_set(r->a, state.u.d, jv_str("sep", 3), (present & 1) ? sep : jv_str(", ", 2)) ||
+        jv_dict_set(r->a, state.u.d, jv_str("used", 4), jv_bool(false)))
+        return jr_nomem(r);
+    jmethod *m = RP_ARENA_NEW(r->a, jmethod, 1);
+    if (!m)
+        return jr_nomem(r);
+    m->self = state;
+    m->name = "joiner";
+    *out = (jv){.type = JV_METHOD, .u.p = m};
+    return 0;
+}
+
+int jr_joiner_call(jrender *r, jv state, jv *out)
+{
+    jv *used = jv_dict_get_str(state.u.d, "used", 4), *sep = jv_dict_get_str(state.u.d, "sep", 3);
+    if (!used || !sep)
+        return jr_fail(r, "TypeError: not a joiner");
+    if (!jv_truthy(*used)) {
+        *used = jv_bool(true);
+        *out = jv_str("", 0);
+        return 0;
+    }
+    *out = *sep;
+    return 0;
+}
+
 static const jfunc k_globals[] = {
+    {"joiner", g_joiner},
     {"range", g_range},
     {"namespace", g_namespace},
     {"dict", g_dict},

@@ -100,6 +100,8 @@ int jr_getitem(jrender *r, jv obj, jv key, jv *out);
 /* Binary operators and comparisons with Python semantics. */
 int jr_binop(jrender *r, int op, jv a, jv b, jv *out);
 int jr_compare(jrender *r, int op, jv a, jv b, bool *out);
+/* Calls a joiner() result (state is its namespace). */
+int jr_joiner_call(jrender *r, jv state, jv *out);
 /* loop.cycle(...) and loop.changed(...) (self is the JV_LOOP). */
 int jr_loop_method(jrender *r, jv self, const char *name, const jargs *args, jv *out);
 /* Renders a block of statements into the current output. */

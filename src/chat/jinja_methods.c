@@ -1167,6 +1167,10 @@ int rp_jinja_call_method(jrender *r, jv self, const char *name, const jargs *arg
         return list_method(r, self, name, args, out);
     case JV_LOOP:
         return jr_loop_method(r, self, name, args, out);
+    case JV_NS:
+        if (strcmp(name, "joiner") == 0)
+            return jr_joiner_call(r, self, out);
+        return jr_fail(r, "TypeError: 'Namespace' object has no method '%s'", name);
     default:
         return jr_fail(r, "TypeError: '%s' object has no method '%s'", jv_type_name(self), name);
     }
