@@ -1084,7 +1084,8 @@ static int contains(jrender *r, jv item, jv container, bool *out)
         return 0;
     }
     case JV_DICT:
-        if ((item.type == JV_LIST && !(item.flags & (JV_F_TUPLE | JV_F_GEN | JV_F_RANGE))) || item.type == JV_DICT)
+        if ((item.type == JV_LIST && !(item.flags & (JV_F_TUPLE | JV_F_GEN | JV_F_RANGE))) ||
+            item.type == JV_DICT)
             return jr_fail(r, "TypeError: unhashable type: '%s'", jv_type_name(item));
         if (jr_charge(r, container.u.d->n))
             return -1;
@@ -1548,10 +1549,9 @@ static int exec_for_items(jrender *r, const jnode *n, jv_list *items, int depth,
     }
     *loop = (jloop){.items = items, .depth = depth, .node = n, .scope = outer};
     jv loopv = {.type = JV_LOOP, .u.p = loop};
-    if (items->n == 0) {
-        rc = exec_stmts(r, &n->orelse);
-        goto out;
-    }
+    /* Jinja2 runs the else block unless some iteration reached the end of the body: a loop
+     * whose every iteration ends in continue or break runs it too. */
+    bool completed = false;
     r->scope = s;
     for (size_t i = 0; i < items->n; i++) {
         s->n = 0;
@@ -1561,6 +1561,8 @@ static int exec_for_items(jrender *r, const jnode *n, jv_list *items, int depth,
             rc = scope_set(r, s, "loop", 4, loopv);
         if (rc == 0)
             rc = exec_stmts(r, &n->body);
+        if (rc == 0)
+            completed = true;
         if (rc == EXEC_CONTINUE) {
             rc = 0;
             continue;
@@ -1573,6 +1575,8 @@ static int exec_for_items(jrender *r, const jnode *n, jv_list *items, int depth,
             break;
     }
     r->scope = outer;
+    if (rc == 0 && !completed && n->orelse.n)
+        rc = exec_stmts(r, &n->orelse);
 out:
     r->out = saved_out;
     if (rendered && rc == 0 && jv_str_dup(r->a, buf.data ? buf.data : "", buf.len, rendered))

@@ -79,17 +79,19 @@ typedef struct kv {
     jv key, val;
 } kv;
 
-static int merge_sort(jrender *r, kv *a, kv *tmp, size_t n, bool reverse)
+/* eq_first: keys are compared as one-element lists, as do_sort's multi-attribute getter makes
+ * them: equal keys (Undefined == Undefined) never reach "<". */
+static int merge_sort(jrender *r, kv *a, kv *tmp, size_t n, bool reverse, bool eq_first)
 {
     if (n < 2)
         return 0;
     size_t h = n / 2;
-    if (merge_sort(r, a, tmp, h, reverse) || merge_sort(r, a + h, tmp, n - h, reverse))
+    if (merge_sort(r, a, tmp, h, reverse, eq_first) || merge_sort(r, a + h, tmp, n - h, reverse, eq_first))
         return -1;
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
-        int c;
-        if (jv_compare(a[j].key, a[i].key, &c))
+        int c = 0;
+        if (!(eq_first && jv_equal(a[j].key, a[i].key)) && jv_compare(a[j].key, a[i].key, &c))
             return jr_fail(r, "TypeError: '<' not supported between instances of '%s' and '%s'",
                            jv_type_name(a[j].key), jv_type_name(a[i].key));
         if (reverse ? c > 0 : c < 0)
@@ -105,12 +107,12 @@ static int merge_sort(jrender *r, kv *a, kv *tmp, size_t n, bool reverse)
     return 0;
 }
 
-static int sort_kv(jrender *r, kv *items, size_t n, bool reverse)
+static int sort_kv(jrender *r, kv *items, size_t n, bool reverse, bool eq_first)
 {
     kv *tmp = RP_ARENA_NEW(r->a, kv, n ? n : 1);
     if (!tmp)
         return jr_nomem(r);
-    return merge_sort(r, items, tmp, n, reverse);
+    return merge_sort(r, items, tmp, n, reverse, eq_first);
 }
 
 static int list_of(jrender *r, jv v, jv_list **out)
@@ -487,7 +489,7 @@ static int f_dictsort(jrender *r, jv v, const jargs *args, jv *out)
         items[i].key = lower_key(r, by_value ? v.u.d->vals[i] : v.u.d->keys[i], cs);
         items[i].val = pair;
     }
-    if (sort_kv(r, items, n, (present & 4) && jv_truthy(a[2])) || new_list(r, n, out))
+    if (sort_kv(r, items, n, (present & 4) && jv_truthy(a[2]), false) || new_list(r, n, out))
         return -1;
     for (size_t i = 0; i < n; i++)
         out->u.l->items[i] = items[i].val;
@@ -512,7 +514,7 @@ static int f_sort(jrender *r, jv v, const jargs *args, jv *out)
         items[i].key = lower_key(r, k, cs);
         items[i].val = l->items[i];
     }
-    if (sort_kv(r, items, l->n, (present & 1) && jv_truthy(a[0])) || new_list(r, l->n, out))
+    if (sort_kv(r, items, l->n, (present & 1) && jv_truthy(a[0]), true) || new_list(r, l->n, out))
         return -1;
     for (size_t i = 0; i < l->n; i++)
         out->u.l->items[i] = items[i].val;
@@ -1134,7 +1136,7 @@ static int f_groupby(jrender *r, jv v, const jargs *args, jv *out)
         items[i].key = lower_key(r, k, cs);
         items[i].val = l->items[i];
     }
-    if (sort_kv(r, items, l->n, false) || new_list(r, 0, out))
+    if (sort_kv(r, items, l->n, false, false) || new_list(r, 0, out))
         return -1;
     for (size_t i = 0; i < l->n;) {
         size_t j = i;
@@ -1374,7 +1376,9 @@ int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *o
         return case_test(r, v, false, out);
     } else if (name_is(name, "upper", NULL, NULL)) {
         return case_test(r, v, true, out);
-    } else if (name_is(name, "filter", "test", NULL)) {
+    } else if (name_is(name, "filter", "test", NULL)) { /* value in environment.filters */
+        if ((v.type == JV_LIST && !(v.flags & (JV_F_TUPLE | JV_F_GEN | JV_F_RANGE))) || v.type == JV_DICT)
+            return jr_fail(r, "TypeError: unhashable type: '%s'", jv_type_name(v));
         char nm[64];
         snprintf(nm, sizeof nm, "%.*s", (int)(v.type == JV_STR ? (v.n < 60 ? v.n : 60) : 0), v.u.s);
         *out = v.type == JV_STR && (name[0] == 'f' ? rp_jinja_has_filter(nm) : rp_jinja_has_test(nm));

@@ -767,6 +767,38 @@ static int find(jrender *r, jv s, jv sub, bool rev, int64_t *out)
     return 0;
 }
 
+/* s[start:end] by code points with Python's index clamping (start/end may be None or absent).
+ * *cp_off is the window's start in code points; false when start lies beyond the string. */
+static bool str_window(jv s, jv start, jv end, jv *win, int64_t *cp_off)
+{
+    int64_t nc = (int64_t)rp_jinja_utf8_len(s.u.s, s.n);
+    int64_t b = (start.type == JV_INT || start.type == JV_BOOL) ? start.u.i : 0;
+    int64_t e = (end.type == JV_INT || end.type == JV_BOOL) ? end.u.i : nc;
+    if (b < 0)
+        b = b + nc < 0 ? 0 : b + nc;
+    if (e < 0)
+        e = e + nc < 0 ? 0 : e + nc;
+    if (b > nc)
+        return false;
+    if (e > nc)
+        e = nc;
+    if (e < b)
+        e = b;
+    size_t ob = 0, oe = 0, k = 0;
+    for (size_t i = 0; i <= s.n; i++) {
+        if (i == s.n || ((unsigned char)s.u.s[i] & 0xc0) != 0x80) {
+            if ((int64_t)k == b)
+                ob = i;
+            if ((int64_t)k == e)
+                oe = i;
+            k++;
+        }
+    }
+    *win = jv_str(s.u.s + ob, oe - ob);
+    *cp_off = b;
+    return true;
+}
+
 static int affix(jrender *r, jv s, jv arg, bool end, bool *out)
 {
     *out = false;
@@ -895,34 +927,11 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
         if (!(present & 1))
             return jr_fail(r, "TypeError: %s() takes at least 1 argument (0 given)", m);
         jv sub = s;
-        if (present & 6) {
-            jv st = (present & 2) ? a[1] : jv_none(), en = (present & 4) ? a[2] : jv_none();
-            size_t nc = rp_jinja_utf8_len(s.u.s, s.n);
-            int64_t b = st.type == JV_INT ? st.u.i : 0, e = en.type == JV_INT ? en.u.i : (int64_t)nc;
-            if (b < 0)
-                b = b + (int64_t)nc < 0 ? 0 : b + (int64_t)nc;
-            if (e < 0)
-                e = e + (int64_t)nc < 0 ? 0 : e + (int64_t)nc;
-            if (b > (int64_t)nc) {
-                *out = jv_bool(false);
-                return 0;
-            }
-            if (e > (int64_t)nc)
-                e = (int64_t)nc;
-            if (e < b)
-                e = b;
-            const char *base = s.u.s;
-            size_t ob = 0, oe = 0, k = 0;
-            for (size_t i = 0; i <= s.n; i++) {
-                if (i == s.n || ((unsigned char)base[i] & 0xc0) != 0x80) {
-                    if ((int64_t)k == b)
-                        ob = i;
-                    if ((int64_t)k == e)
-                        oe = i;
-                    k++;
-                }
-            }
-            sub = jv_str(base + ob, oe - ob);
+        int64_t off;
+        if ((present & 6) && !str_window(s, (present & 2) ? a[1] : jv_none(), (present & 4) ? a[2] : jv_none(),
+                                         &sub, &off)) {
+            *out = jv_bool(false);
+            return 0;
         }
         bool res;
         if (affix(r, sub, a[0], m[0] == 'e', &res))
@@ -943,6 +952,14 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
             return jr_fail(r, "TypeError: %s() takes at least 1 argument (0 given)", m);
         if (a[0].type != JV_STR)
             return jr_fail(r, "TypeError: must be str, not %s", jv_type_name(a[0]));
+        int64_t off = 0;
+        if ((present & 6) && !str_window(s, (present & 2) ? a[1] : jv_none(), (present & 4) ? a[2] : jv_none(),
+                                         &s, &off)) {
+            if (M("index") || M("rindex"))
+                return jr_fail(r, "ValueError: substring not found");
+            *out = jv_int(M("count") ? 0 : -1);
+            return 0;
+        }
         if (M("count")) {
             int64_t c = 0;
             if (a[0].n == 0) {
@@ -964,7 +981,7 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
             return -1;
         if (pos < 0 && (M("index") || M("rindex")))
             return jr_fail(r, "ValueError: substring not found");
-        *out = jv_int(pos);
+        *out = jv_int(pos < 0 ? pos : pos + off);
         return 0;
     }
     if (M("join")) {

@@ -397,7 +397,7 @@ static int write_repr(rp_buf *b, jv v, int depth)
         return v.type == JV_NS && rp_buf_putc(b, '>') ? -1 : 0;
     }
     case JV_UNDEF:
-        return 0;
+        return rp_buf_puts(b, "Undefined") ? -1 : 0;
     default:
         return jv_write_str(b, v);
     }
