@@ -113,7 +113,7 @@ int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out)
     for (size_t i = 0; i < s.n;) {
         int32_t c;
         i += dec(s.u.s, s.n, i, &c);
-        /* 'u' upper, 'l' lower, 's' swapcase, 't' title (Python's str.title), 'c' capitalize */
+        /* 'u' upper, 'l' lower, 'f' casefold, 's' swapcase, 't' title (str.title), 'c' capitalize */
         bool to_title = (mode == 't' && !prev_cased) || (mode == 'c' && first);
         bool to_upper = mode == 'u' || (mode == 's' && is_cased_lower(c));
         int32_t o;
@@ -121,7 +121,7 @@ int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out)
             o = utf8proc_totitle(c);
         else if (to_upper)
             o = utf8proc_toupper(c);
-        else if (mode == 'l' || mode == 'c' || mode == 't' || (mode == 's' && is_cased_upper(c)))
+        else if (mode == 'l' || mode == 'f' || mode == 'c' || mode == 't' || (mode == 's' && is_cased_upper(c)))
             o = utf8proc_tolower(c);
         else
             o = c;
@@ -129,8 +129,8 @@ int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out)
             prev_cased = is_cased(c);
         first = false;
         int rc;
-        if (c == 0xdf && (to_title || to_upper)) /* full case mapping: "SS", title "Ss" */
-            rc = rp_buf_puts(&b, to_title ? "Ss" : "SS");
+        if (c == 0xdf && (to_title || to_upper || mode == 'f')) /* full mappings: SS, Ss, casefold ss */
+            rc = rp_buf_puts(&b, to_title ? "Ss" : mode == 'f' ? "ss" : "SS");
         else
             rc = put_cp(&b, o);
         if (rc) {
@@ -901,7 +901,7 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
     if (M("upper") || M("lower") || M("title") || M("capitalize") || M("swapcase") || M("casefold")) {
         if (args->n_pos || args->n_kw)
             return jr_fail(r, "TypeError: str.%s() takes no arguments", m);
-        int mode = M("upper") ? 'u' : M("lower") || M("casefold") ? 'l' : M("title") ? 't' : M("swapcase") ? 's' : 'c';
+        int mode = M("upper") ? 'u' : M("lower") ? 'l' : M("casefold") ? 'f' : M("title") ? 't' : M("swapcase") ? 's' : 'c';
         return rp_jinja_str_case(r, s, mode, out);
     }
     if (M("strip") || M("lstrip") || M("rstrip")) {
