@@ -198,7 +198,7 @@ int jv_compare(jv a, jv b, int *cmp)
         *cmp = c ? (c < 0 ? -1 : 1) : (a.n < b.n ? -1 : a.n > b.n);
         return 0;
     }
-    if (a.type == JV_LIST && b.type == JV_LIST && !((a.flags | b.flags) & JV_F_GEN) &&
+    if (a.type == JV_LIST && b.type == JV_LIST && !((a.flags | b.flags) & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)) &&
         (a.flags & JV_F_TUPLE) == (b.flags & JV_F_TUPLE)) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
