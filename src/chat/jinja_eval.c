@@ -1751,6 +1751,12 @@ static int exec_node(jrender *r, const jnode *n)
         return EXEC_CONTINUE;
     case N_BODY:
         return exec_stmts(r, &n->body);
+    case N_NOLOADER: {
+        jv name;
+        if (eval(r, n->a, &name))
+            return -1;
+        return jr_fail(r, "TypeError: no loader for this environment specified");
+    }
     default:
         return jr_fail(r, "internal error: not a statement (node %d)", (int)n->kind);
     }

@@ -54,7 +54,9 @@ typedef enum jnode_kind {
     N_WITH,     /* items: N_SET nodes; body */
     N_BREAK,
     N_CONTINUE,
-    N_BODY,     /* a statement list in body (generation blocks and the template root) */
+    N_BODY,     /* a statement list in body (generation and block blocks, the template root) */
+    N_NOLOADER, /* include/import/from/extends: a from_string template has no loader, so
+                 * Jinja2 raises when the tag runs (not when it compiles); a = the name */
 } jnode_kind;
 
 /* Binary operators (N_BINOP op) and comparisons (N_CMPOP op). */
