@@ -372,7 +372,7 @@ static int splitlines(jrender *r, jv s, bool keepends, jv *out)
 /* ---- str.format and % -------------------------------------------------------------------- */
 
 typedef struct fspec {
-    char fill, align, sign, type;
+    char fill, align, sign, type, group; /* group: ',' or '_' thousands separator, or 0 */
     bool alt, zero, has_prec;
     int width, prec;
 } fspec;
@@ -406,7 +406,7 @@ static const char *parse_spec(const char *p, const char *e, fspec *f)
     while (p < e && isdigit((unsigned char)*p))
         f->width = digit_acc(f->width, *p++);
     if (p < e && (*p == ',' || *p == '_'))
-        p++;
+        f->group = *p++;
     if (p < e && *p == '.') {
         p++;
         f->has_prec = true;
@@ -484,6 +484,23 @@ static int format_value(jrender *r, rp_buf *b, jv v, const fspec *f, bool percen
     } else {
         rp_buf_deinit(&tmp);
         return jr_fail(r, "ValueError: unsupported format character '%c'", t);
+    }
+    if (rc == 0 && f->group && numeric && tmp.len) { /* 1234567 -> 1,234,567 */
+        size_t st = (tmp.data[0] == '-' || tmp.data[0] == '+') ? 1 : 0, end = st;
+        while (end < tmp.len && tmp.data[end] >= '0' && tmp.data[end] <= '9')
+            end++;
+        rp_buf g = {0};
+        rc = rp_buf_append(&g, tmp.data, st);
+        for (size_t i = st; i < end && rc == 0; i++) {
+            rc = rp_buf_putc(&g, tmp.data[i]);
+            size_t left = end - i - 1;
+            if (rc == 0 && left > 0 && left % 3 == 0)
+                rc = rp_buf_putc(&g, f->group);
+        }
+        if (rc == 0)
+            rc = rp_buf_append(&g, tmp.data + end, tmp.len - end);
+        rp_buf_deinit(&tmp);
+        tmp = g;
     }
     if (rc) {
         rp_buf_deinit(&tmp);
