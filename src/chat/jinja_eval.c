@@ -546,7 +546,8 @@ int jr_iter_list(jrender *r, jv v, jv_list **out)
                 return jr_fail(r, "%s", g->lazy_error);
             if (jv_list_new(r->a, g->n - g->pos, &l))
                 return jr_nomem(r);
-            jv_copy(l.u.l->items, g->items + g->pos, (g->n - g->pos) * sizeof(jv));
+            if (g->n > g->pos) /* (no pointer arithmetic on an empty list's NULL items) */
+                jv_copy(l.u.l->items, g->items + g->pos, (g->n - g->pos) * sizeof(jv));
             l.u.l->n = g->n - g->pos;
             g->pos = g->n;
             *out = l.u.l;
@@ -1040,7 +1041,8 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
         if (jv_list_new(r->a, a.u.l->n + b.u.l->n, &l))
             return jr_nomem(r);
         jv_copy(l.u.l->items, a.u.l->items, a.u.l->n * sizeof(jv));
-        jv_copy(l.u.l->items + a.u.l->n, b.u.l->items, b.u.l->n * sizeof(jv));
+        if (b.u.l->n)
+            jv_copy(l.u.l->items + a.u.l->n, b.u.l->items, b.u.l->n * sizeof(jv));
         l.u.l->n = a.u.l->n + b.u.l->n;
         l.flags = a.flags;
         *out = l;
