@@ -187,6 +187,10 @@ static int g_range(jrender *r, const jargs *args, jv *out)
         return jr_nomem(r);
     for (int64_t k = 0; k < count; k++)
         out->u.l->items[out->u.l->n++] = jv_int(start + k * step);
+    out->flags = JV_F_RANGE;
+    out->u.l->range_start = start;
+    out->u.l->range_stop = stop;
+    out->u.l->range_step = step;
     return 0;
 }
 
@@ -261,7 +265,47 @@ static int g_strftime(jrender *r, const jargs *args, jv *out)
     return jv_str_dup(r->a, buf, n, out) ? jr_nomem(r) : 0;
 }
 
+/* joiner(sep=", "): a callable returning "" the first time and sep afterwards. Its state is a
+ * namespace only the bound method sees. */
+static int g_joiner(jrender *r, const jargs *args, jv *out)
+{
+    jv sep;
+    unsigned present;
+    static const char *const names[] = {"sep"};
+    if (jr_bind(r, "joiner", args, names, 1, &sep, &present))
+        return -1;
+    jv state;
+    if (jv_dict_new(r->a, 2, &state))
+        return jr_nomem(r);
+    state.type = JV_NS;
+    if (jv_dict_set(r->a, state.u.d, jv_str("sep", 3), (present & 1) ? sep : jv_str(", ", 2)) ||
+        jv_dict_set(r->a, state.u.d, jv_str("used", 4), jv_bool(false)))
+        return jr_nomem(r);
+    jmethod *m = RP_ARENA_NEW(r->a, jmethod, 1);
+    if (!m)
+        return jr_nomem(r);
+    m->self = state;
+    m->name = "joiner";
+    *out = (jv){.type = JV_METHOD, .u.p = m};
+    return 0;
+}
+
+int jr_joiner_call(jrender *r, jv state, jv *out)
+{
+    jv *used = jv_dict_get_str(state.u.d, "used", 4), *sep = jv_dict_get_str(state.u.d, "sep", 3);
+    if (!used || !sep)
+        return jr_fail(r, "TypeError: not a joiner");
+    if (!jv_truthy(*used)) {
+        *used = jv_bool(true);
+        *out = jv_str("", 0);
+        return 0;
+    }
+    *out = *sep;
+    return 0;
+}
+
 static const jfunc k_globals[] = {
+    {"joiner", g_joiner},
     {"range", g_range},
     {"namespace", g_namespace},
     {"dict", g_dict},
@@ -498,9 +542,12 @@ int jr_iter_list(jrender *r, jv v, jv_list **out)
     case JV_LIST:
         if (v.flags & JV_F_GEN) { /* iterating a Python iterator consumes it */
             jv_list *g = v.u.l;
+            if (g->lazy_error)
+                return jr_fail(r, "%s", g->lazy_error);
             if (jv_list_new(r->a, g->n - g->pos, &l))
                 return jr_nomem(r);
-            jv_copy(l.u.l->items, g->items + g->pos, (g->n - g->pos) * sizeof(jv));
+            if (g->n > g->pos) /* (no pointer arithmetic on an empty list's NULL items) */
+                jv_copy(l.u.l->items, g->items + g->pos, (g->n - g->pos) * sizeof(jv));
             l.u.l->n = g->n - g->pos;
             g->pos = g->n;
             *out = l.u.l;
@@ -699,7 +746,7 @@ int jr_getitem(jrender *r, jv obj, jv key, jv *out)
         break;
     }
     case JV_LIST:
-        if (obj.flags & JV_F_GEN) { /* 'generator' object is not subscriptable */
+        if (obj.flags & (JV_F_GEN | JV_F_VIEW)) { /* iterators and dict views are not subscriptable */
             *out = missing_elem(r, obj, key);
             return 0;
         }
@@ -805,6 +852,8 @@ static int slice(jrender *r, jv obj, jv start, jv stop, jv step, jv *out)
     for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st)
         if (jv_list_push(r->a, l.u.l, obj.u.l->items[i]))
             return jr_nomem(r);
+    if (obj.flags & JV_F_VIEW)
+        return jr_fail(r, "TypeError: '%s' object is not subscriptable", jv_type_name(obj));
     l.flags = obj.flags & JV_F_TUPLE;
     *out = l;
     return 0;
@@ -964,6 +1013,8 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
             return -1;
         return concat(r, sa, sb, out);
     }
+    if (op == OP_MOD && a.type == JV_STR && !(b.flags & JV_F_UNSAFE)) /* str % Undefined formats too */
+        return rp_jinja_str_percent(r, a, b, out);
     if (a.type == JV_UNDEF)
         return jr_undefined_error(r, a);
     if (b.type == JV_UNDEF)
@@ -983,13 +1034,15 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
         out->flags = JV_F_SAFE;
         return 0;
     }
-    if (op == OP_ADD && a.type == JV_LIST && b.type == JV_LIST && !((a.flags | b.flags) & JV_F_GEN) &&
+    if (op == OP_ADD && a.type == JV_LIST && b.type == JV_LIST &&
+        !((a.flags | b.flags) & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)) &&
         (a.flags & JV_F_TUPLE) == (b.flags & JV_F_TUPLE)) {
         jv l;
         if (jv_list_new(r->a, a.u.l->n + b.u.l->n, &l))
             return jr_nomem(r);
         jv_copy(l.u.l->items, a.u.l->items, a.u.l->n * sizeof(jv));
-        jv_copy(l.u.l->items + a.u.l->n, b.u.l->items, b.u.l->n * sizeof(jv));
+        if (b.u.l->n)
+            jv_copy(l.u.l->items + a.u.l->n, b.u.l->items, b.u.l->n * sizeof(jv));
         l.u.l->n = a.u.l->n + b.u.l->n;
         l.flags = a.flags;
         *out = l;
@@ -997,9 +1050,11 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out)
     }
     if (op == OP_ADD && a.type == JV_STR)
         return jr_fail(r, "TypeError: can only concatenate str (not \"%s\") to str", jv_type_name(b));
-    if (op == OP_MUL && (a.type == JV_STR || a.type == JV_LIST) && (b.type == JV_INT || b.type == JV_BOOL))
+    bool seq_a = a.type == JV_STR || (a.type == JV_LIST && !(a.flags & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)));
+    bool seq_b = b.type == JV_STR || (b.type == JV_LIST && !(b.flags & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)));
+    if (op == OP_MUL && seq_a && (b.type == JV_INT || b.type == JV_BOOL))
         return repeat(r, a, b.u.i, out);
-    if (op == OP_MUL && (b.type == JV_STR || b.type == JV_LIST) && (a.type == JV_INT || a.type == JV_BOOL))
+    if (op == OP_MUL && seq_b && (a.type == JV_INT || a.type == JV_BOOL))
         return repeat(r, b, a.u.i, out);
     if (op == OP_MOD && a.type == JV_STR)
         return rp_jinja_str_percent(r, a, b, out);
@@ -1021,6 +1076,8 @@ static int contains(jrender *r, jv item, jv container, bool *out)
             return -1;
         jv_list *l = container.u.l;
         bool gen = container.flags & JV_F_GEN;
+        if (gen && l->lazy_error)
+            return jr_fail(r, "%s", l->lazy_error);
         size_t i = gen ? l->pos : 0;
         for (; i < l->n && !*out; i++)
             *out = jv_equal(l->items[i], item);
@@ -1029,6 +1086,9 @@ static int contains(jrender *r, jv item, jv container, bool *out)
         return 0;
     }
     case JV_DICT:
+        if ((item.type == JV_LIST && !(item.flags & (JV_F_TUPLE | JV_F_GEN | JV_F_RANGE))) ||
+            item.type == JV_DICT)
+            return jr_fail(r, "TypeError: unhashable type: '%s'", jv_type_name(item));
         if (jr_charge(r, container.u.d->n))
             return -1;
         *out = jv_dict_get(container.u.d, item) != NULL;
@@ -1082,6 +1142,48 @@ typedef struct evargs {
     jargs a;
 } evargs;
 
+static int eval(jrender *r, const jnode *n, jv *out);
+
+/* Appends *b (an iterable) and **c (a mapping with str keys) to already evaluated args. */
+static int eval_star_args(jrender *r, const jnode *n, evargs *ea)
+{
+    jv_list *extra = NULL;
+    jv d = jv_none();
+    if (n->b) {
+        jv v;
+        if (eval(r, n->b, &v) || jr_iter_list(r, v, &extra))
+            return -1;
+    }
+    if (n->c) {
+        if (eval(r, n->c, &d))
+            return -1;
+        if (d.type != JV_DICT)
+            return jr_fail(r, "TypeError: argument after ** must be a mapping, not %s", jv_type_name(d));
+    }
+    size_t np = ea->a.n_pos + (extra ? extra->n : 0), nk = ea->a.n_kw + (d.type == JV_DICT ? d.u.d->n : 0);
+    jv *pos = RP_ARENA_NEW(r->a, jv, np ? np : 1), *kw = RP_ARENA_NEW(r->a, jv, nk ? nk : 1);
+    const char **names = RP_ARENA_NEW(r->a, const char *, nk ? nk : 1);
+    if (!pos || !kw || !names)
+        return jr_nomem(r);
+    jv_copy(pos, ea->a.pos, ea->a.n_pos * sizeof(jv));
+    if (extra)
+        jv_copy(pos + ea->a.n_pos, extra->items, extra->n * sizeof(jv));
+    jv_copy(kw, ea->a.kw, ea->a.n_kw * sizeof(jv));
+    jv_copy(names, ea->a.kw_names, ea->a.n_kw * sizeof(char *));
+    for (size_t i = 0; d.type == JV_DICT && i < d.u.d->n; i++) {
+        jv k = d.u.d->keys[i];
+        if (k.type != JV_STR)
+            return jr_fail(r, "TypeError: keywords must be strings");
+        char *s = rp_arena_strndup(r->a, k.u.s, k.n);
+        if (!s)
+            return jr_nomem(r);
+        names[ea->a.n_kw + i] = s;
+        kw[ea->a.n_kw + i] = d.u.d->vals[i];
+    }
+    ea->a = (jargs){.pos = pos, .n_pos = np, .kw_names = names, .kw = kw, .n_kw = nk};
+    return 0;
+}
+
 static int eval_args(jrender *r, const jnode *n, evargs *ea)
 {
     jv *pos = ea->pos_small, *kw = ea->kw_small;
@@ -1100,6 +1202,8 @@ static int eval_args(jrender *r, const jnode *n, evargs *ea)
             return -1;
     }
     ea->a = (jargs){.pos = pos, .n_pos = n->items.n, .kw_names = names, .kw = kw, .n_kw = n->kw.n};
+    if ((n->kind == N_CALL || n->kind == N_FILTER || n->kind == N_TEST) && (n->b || n->c))
+        return eval_star_args(r, n, ea);
     return 0;
 }
 
@@ -1447,10 +1551,9 @@ static int exec_for_items(jrender *r, const jnode *n, jv_list *items, int depth,
     }
     *loop = (jloop){.items = items, .depth = depth, .node = n, .scope = outer};
     jv loopv = {.type = JV_LOOP, .u.p = loop};
-    if (items->n == 0) {
-        rc = exec_stmts(r, &n->orelse);
-        goto out;
-    }
+    /* Jinja2 runs the else block unless some iteration reached the end of the body: a loop
+     * whose every iteration ends in continue or break runs it too. */
+    bool completed = false;
     r->scope = s;
     for (size_t i = 0; i < items->n; i++) {
         s->n = 0;
@@ -1460,6 +1563,8 @@ static int exec_for_items(jrender *r, const jnode *n, jv_list *items, int depth,
             rc = scope_set(r, s, "loop", 4, loopv);
         if (rc == 0)
             rc = exec_stmts(r, &n->body);
+        if (rc == 0)
+            completed = true;
         if (rc == EXEC_CONTINUE) {
             rc = 0;
             continue;
@@ -1472,6 +1577,8 @@ static int exec_for_items(jrender *r, const jnode *n, jv_list *items, int depth,
             break;
     }
     r->scope = outer;
+    if (rc == 0 && !completed && n->orelse.n)
+        rc = exec_stmts(r, &n->orelse);
 out:
     r->out = saved_out;
     if (rendered && rc == 0 && jv_str_dup(r->a, buf.data ? buf.data : "", buf.len, rendered))
@@ -1646,6 +1753,12 @@ static int exec_node(jrender *r, const jnode *n)
         return EXEC_CONTINUE;
     case N_BODY:
         return exec_stmts(r, &n->body);
+    case N_NOLOADER: {
+        jv name;
+        if (eval(r, n->a, &name))
+            return -1;
+        return jr_fail(r, "TypeError: no loader for this environment specified");
+    }
     default:
         return jr_fail(r, "internal error: not a statement (node %d)", (int)n->kind);
     }

@@ -100,6 +100,8 @@ int jr_getitem(jrender *r, jv obj, jv key, jv *out);
 /* Binary operators and comparisons with Python semantics. */
 int jr_binop(jrender *r, int op, jv a, jv b, jv *out);
 int jr_compare(jrender *r, int op, jv a, jv b, bool *out);
+/* Calls a joiner() result (state is its namespace). */
+int jr_joiner_call(jrender *r, jv state, jv *out);
 /* loop.cycle(...) and loop.changed(...) (self is the JV_LOOP). */
 int jr_loop_method(jrender *r, jv self, const char *name, const jargs *args, jv *out);
 /* Renders a block of statements into the current output. */
@@ -118,7 +120,7 @@ int rp_jinja_call_method(jrender *r, jv self, const char *name, const jargs *arg
 /* Python str methods shared with filters. */
 int rp_jinja_str_format(jrender *r, jv fmt, const jargs *args, jv *out);
 int rp_jinja_str_percent(jrender *r, jv fmt, jv args, jv *out);
-int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out); /* 'u' upper, 'l' lower, 't' title (Python), 'c' capitalize */
+int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out); /* mode: u l f s t c (see .c) */
 int rp_jinja_str_strip(jrender *r, jv s, jv chars, int which, jv *out); /* which: 'b','l','r' */
 int rp_jinja_str_replace(jrender *r, jv s, jv old, jv new_, int64_t count, jv *out);
 /* HTML-escapes a string (markupsafe.escape): the result is marked safe. */

@@ -79,17 +79,19 @@ typedef struct kv {
     jv key, val;
 } kv;
 
-static int merge_sort(jrender *r, kv *a, kv *tmp, size_t n, bool reverse)
+/* eq_first: keys are compared as one-element lists, as do_sort's multi-attribute getter makes
+ * them: equal keys (Undefined == Undefined) never reach "<". */
+static int merge_sort(jrender *r, kv *a, kv *tmp, size_t n, bool reverse, bool eq_first)
 {
     if (n < 2)
         return 0;
     size_t h = n / 2;
-    if (merge_sort(r, a, tmp, h, reverse) || merge_sort(r, a + h, tmp, n - h, reverse))
+    if (merge_sort(r, a, tmp, h, reverse, eq_first) || merge_sort(r, a + h, tmp, n - h, reverse, eq_first))
         return -1;
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
-        int c;
-        if (jv_compare(a[j].key, a[i].key, &c))
+        int c = 0;
+        if (!(eq_first && jv_equal(a[j].key, a[i].key)) && jv_compare(a[j].key, a[i].key, &c))
             return jr_fail(r, "TypeError: '<' not supported between instances of '%s' and '%s'",
                            jv_type_name(a[j].key), jv_type_name(a[i].key));
         if (reverse ? c > 0 : c < 0)
@@ -105,17 +107,40 @@ static int merge_sort(jrender *r, kv *a, kv *tmp, size_t n, bool reverse)
     return 0;
 }
 
-static int sort_kv(jrender *r, kv *items, size_t n, bool reverse)
+static int sort_kv(jrender *r, kv *items, size_t n, bool reverse, bool eq_first)
 {
     kv *tmp = RP_ARENA_NEW(r->a, kv, n ? n : 1);
     if (!tmp)
         return jr_nomem(r);
-    return merge_sort(r, items, tmp, n, reverse);
+    return merge_sort(r, items, tmp, n, reverse, eq_first);
 }
 
 static int list_of(jrender *r, jv v, jv_list **out)
 {
     return jr_iter_list(r, v, out);
+}
+
+/* For filters that Jinja2 writes as generators (map, select, unique, batch, slice, items):
+ * when v cannot be iterated the error comes only when the result is consumed. Returns true
+ * when *out is such a deferred-error iterator (the filter returns it as is). */
+static bool lazy_fail(jrender *r, jv v, const char *msg, jv *out)
+{
+    bool iterable = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT ||
+                    (v.type == JV_UNDEF && !(v.flags & JV_F_UNSAFE));
+    if (!msg && v.type == JV_LIST && (v.flags & JV_F_GEN) && v.u.l->lazy_error)
+        msg = v.u.l->lazy_error; /* a generator over a failing generator fails when consumed */
+    else if (iterable && !msg)
+        return false;
+    char *m = rp_arena_alloc(r->a, 96);
+    if (jv_list_new(r->a, 0, out) || !m)
+        return false; /* out of memory: let the eager path report it */
+    if (msg)
+        snprintf(m, 96, "%s", msg);
+    else
+        snprintf(m, 96, "TypeError: '%s' object is not iterable", jv_type_name(v));
+    out->flags = JV_F_GEN;
+    out->u.l->lazy_error = m;
+    return true;
 }
 
 static int new_list(jrender *r, size_t cap, jv *out)
@@ -344,6 +369,8 @@ static int f_first(jrender *r, jv v, const jargs *args, jv *out)
         return -1;
     if (v.type == JV_LIST && (v.flags & JV_F_GEN)) { /* next(iter(gen)) takes one item */
         jv_list *g = v.u.l;
+        if (g->lazy_error)
+            return jr_fail(r, "%s", g->lazy_error);
         *out = g->pos < g->n ? g->items[g->pos++] : jv_undef("No first item, sequence was empty.");
         return 0;
     }
@@ -358,8 +385,8 @@ static int f_last(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "last", args))
         return -1;
-    if (v.type == JV_UNDEF)
-        return jr_fail(r, "TypeError: argument to reversed() must be a sequence");
+    if (v.type == JV_LIST && (v.flags & JV_F_GEN)) /* last() calls reversed() */
+        return jr_fail(r, "TypeError: 'generator' object is not reversible");
     jv_list *items;
     if (list_of(r, v, &items))
         return -1;
@@ -419,10 +446,14 @@ static int f_items(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "items", args))
         return -1;
-    if (v.type == JV_UNDEF)
-        return new_list(r, 0, out);
+    if (v.type == JV_UNDEF) { /* an empty generator */
+        if (new_list(r, 0, out))
+            return -1;
+        out->flags = JV_F_GEN;
+        return 0;
+    }
     if (v.type != JV_DICT)
-        return jr_fail(r, "TypeError: Can only get item pairs from a mapping.");
+        return lazy_fail(r, v, "TypeError: Can only get item pairs from a mapping.", out) ? 0 : jr_nomem(r);
     static const jargs none = {0};
     if (rp_jinja_call_method(r, v, "items", &none, out))
         return -1;
@@ -458,7 +489,7 @@ static int f_dictsort(jrender *r, jv v, const jargs *args, jv *out)
         items[i].key = lower_key(r, by_value ? v.u.d->vals[i] : v.u.d->keys[i], cs);
         items[i].val = pair;
     }
-    if (sort_kv(r, items, n, (present & 4) && jv_truthy(a[2])) || new_list(r, n, out))
+    if (sort_kv(r, items, n, (present & 4) && jv_truthy(a[2]), false) || new_list(r, n, out))
         return -1;
     for (size_t i = 0; i < n; i++)
         out->u.l->items[i] = items[i].val;
@@ -483,7 +514,7 @@ static int f_sort(jrender *r, jv v, const jargs *args, jv *out)
         items[i].key = lower_key(r, k, cs);
         items[i].val = l->items[i];
     }
-    if (sort_kv(r, items, l->n, (present & 1) && jv_truthy(a[0])) || new_list(r, l->n, out))
+    if (sort_kv(r, items, l->n, (present & 1) && jv_truthy(a[0]), true) || new_list(r, l->n, out))
         return -1;
     for (size_t i = 0; i < l->n; i++)
         out->u.l->items[i] = items[i].val;
@@ -494,6 +525,8 @@ static int f_sort(jrender *r, jv v, const jargs *args, jv *out)
 static int f_unique(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("unique", "case_sensitive", "attribute");
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     jv_list *l;
     if (list_of(r, v, &l) || new_list(r, 0, out))
         return -1;
@@ -621,6 +654,8 @@ static bool parse_float(jv s, double *out)
 static int f_int(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("int", "default", "base");
+    if (v.type == JV_UNDEF) /* int(Undefined) raises UndefinedError, which do_int does not catch */
+        return jr_undefined_error(r, v);
     jv def = (present & 1) ? a[0] : jv_int(0);
     int base = (present & 2) && a[1].type == JV_INT ? (int)a[1].u.i : 10;
     switch (v.type) {
@@ -654,6 +689,8 @@ static int f_int(jrender *r, jv v, const jargs *args, jv *out)
 static int f_float(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("float", "default");
+    if (v.type == JV_UNDEF)
+        return jr_undefined_error(r, v);
     jv def = (present & 1) ? a[0] : jv_float(0.0);
     double f;
     if (jv_is_num(v))
@@ -669,6 +706,8 @@ static int f_abs(jrender *r, jv v, const jargs *args, jv *out)
 {
     if (no_args(r, "abs", args))
         return -1;
+    if (v.type == JV_UNDEF)
+        return jr_undefined_error(r, v);
     if (v.type == JV_FLOAT)
         *out = jv_float(fabs(v.u.f));
     else if (v.type == JV_INT || v.type == JV_BOOL)
@@ -730,8 +769,11 @@ static int f_indent(jrender *r, jv v, const jargs *args, jv *out)
     bool first = (present & 2) && jv_truthy(a[1]);
     bool blank = (present & 4) && jv_truthy(a[2]);
     jv s, lines;
-    if (to_str(r, v, &s))
-        return -1;
+    if (v.type == JV_UNDEF)
+        return jr_undefined_error(r, v);
+    if (v.type != JV_STR) /* do_indent appends "\n" to its argument without str() */
+        return jr_fail(r, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(v));
+    s = v;
     jv nl = jv_str("\n", 1);
     if (jr_binop(r, OP_ADD, s, nl, &s))
         return -1;
@@ -809,6 +851,8 @@ static int f_batch(jrender *r, jv v, const jargs *args, jv *out)
     BIND("batch", "linecount", "fill_with");
     if (a[0].type != JV_INT || a[0].u.i <= 0)
         return jr_fail(r, "ValueError: batch size must be a positive integer");
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     jv_list *l;
     if (list_of(r, v, &l) || new_list(r, 0, out))
         return -1;
@@ -912,13 +956,25 @@ static int f_attr(jrender *r, jv v, const jargs *args, jv *out)
 static int f_truncate(jrender *r, jv v, const jargs *args, jv *out)
 {
     BIND("truncate", "length", "killwords", "end", "leeway");
-    jv s;
-    if (to_str(r, v, &s))
-        return -1;
+    if (v.type == JV_UNDEF) {
+        *out = v;
+        return 0;
+    }
     int64_t length = (present & 1) && a[0].type == JV_INT ? a[0].u.i : 255;
     bool killwords = (present & 2) && jv_truthy(a[1]);
     jv end = (present & 4) ? a[2] : jv_str("...", 3);
     int64_t leeway = (present & 8) && a[3].type == JV_INT ? a[3].u.i : 5;
+    if (v.type != JV_STR) { /* do_truncate takes len() of its argument, then slices it as a str */
+        size_t n = v.type == JV_LIST && !(v.flags & JV_F_GEN) ? v.u.l->n : v.type == JV_DICT ? v.u.d->n : SIZE_MAX;
+        if (n == SIZE_MAX)
+            return jr_fail(r, "TypeError: object of type '%s' has no len()", jv_type_name(v));
+        if ((int64_t)n <= length + leeway) {
+            *out = v;
+            return 0;
+        }
+        return jr_fail(r, "AttributeError: '%s' object has no attribute 'rsplit'", jv_type_name(v));
+    }
+    jv s = v;
     size_t nc = rp_jinja_utf8_len(s.u.s, s.n), ne = rp_jinja_utf8_len(end.u.s, end.n);
     if ((int64_t)nc <= length + leeway) {
         *out = s;
@@ -975,6 +1031,8 @@ static int select_common(jrender *r, jv v, const jargs *args, jv *out, bool attr
     out->flags = JV_F_GEN;
     if (!jv_truthy(v)) /* Jinja2: "if value:" before iterating */
         return 0;
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     if (list_of(r, v, &l))
         return -1;
     size_t skip = attr ? 2 : 1;
@@ -1012,6 +1070,8 @@ static int f_map(jrender *r, jv v, const jargs *args, jv *out)
         out->flags = JV_F_GEN;
         return 0;
     }
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     if (list_of(r, v, &l) || new_list(r, l->n, out))
         return -1;
     out->flags = JV_F_GEN;
@@ -1076,7 +1136,7 @@ static int f_groupby(jrender *r, jv v, const jargs *args, jv *out)
         items[i].key = lower_key(r, k, cs);
         items[i].val = l->items[i];
     }
-    if (sort_kv(r, items, l->n, false) || new_list(r, 0, out))
+    if (sort_kv(r, items, l->n, false, false) || new_list(r, 0, out))
         return -1;
     for (size_t i = 0; i < l->n;) {
         size_t j = i;
@@ -1107,6 +1167,8 @@ static int f_slice(jrender *r, jv v, const jargs *args, jv *out)
     BIND("slice", "slices", "fill_with");
     if (a[0].type != JV_INT || a[0].u.i <= 0)
         return jr_fail(r, "ValueError: slices must be a positive integer");
+    if (lazy_fail(r, v, NULL, out))
+        return 0;
     jv_list *l;
     if (list_of(r, v, &l) || new_list(r, 0, out))
         return -1;
@@ -1221,12 +1283,17 @@ static int need_arg(jrender *r, const char *name, const jargs *args, jv *arg)
     return jr_fail(r, "TypeError: test '%s' takes one argument", name);
 }
 
+/* str(value).isupper() / .islower(): at least one cased character, none of the other case. */
 static int case_test(jrender *r, jv v, bool upper, bool *out)
 {
-    jv s, c;
-    if (to_str(r, v, &s) || rp_jinja_str_case(r, s, upper ? 'u' : 'l', &c))
+    jv s, method;
+    if (to_str(r, v, &s) || jr_getattr(r, s, upper ? "isupper" : "islower", 7, &method))
         return -1;
-    *out = jv_equal(s, c);
+    static const jargs none = {0};
+    jv res;
+    if (jr_call(r, method, &none, &res))
+        return -1;
+    *out = jv_truthy(res);
     return 0;
 }
 
@@ -1258,7 +1325,9 @@ int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *o
     } else if (name_is(name, "mapping", NULL, NULL)) {
         *out = v.type == JV_DICT;
     } else if (name_is(name, "sequence", NULL, NULL)) {
-        *out = v.type == JV_STR || (v.type == JV_LIST && !(v.flags & JV_F_GEN)) || v.type == JV_DICT;
+        /* len() and __getitem__ exist: Undefined has both (its __getitem__ raises when called) */
+        *out = v.type == JV_STR || (v.type == JV_LIST && !(v.flags & (JV_F_GEN | JV_F_VIEW))) ||
+               v.type == JV_DICT || v.type == JV_UNDEF;
     } else if (name_is(name, "iterable", NULL, NULL)) {
         *out = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF;
     } else if (name_is(name, "callable", NULL, NULL)) {
@@ -1266,11 +1335,11 @@ int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *o
                (v.type == JV_UNDEF && (v.flags & JV_F_UNSAFE));
     } else if (name_is(name, "escaped", NULL, NULL)) {
         *out = false;
-    } else if (name_is(name, "odd", "even", NULL)) {
-        if (v.type != JV_INT && v.type != JV_BOOL)
-            return jr_fail(r, "TypeError: not all arguments converted during string formatting");
-        int64_t m = v.u.i % 2;
-        *out = name[0] == 'o' ? m != 0 : m == 0;
+    } else if (name_is(name, "odd", "even", NULL)) { /* value % 2 == 1 / == 0 */
+        jv m;
+        if (jr_binop(r, OP_MOD, v, jv_int(2), &m))
+            return -1;
+        *out = jv_equal(m, jv_int(name[0] == 'o' ? 1 : 0));
     } else if (name_is(name, "divisibleby", NULL, NULL)) {
         if (need_arg(r, name, args, &arg))
             return -1;
@@ -1307,7 +1376,9 @@ int rp_jinja_test(jrender *r, const char *name, jv v, const jargs *args, bool *o
         return case_test(r, v, false, out);
     } else if (name_is(name, "upper", NULL, NULL)) {
         return case_test(r, v, true, out);
-    } else if (name_is(name, "filter", "test", NULL)) {
+    } else if (name_is(name, "filter", "test", NULL)) { /* value in environment.filters */
+        if ((v.type == JV_LIST && !(v.flags & (JV_F_TUPLE | JV_F_GEN | JV_F_RANGE))) || v.type == JV_DICT)
+            return jr_fail(r, "TypeError: unhashable type: '%s'", jv_type_name(v));
         char nm[64];
         snprintf(nm, sizeof nm, "%.*s", (int)(v.type == JV_STR ? (v.n < 60 ? v.n : 60) : 0), v.u.s);
         *out = v.type == JV_STR && (name[0] == 'f' ? rp_jinja_has_filter(nm) : rp_jinja_has_test(nm));

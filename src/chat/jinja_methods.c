@@ -113,7 +113,7 @@ int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out)
     for (size_t i = 0; i < s.n;) {
         int32_t c;
         i += dec(s.u.s, s.n, i, &c);
-        /* 'u' upper, 'l' lower, 's' swapcase, 't' title (Python's str.title), 'c' capitalize */
+        /* 'u' upper, 'l' lower, 'f' casefold, 's' swapcase, 't' title (str.title), 'c' capitalize */
         bool to_title = (mode == 't' && !prev_cased) || (mode == 'c' && first);
         bool to_upper = mode == 'u' || (mode == 's' && is_cased_lower(c));
         int32_t o;
@@ -121,7 +121,7 @@ int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out)
             o = utf8proc_totitle(c);
         else if (to_upper)
             o = utf8proc_toupper(c);
-        else if (mode == 'l' || mode == 'c' || mode == 't' || (mode == 's' && is_cased_upper(c)))
+        else if (mode == 'l' || mode == 'f' || mode == 'c' || mode == 't' || (mode == 's' && is_cased_upper(c)))
             o = utf8proc_tolower(c);
         else
             o = c;
@@ -129,8 +129,8 @@ int rp_jinja_str_case(jrender *r, jv s, int mode, jv *out)
             prev_cased = is_cased(c);
         first = false;
         int rc;
-        if (c == 0xdf && (to_title || to_upper)) /* full case mapping: "SS", title "Ss" */
-            rc = rp_buf_puts(&b, to_title ? "Ss" : "SS");
+        if (c == 0xdf && (to_title || to_upper || mode == 'f')) /* full mappings: SS, Ss, casefold ss */
+            rc = rp_buf_puts(&b, to_title ? "Ss" : mode == 'f' ? "ss" : "SS");
         else
             rc = put_cp(&b, o);
         if (rc) {
@@ -372,7 +372,7 @@ static int splitlines(jrender *r, jv s, bool keepends, jv *out)
 /* ---- str.format and % -------------------------------------------------------------------- */
 
 typedef struct fspec {
-    char fill, align, sign, type;
+    char fill, align, sign, type, group; /* group: ',' or '_' thousands separator, or 0 */
     bool alt, zero, has_prec;
     int width, prec;
 } fspec;
@@ -406,7 +406,7 @@ static const char *parse_spec(const char *p, const char *e, fspec *f)
     while (p < e && isdigit((unsigned char)*p))
         f->width = digit_acc(f->width, *p++);
     if (p < e && (*p == ',' || *p == '_'))
-        p++;
+        f->group = *p++;
     if (p < e && *p == '.') {
         p++;
         f->has_prec = true;
@@ -484,6 +484,23 @@ static int format_value(jrender *r, rp_buf *b, jv v, const fspec *f, bool percen
     } else {
         rp_buf_deinit(&tmp);
         return jr_fail(r, "ValueError: unsupported format character '%c'", t);
+    }
+    if (rc == 0 && f->group && numeric && tmp.len) { /* 1234567 -> 1,234,567 */
+        size_t st = (tmp.data[0] == '-' || tmp.data[0] == '+') ? 1 : 0, end = st;
+        while (end < tmp.len && tmp.data[end] >= '0' && tmp.data[end] <= '9')
+            end++;
+        rp_buf g = {0};
+        rc = rp_buf_append(&g, tmp.data, st);
+        for (size_t i = st; i < end && rc == 0; i++) {
+            rc = rp_buf_putc(&g, tmp.data[i]);
+            size_t left = end - i - 1;
+            if (rc == 0 && left > 0 && left % 3 == 0)
+                rc = rp_buf_putc(&g, f->group);
+        }
+        if (rc == 0)
+            rc = rp_buf_append(&g, tmp.data + end, tmp.len - end);
+        rp_buf_deinit(&tmp);
+        tmp = g;
     }
     if (rc) {
         rp_buf_deinit(&tmp);
@@ -676,6 +693,10 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
             const char *k = ++s;
             while (s < e && *s != ')')
                 s++;
+            if (argv.type == JV_UNDEF) {
+                rc = jr_undefined_error(r, argv);
+                break;
+            }
             if (argv.type != JV_DICT) {
                 rc = jr_fail(r, "TypeError: format requires a mapping");
                 break;
@@ -725,7 +746,10 @@ int rp_jinja_str_percent(jrender *r, jv fmt, jv argv, jv *out)
         if (rc == 0 && b.len > r->out_limit)
             rc = jr_fail(r, "MemoryError: formatted string too large");
     }
-    if (rc == 0 && argv.type != JV_DICT && next < n_items)
+    /* a single non-tuple argument with __getitem__ (list, dict) counts as a mapping: unused is fine */
+    bool mapping_like = argv.type == JV_DICT || argv.type == JV_UNDEF ||
+                        (argv.type == JV_LIST && !(argv.flags & JV_F_TUPLE));
+    if (rc == 0 && !mapping_like && next < n_items)
         rc = jr_fail(r, "TypeError: not all arguments converted during string formatting");
     if (rc) {
         rp_buf_deinit(&b);
@@ -758,6 +782,38 @@ static int find(jrender *r, jv s, jv sub, bool rev, int64_t *out)
     if (at != SIZE_MAX)
         *out = (int64_t)rp_jinja_utf8_len(s.u.s, at);
     return 0;
+}
+
+/* s[start:end] by code points with Python's index clamping (start/end may be None or absent).
+ * *cp_off is the window's start in code points; false when start lies beyond the string. */
+static bool str_window(jv s, jv start, jv end, jv *win, int64_t *cp_off)
+{
+    int64_t nc = (int64_t)rp_jinja_utf8_len(s.u.s, s.n);
+    int64_t b = (start.type == JV_INT || start.type == JV_BOOL) ? start.u.i : 0;
+    int64_t e = (end.type == JV_INT || end.type == JV_BOOL) ? end.u.i : nc;
+    if (b < 0)
+        b = b + nc < 0 ? 0 : b + nc;
+    if (e < 0)
+        e = e + nc < 0 ? 0 : e + nc;
+    if (b > nc)
+        return false;
+    if (e > nc)
+        e = nc;
+    if (e < b)
+        e = b;
+    size_t ob = 0, oe = 0, k = 0;
+    for (size_t i = 0; i <= s.n; i++) {
+        if (i == s.n || ((unsigned char)s.u.s[i] & 0xc0) != 0x80) {
+            if ((int64_t)k == b)
+                ob = i;
+            if ((int64_t)k == e)
+                oe = i;
+            k++;
+        }
+    }
+    *win = jv_str(s.u.s + ob, oe - ob);
+    *cp_off = b;
+    return true;
 }
 
 static int affix(jrender *r, jv s, jv arg, bool end, bool *out)
@@ -810,6 +866,29 @@ static int justify(jrender *r, jv s, jv width, jv fill, char align, jv *out)
 {
     if (width.type != JV_INT && width.type != JV_BOOL)
         return jr_fail(r, "TypeError: integer argument expected");
+    if (align == '^') { /* str.center: the odd pad goes left when the width is odd (CPython's pad()) */
+        int64_t w = width.u.i > 100000 ? 100000 : width.u.i;
+        int64_t len = (int64_t)rp_jinja_utf8_len(s.u.s, s.n), marg = w - len;
+        if (marg <= 0) {
+            *out = s;
+            return 0;
+        }
+        int64_t left = marg / 2 + (marg & w & 1);
+        char fc = fill.type == JV_STR && fill.n == 1 ? fill.u.s[0] : ' ';
+        rp_buf b = {0};
+        int rc = 0;
+        for (int64_t i = 0; i < left && rc == 0; i++)
+            rc = rp_buf_putc(&b, fc);
+        if (rc == 0)
+            rc = rp_buf_append(&b, s.u.s, s.n);
+        for (int64_t i = left; i < marg && rc == 0; i++)
+            rc = rp_buf_putc(&b, fc);
+        if (rc) {
+            rp_buf_deinit(&b);
+            return jr_nomem(r);
+        }
+        return buf_to_str(r, &b, out);
+    }
     fspec f = {.fill = ' ', .align = align, .width = (int)(width.u.i > 100000 ? 100000 : width.u.i)};
     if (fill.type == JV_STR && fill.n == 1)
         f.fill = fill.u.s[0];
@@ -839,7 +918,7 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
     if (M("upper") || M("lower") || M("title") || M("capitalize") || M("swapcase") || M("casefold")) {
         if (args->n_pos || args->n_kw)
             return jr_fail(r, "TypeError: str.%s() takes no arguments", m);
-        int mode = M("upper") ? 'u' : M("lower") || M("casefold") ? 'l' : M("title") ? 't' : M("swapcase") ? 's' : 'c';
+        int mode = M("upper") ? 'u' : M("lower") ? 'l' : M("casefold") ? 'f' : M("title") ? 't' : M("swapcase") ? 's' : 'c';
         return rp_jinja_str_case(r, s, mode, out);
     }
     if (M("strip") || M("lstrip") || M("rstrip")) {
@@ -865,34 +944,11 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
         if (!(present & 1))
             return jr_fail(r, "TypeError: %s() takes at least 1 argument (0 given)", m);
         jv sub = s;
-        if (present & 6) {
-            jv st = (present & 2) ? a[1] : jv_none(), en = (present & 4) ? a[2] : jv_none();
-            size_t nc = rp_jinja_utf8_len(s.u.s, s.n);
-            int64_t b = st.type == JV_INT ? st.u.i : 0, e = en.type == JV_INT ? en.u.i : (int64_t)nc;
-            if (b < 0)
-                b = b + (int64_t)nc < 0 ? 0 : b + (int64_t)nc;
-            if (e < 0)
-                e = e + (int64_t)nc < 0 ? 0 : e + (int64_t)nc;
-            if (b > (int64_t)nc) {
-                *out = jv_bool(false);
-                return 0;
-            }
-            if (e > (int64_t)nc)
-                e = (int64_t)nc;
-            if (e < b)
-                e = b;
-            const char *base = s.u.s;
-            size_t ob = 0, oe = 0, k = 0;
-            for (size_t i = 0; i <= s.n; i++) {
-                if (i == s.n || ((unsigned char)base[i] & 0xc0) != 0x80) {
-                    if ((int64_t)k == b)
-                        ob = i;
-                    if ((int64_t)k == e)
-                        oe = i;
-                    k++;
-                }
-            }
-            sub = jv_str(base + ob, oe - ob);
+        int64_t off;
+        if ((present & 6) && !str_window(s, (present & 2) ? a[1] : jv_none(), (present & 4) ? a[2] : jv_none(),
+                                         &sub, &off)) {
+            *out = jv_bool(false);
+            return 0;
         }
         bool res;
         if (affix(r, sub, a[0], m[0] == 'e', &res))
@@ -913,6 +969,14 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
             return jr_fail(r, "TypeError: %s() takes at least 1 argument (0 given)", m);
         if (a[0].type != JV_STR)
             return jr_fail(r, "TypeError: must be str, not %s", jv_type_name(a[0]));
+        int64_t off = 0;
+        if ((present & 6) && !str_window(s, (present & 2) ? a[1] : jv_none(), (present & 4) ? a[2] : jv_none(),
+                                         &s, &off)) {
+            if (M("index") || M("rindex"))
+                return jr_fail(r, "ValueError: substring not found");
+            *out = jv_int(M("count") ? 0 : -1);
+            return 0;
+        }
         if (M("count")) {
             int64_t c = 0;
             if (a[0].n == 0) {
@@ -934,7 +998,7 @@ static int str_method(jrender *r, jv s, const char *m, const jargs *args, jv *ou
             return -1;
         if (pos < 0 && (M("index") || M("rindex")))
             return jr_fail(r, "ValueError: substring not found");
-        *out = jv_int(pos);
+        *out = jv_int(pos < 0 ? pos : pos + off);
         return 0;
     }
     if (M("join")) {
@@ -1079,6 +1143,7 @@ static int dict_method(jrender *r, jv d, const char *m, const jargs *args, jv *o
     }
     if (jv_list_new(r->a, dd->n, out))
         return jr_nomem(r);
+    out->flags = m[0] == 'k' ? JV_F_KEYS : m[0] == 'v' ? JV_F_VALUES : JV_F_VIEW;
     for (size_t i = 0; i < dd->n; i++) {
         if (m[0] == 'k') {
             out->u.l->items[i] = dd->keys[i];
@@ -1136,6 +1201,10 @@ int rp_jinja_call_method(jrender *r, jv self, const char *name, const jargs *arg
         return list_method(r, self, name, args, out);
     case JV_LOOP:
         return jr_loop_method(r, self, name, args, out);
+    case JV_NS:
+        if (strcmp(name, "joiner") == 0)
+            return jr_joiner_call(r, self, out);
+        return jr_fail(r, "TypeError: 'Namespace' object has no method '%s'", name);
     default:
         return jr_fail(r, "TypeError: '%s' object has no method '%s'", jv_type_name(self), name);
     }

@@ -522,10 +522,22 @@ static bool parse_call_args(parser *p, jnode *n)
     if (!expect_op(p, "("))
         return false;
     while (!is_op(cur(p), ")")) {
-        if (args.n + kw.n && !expect_op(p, ","))
+        if (args.n + kw.n + (n->b != NULL) + (n->c != NULL) && !expect_op(p, ","))
             return false;
         if (is_op(cur(p), ")"))
             break;
+        if (is_op(cur(p), "*") || is_op(cur(p), "**")) { /* f(*args, **kwargs) */
+            bool star2 = cur(p)->len == 2;
+            next(p);
+            jnode *e = parse_expression(p, true);
+            if (!e)
+                return false;
+            if (star2)
+                n->c = e;
+            else
+                n->b = e;
+            continue;
+        }
         if (cur(p)->kind == JT_NAME && is_op(peek(p, 1), "=")) {
             jnode *k = node(p, N_KWARG);
             if (!k || !set_name(p, k, cur(p)))
@@ -599,9 +611,7 @@ static jnode *parse_subscript(parser *p, jnode *target)
             return NULL;
     }
     next(p);
-    if (args.n == 0)
-        return fail(p, "%s", "expected a subscript");
-    jnode *n = node(p, N_GETITEM);
+    jnode *n = node(p, N_GETITEM); /* x[] indexes with the empty tuple, as in Jinja2 */
     if (!n)
         return NULL;
     n->a = target;
@@ -1020,6 +1030,41 @@ static jnode *parse_with(parser *p)
     return n;
 }
 
+/* {% include/import/from/extends ... %}: parsed for the template name, the rest of the tag
+ * (ignore missing, as x, import names, with context) is skipped. */
+static jnode *parse_loader_tag(parser *p)
+{
+    jnode *n = node(p, N_NOLOADER);
+    if (!n)
+        return NULL;
+    n->a = parse_expression(p, true);
+    if (!n->a)
+        return NULL;
+    while (cur(p)->kind != JT_BLOCK_END && cur(p)->kind != JT_EOF)
+        next(p);
+    return n;
+}
+
+/* {% block name [scoped] %}...{% endblock [name] %}: without extends, rendered in place. */
+static jnode *parse_block(parser *p)
+{
+    jnode *n = node(p, N_BODY);
+    if (!n)
+        return NULL;
+    if (cur(p)->kind != JT_NAME)
+        return fail(p, "%s", "expected a block name");
+    next(p);
+    while (cur(p)->kind == JT_NAME) /* scoped, required */
+        next(p);
+    static const char *const ends[] = {"endblock"};
+    if (!expect_block_end(p) || !subparse(p, &n->body, ends, 1))
+        return NULL;
+    next(p);
+    if (cur(p)->kind == JT_NAME)
+        next(p);
+    return n;
+}
+
 static jnode *parse_generation(parser *p)
 {
     jnode *n = node(p, N_BODY);
@@ -1066,6 +1111,10 @@ static jnode *parse_statement_inner(parser *p)
         n = parse_with(p);
     else if (is_name(t, "generation"))
         n = parse_generation(p);
+    else if (is_name(t, "include") || is_name(t, "import") || is_name(t, "from") || is_name(t, "extends"))
+        n = parse_loader_tag(p);
+    else if (is_name(t, "block"))
+        n = parse_block(p);
     else if (is_name(t, "print")) {
         n = node(p, N_OUTPUT);
         if (n)
@@ -1144,7 +1193,7 @@ static bool parse_body(parser *p, nvec *body, const char *const *ends, size_t n_
                 (is_name(name, "endfor") || is_name(name, "endif") || is_name(name, "else") ||
                  is_name(name, "elif") || is_name(name, "endmacro") || is_name(name, "endset") ||
                  is_name(name, "endcall") || is_name(name, "endfilter") || is_name(name, "endwith") ||
-                 is_name(name, "endgeneration") || is_name(name, "endraw"))) {
+                 is_name(name, "endgeneration") || is_name(name, "endraw") || is_name(name, "endblock"))) {
                 char s[64];
                 snprintf(s, sizeof s, "%.*s", (int)(name->len < 60 ? name->len : 60), name->text);
                 fail(p, "encountered unexpected tag '%s'", s);

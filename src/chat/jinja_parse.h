@@ -28,9 +28,9 @@ typedef enum jnode_kind {
     N_GETATTR,  /* a.name */
     N_GETITEM,  /* a[b] */
     N_SLICE,    /* a:b:c inside [] (any may be NULL) */
-    N_CALL,     /* a(items, kw...) */
-    N_FILTER,   /* a | name(items, kw...); a is NULL inside filter blocks and set-block filters */
-    N_TEST,     /* a is [not] name(items, kw...); op = 1 when negated */
+    N_CALL,     /* a(items, kw..., *b, **c): b and c (may be NULL) are the unpacked arguments */
+    N_FILTER,   /* a | name(items, kw..., *b, **c); a is NULL inside filter and set blocks */
+    N_TEST,     /* a is [not] name(items, kw..., *b, **c); op = 1 when negated */
     N_BINOP,    /* a op b: op is the operator character code (see jinja_op) */
     N_UNARY,    /* op a: '-', '+' */
     N_NOT,      /* not a */
@@ -54,7 +54,9 @@ typedef enum jnode_kind {
     N_WITH,     /* items: N_SET nodes; body */
     N_BREAK,
     N_CONTINUE,
-    N_BODY,     /* a statement list in body (generation blocks and the template root) */
+    N_BODY,     /* a statement list in body (generation and block blocks, the template root) */
+    N_NOLOADER, /* include/import/from/extends: a from_string template has no loader, so
+                 * Jinja2 raises when the tag runs (not when it compiles); a = the name */
 } jnode_kind;
 
 /* Binary operators (N_BINOP op) and comparisons (N_CMPOP op). */

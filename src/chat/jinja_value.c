@@ -156,6 +156,10 @@ bool jv_equal(jv a, jv b)
     case JV_STR:
         return a.n == b.n && (a.n == 0 || memcmp(a.u.s, b.u.s, a.n) == 0);
     case JV_LIST:
+        if ((a.flags | b.flags) & JV_F_GEN) /* iterators compare by identity */
+            return a.u.l == b.u.l;
+        if ((a.flags ^ b.flags) & (JV_F_RANGE | JV_F_VIEW)) /* range(2) != [0, 1] */
+            return false;
         if ((a.flags & JV_F_TUPLE) != (b.flags & JV_F_TUPLE) || a.u.l->n != b.u.l->n)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
@@ -194,7 +198,7 @@ int jv_compare(jv a, jv b, int *cmp)
         *cmp = c ? (c < 0 ? -1 : 1) : (a.n < b.n ? -1 : a.n > b.n);
         return 0;
     }
-    if (a.type == JV_LIST && b.type == JV_LIST &&
+    if (a.type == JV_LIST && b.type == JV_LIST && !((a.flags | b.flags) & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)) &&
         (a.flags & JV_F_TUPLE) == (b.flags & JV_F_TUPLE)) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
@@ -217,7 +221,17 @@ const char *jv_type_name(jv v)
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return (v.flags & JV_F_GEN) ? "generator" : (v.flags & JV_F_TUPLE) ? "tuple" : "list";
+    case JV_LIST:
+        if (v.flags & JV_F_GEN)
+            return "generator";
+        if (v.flags & JV_F_RANGE)
+            return "range";
+        switch (v.flags & JV_F_VIEW) {
+        case JV_F_KEYS: return "dict_keys";
+        case JV_F_VALUES: return "dict_values";
+        case JV_F_VIEW: return "dict_items";
+        }
+        return (v.flags & JV_F_TUPLE) ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_FUNC: return "builtin_function_or_method";
@@ -336,6 +350,22 @@ static int write_repr(rp_buf *b, jv v, int depth)
     case JV_STR:
         return write_str_repr(b, v.u.s, v.n);
     case JV_LIST: {
+        if (v.flags & JV_F_GEN)
+            return rp_buf_puts(b, "<generator object>") ? -1 : 0;
+        if (v.flags & JV_F_RANGE) {
+            const jv_list *l = v.u.l;
+            if (l->range_step == 1)
+                return rp_buf_printf(b, "range(%" PRId64 ", %" PRId64 ")", l->range_start, l->range_stop) ? -1 : 0;
+            return rp_buf_printf(b, "range(%" PRId64 ", %" PRId64 ", %" PRId64 ")", l->range_start,
+                                 l->range_stop, l->range_step) ? -1 : 0;
+        }
+        if (v.flags & JV_F_VIEW) { /* dict_keys([...]) */
+            jv plain = v;
+            plain.flags = 0;
+            if (rp_buf_puts(b, jv_type_name(v)) || rp_buf_putc(b, '(') || write_repr(b, plain, depth + 1))
+                return -1;
+            return rp_buf_putc(b, ')') ? -1 : 0;
+        }
         bool tup = v.flags & JV_F_TUPLE;
         if (rp_buf_putc(b, tup ? '(' : '['))
             return -1;
@@ -367,7 +397,7 @@ static int write_repr(rp_buf *b, jv v, int depth)
         return v.type == JV_NS && rp_buf_putc(b, '>') ? -1 : 0;
     }
     case JV_UNDEF:
-        return 0;
+        return rp_buf_puts(b, "Undefined") ? -1 : 0;
     default:
         return jv_write_str(b, v);
     }
@@ -394,8 +424,6 @@ int jv_write_str(rp_buf *b, jv v)
     case JV_STR:
         return rp_buf_append(b, v.u.s, v.n) ? -1 : 0;
     case JV_LIST:
-        if (v.flags & JV_F_GEN)
-            return rp_buf_puts(b, "<generator object>") ? -1 : 0;
         return jv_write_repr(b, v);
     case JV_DICT:
     case JV_NS:
@@ -582,8 +610,8 @@ static int json_value(rp_buf *b, jv v, const json_opts *o, int level)
     case JV_FLOAT: return json_float(b, v.u.f);
     case JV_STR: return json_str(b, v.u.s, v.n);
     case JV_LIST: {
-        if (v.flags & JV_F_GEN) {
-            *o->bad_type = "generator";
+        if (v.flags & (JV_F_GEN | JV_F_RANGE | JV_F_VIEW)) {
+            *o->bad_type = jv_type_name(v);
             return -2;
         }
         if (v.u.l->n == 0)

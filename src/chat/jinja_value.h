@@ -48,7 +48,11 @@ enum {
     JV_F_GEN = 8,    /* JV_LIST that Python holds as a lazy iterator (map, select, ...): always
                       * true, no len(), not JSON serializable, not subscriptable */
     JV_F_GROUP = 16, /* a (grouper, list) tuple from groupby: .grouper and .list attributes */
+    JV_F_RANGE = 32, /* JV_LIST made by range(): prints as range(a, b), not JSON serializable */
+    JV_F_KEYS = 64,  /* dict.keys() view; with JV_F_VALUES: dict.items(); alone: dict.values() */
+    JV_F_VALUES = 128,
 };
+#define JV_F_VIEW (JV_F_KEYS | JV_F_VALUES)
 
 typedef struct jv_list jv_list;
 typedef struct jv_dict jv_dict;
@@ -71,6 +75,8 @@ struct jv_list {
     jv *items;
     size_t n, cap;
     size_t pos; /* JV_F_GEN: items before pos were consumed (a Python iterator runs once) */
+    int64_t range_start, range_stop, range_step; /* JV_F_RANGE: the range() arguments */
+    const char *lazy_error; /* JV_F_GEN: the error Python's generator raises when consumed */
 };
 
 struct jv_dict {
