@@ -28,6 +28,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/hub.h"
+#include "cli/local_server.h"
 
 static volatile sig_atomic_t g_sigint; /* set by on_sigint; read by the stream's cancel poll */
 
@@ -365,6 +366,7 @@ int rp_cmd_chat(int argc, char **argv)
                      {"think", NULL, &think}};
     if (rp_args_parse(argc, argv, opts, 4, pos, 1, &n_pos) != 0)
         return 2;
+    int url_given = url || (getenv("RAPID_URL") && *getenv("RAPID_URL"));
     if (!url)
         url = getenv("RAPID_URL") && *getenv("RAPID_URL") ? getenv("RAPID_URL")
                                                           : "http://127.0.0.1:8000";
@@ -377,12 +379,29 @@ int rp_cmd_chat(int argc, char **argv)
         c.url[n - 3] = '\0';
     int answered = 0;
     char *served = first_model(c.url, &answered);
+    rp_local_server *local = NULL;
+    if (!answered && !url_given) { /* nothing at the default address: run a server ourselves */
+        rp_free(served);
+        served = NULL;
+        fprintf(stderr, "rapid chat: no server at %s; starting one for %s ...\n", c.url,
+                n_pos ? pos[0] : "the default model");
+        rp_err err = {0};
+        if (rp_local_server_start(n_pos ? pos[0] : NULL, 300, &local, c.url, sizeof c.url,
+                                  &err) != RP_OK) {
+            fprintf(stderr, "rapid chat: %s\n", err.msg);
+            return 1;
+        }
+        served = first_model(c.url, &answered);
+    }
     if (!answered) {
         fprintf(stderr, "rapid chat: no server answers at %s; start one with 'rapid serve "
-                        "MODEL' (or pass --url)\n", c.url);
+                        "MODEL' (or leave out --url to start one)\n", c.url);
         rp_free(served);
+        rp_local_server_stop(local);
         return 1;
     }
+    if (local) /* the child serves MODEL under its own name */
+        n_pos = 0;
     c.model = n_pos ? pos[0] : served ? served : "default";
     c.system = system ? rp_strdup(system) : NULL;
     c.messages = json_array();
@@ -428,5 +447,6 @@ int rp_cmd_chat(int argc, char **argv)
     json_decref(c.messages);
     json_decref(c.usage);
     rp_buf_deinit(&c.answer);
+    rp_local_server_stop(local);
     return 0;
 }

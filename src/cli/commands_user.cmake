@@ -11,5 +11,6 @@ list(APPEND RP_CLI_SOURCES
   src/cli/cmd_doctor.c
   src/cli/cmd_launch.c
   src/cli/cmd_chat.c
+  src/cli/local_server.c
   src/cli/cmd_bench.c
 )

@@ -23,7 +23,9 @@ static const rp_cmd g_commands[] = {
      "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
     {"chat", rp_cmd_chat, "chat with a running server in the terminal",
      "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"
-     "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit"},
+     "  in the chat: /help /reset /system TEXT /think /no-think /save FILE /exit\n"
+     "  Without --url (or RAPID_URL) and no server at 127.0.0.1:8000, it starts one for\n"
+     "  MODEL (default: the embedded model) and stops it on exit."},
     {"models", rp_cmd_models, "list catalog models and aliases (downloaded, size, memory)",
      "rapid models [--json]"},
     {"ls", rp_cmd_ls, "list downloaded models", "rapid ls [--json]"},
