@@ -297,3 +297,28 @@ void rp_blk_l2norm(float *x, int n, float eps)
     for (int i = 0; i < n; i++)
         x[i] *= inv;
 }
+
+rp_status rp_blk_attn_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    rp_blk_kv *k = rp_calloc(1, sizeof *k);
+    if (!k)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc = rp_blk_kv_alloc(k, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
+    if (rc) {
+        rp_free(k);
+        return rc;
+    }
+    kv->state = k;
+    return RP_OK;
+}
+
+void rp_blk_attn_kv_deinit(rp_kv *kv)
+{
+    rp_blk_kv *k = kv->state;
+    if (!k)
+        return;
+    rp_blk_kv_free(k);
+    rp_free(k);
+    kv->state = NULL;
+}

@@ -70,6 +70,11 @@ rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, i
                           rp_err *err);
 void rp_blk_kv_free(rp_blk_kv *c);
 
+/* kv_init / kv_deinit for recipes whose cache is attention only: kv->state is one rp_blk_kv
+ * with a row of n_kv_heads * head_dim floats per position in every layer. */
+rp_status rp_blk_attn_kv_init(rp_model *m, rp_kv *kv, rp_err *err);
+void rp_blk_attn_kv_deinit(rp_kv *kv);
+
 /* Appends n tokens' k, v ([n][n_kv_heads * head_dim]) at position a->pos0 of layer l, then
  * runs a (its k/v are set to the layer's cache here). */
 void rp_blk_attend(rp_backend *be, rp_blk_kv *c, int l, const float *k, const float *v,

@@ -33,10 +33,6 @@ typedef struct gemma3 {
     int32_t pos[RP_MAX_CHUNK];
 } gemma3;
 
-typedef struct gemma3_kv {
-    rp_blk_kv attn;
-} gemma3_kv;
-
 /* The rope parameters of one layer type: transformers 5 nests them per type. */
 static rp_status init_ropes(rp_model *m, gemma3 *s, rp_err *err)
 {
@@ -155,35 +151,11 @@ static rp_status gemma3_init(rp_model *m, rp_err *err)
     return RP_OK;
 }
 
-static rp_status gemma3_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
-{
-    rp_model_config *c = &m->cfg;
-    gemma3_kv *k = rp_calloc(1, sizeof *k);
-    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc =
-        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
-    kv->state = k;
-    return RP_OK;
-}
-
-static void gemma3_kv_deinit(rp_kv *kv)
-{
-    gemma3_kv *k = kv->state;
-    if (!k) return;
-    rp_blk_kv_free(&k->attn);
-    rp_free(k);
-    kv->state = NULL;
-}
-
 static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                                 int n_logits, rp_err *err)
 {
     gemma3 *s = m->arch_state;
-    gemma3_kv *kvs = kv->state;
+    rp_blk_kv *kvs = kv->state;
     rp_model_config *c = &m->cfg;
     rp_backend *be = m->be;
     int pos0 = kv->len, D = c->dim, hd = c->head_dim, F = c->ffn_dim;
@@ -216,7 +188,7 @@ static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
                           .head_dim = hd,
                           .scale = s->attn_scale,
                           .window = L->sliding ? c->sliding_window : 0};
-        rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
+        rp_blk_attend(be, kvs, l, s->k, s->v, &a);
         rp_op_matmul(be, L->wo, s->att, n, s->h);
         rp_op_rmsnorm(be, s->h, s->h, L->post_attn_norm, n, D, eps, 1);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
@@ -243,6 +215,6 @@ const rp_arch rp_arch_gemma3 = {
     .init = gemma3_init,
     .deinit = gemma3_deinit,
     .forward = gemma3_forward,
-    .kv_init = gemma3_kv_init,
-    .kv_deinit = gemma3_kv_deinit,
+    .kv_init = rp_blk_attn_kv_init,
+    .kv_deinit = rp_blk_attn_kv_deinit,
 };

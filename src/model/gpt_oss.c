@@ -44,10 +44,6 @@ typedef struct gptoss {
     int32_t pos[RP_MAX_CHUNK];
 } gptoss;
 
-typedef struct gptoss_kv {
-    rp_blk_kv attn;
-} gptoss_kv;
-
 static size_t elem_size(rp_dtype dt)
 {
     return dt == RP_DT_F32 ? 4 : 2;
@@ -329,30 +325,6 @@ static rp_status gptoss_init(rp_model *m, rp_err *err)
     return RP_OK;
 }
 
-static rp_status gptoss_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
-{
-    rp_model_config *c = &m->cfg;
-    gptoss_kv *k = rp_calloc(1, sizeof *k);
-    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc =
-        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
-    kv->state = k;
-    return RP_OK;
-}
-
-static void gptoss_kv_deinit(rp_kv *kv)
-{
-    gptoss_kv *k = kv->state;
-    if (!k) return;
-    rp_blk_kv_free(&k->attn);
-    rp_free(k);
-    kv->state = NULL;
-}
-
 static void moe_block(rp_model *m, gptoss *s, layer *L, int n)
 {
     rp_backend *be = m->be;
@@ -394,7 +366,7 @@ static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
                                 int n_logits, rp_err *err)
 {
     gptoss *s = m->arch_state;
-    gptoss_kv *kvs = kv->state;
+    rp_blk_kv *kvs = kv->state;
     rp_model_config *c = &m->cfg;
     rp_backend *be = m->be;
     int pos0 = kv->len, D = c->dim, hd = c->head_dim, qd = c->n_heads * hd,
@@ -427,7 +399,7 @@ static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
                           .scale = 1.0f / sqrtf((float)hd),
                           .window = L->window,
                           .sinks = L->sinks};
-        rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
+        rp_blk_attend(be, kvs, l, s->k, s->v, &a);
         rp_op_matmul(be, L->wo, s->att, n, s->h);
         rp_blk_add_bias(s->h, L->bo, n, D);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
@@ -449,6 +421,6 @@ const rp_arch rp_arch_gpt_oss = {
     .init = gptoss_init,
     .deinit = gptoss_deinit,
     .forward = gptoss_forward,
-    .kv_init = gptoss_kv_init,
-    .kv_deinit = gptoss_kv_deinit,
+    .kv_init = rp_blk_attn_kv_init,
+    .kv_deinit = rp_blk_attn_kv_deinit,
 };

@@ -26,10 +26,6 @@ typedef struct phi3 {
     int32_t pos[RP_MAX_CHUNK];
 } phi3;
 
-typedef struct phi3_kv {
-    rp_blk_kv attn;
-} phi3_kv;
-
 static void phi3_deinit(rp_model *m)
 {
     phi3 *s = m->arch_state;
@@ -100,35 +96,11 @@ static rp_status phi3_init(rp_model *m, rp_err *err)
     return RP_OK;
 }
 
-static rp_status phi3_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
-{
-    rp_model_config *c = &m->cfg;
-    phi3_kv *k = rp_calloc(1, sizeof *k);
-    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc =
-        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
-    kv->state = k;
-    return RP_OK;
-}
-
-static void phi3_kv_deinit(rp_kv *kv)
-{
-    phi3_kv *k = kv->state;
-    if (!k) return;
-    rp_blk_kv_free(&k->attn);
-    rp_free(k);
-    kv->state = NULL;
-}
-
 static rp_status phi3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                               int n_logits, rp_err *err)
 {
     phi3 *s = m->arch_state;
-    phi3_kv *kvs = kv->state;
+    rp_blk_kv *kvs = kv->state;
     rp_model_config *c = &m->cfg;
     rp_backend *be = m->be;
     int pos0 = kv->len, D = c->dim, hd = c->head_dim, F = c->ffn_dim;
@@ -156,7 +128,7 @@ static rp_status phi3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
                           .head_dim = hd,
                           .scale = 1.0f / sqrtf((float)hd),
                           .window = c->sliding_window};
-        rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
+        rp_blk_attend(be, kvs, l, s->k, s->v, &a);
         rp_op_matmul(be, L->wo, s->att, n, s->h);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
         rp_op_rmsnorm(be, s->h, s->x, L->ffn_norm, n, D, c->norm_eps, 0);
@@ -181,6 +153,6 @@ const rp_arch rp_arch_phi3 = {
     .init = phi3_init,
     .deinit = phi3_deinit,
     .forward = phi3_forward,
-    .kv_init = phi3_kv_init,
-    .kv_deinit = phi3_kv_deinit,
+    .kv_init = rp_blk_attn_kv_init,
+    .kv_deinit = rp_blk_attn_kv_deinit,
 };

@@ -38,10 +38,6 @@ typedef struct qmoe {
     int32_t pos[RP_MAX_CHUNK];
 } qmoe;
 
-typedef struct qmoe_kv {
-    rp_blk_kv attn;
-} qmoe_kv;
-
 static int is_sparse(const rp_model_config *c, int i, int n_exp)
 {
     json_t *only = json_object_get(c->json, "mlp_only_layers");
@@ -162,31 +158,7 @@ static rp_status qmoe_init(rp_model *m, rp_err *err)
     return RP_OK;
 }
 
-static rp_status qmoe_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
-{
-    rp_model_config *c = &m->cfg;
-    qmoe_kv *k = rp_calloc(1, sizeof *k);
-    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc =
-        rp_blk_kv_alloc(&k->attn, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
-    kv->state = k;
-    return RP_OK;
-}
-
-static void qmoe_kv_deinit(rp_kv *kv)
-{
-    qmoe_kv *k = kv->state;
-    if (!k) return;
-    rp_blk_kv_free(&k->attn);
-    rp_free(k);
-    kv->state = NULL;
-}
-
-static void attention_block(rp_model *m, qmoe *s, qmoe_kv *kvs, int l, int pos0, int n)
+static void attention_block(rp_model *m, qmoe *s, rp_blk_kv *kvs, int l, int pos0, int n)
 {
     rp_model_config *c = &m->cfg;
     layer *L = &s->layers[l];
@@ -211,7 +183,7 @@ static void attention_block(rp_model *m, qmoe *s, qmoe_kv *kvs, int l, int pos0,
                       .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd),
                       .window = 0};
-    rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
+    rp_blk_attend(be, kvs, l, s->k, s->v, &a);
     rp_op_matmul(be, L->wo, s->att, n, s->h);
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
 }
@@ -263,7 +235,7 @@ static rp_status qmoe_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
                               int n_logits, rp_err *err)
 {
     qmoe *s = m->arch_state;
-    qmoe_kv *kvs = kv->state;
+    rp_blk_kv *kvs = kv->state;
     rp_model_config *c = &m->cfg;
     int pos0 = kv->len;
     rp_rope_update(&s->rope, pos0 + n);
@@ -295,6 +267,6 @@ const rp_arch rp_arch_qwen3_moe = {
     .init = qmoe_init,
     .deinit = qmoe_deinit,
     .forward = qmoe_forward,
-    .kv_init = qmoe_kv_init,
-    .kv_deinit = qmoe_kv_deinit,
+    .kv_init = rp_blk_attn_kv_init,
+    .kv_deinit = rp_blk_attn_kv_deinit,
 };
