@@ -322,3 +322,44 @@ void rp_blk_attn_kv_deinit(rp_kv *kv)
     rp_free(k);
     kv->state = NULL;
 }
+
+rp_status rp_blk_hybrid_kv_init(rp_model *m, rp_kv *kv, const uint8_t *has_attn, size_t rec_n,
+                                rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    rp_blk_hybrid_kv *k = rp_calloc(1, sizeof *k);
+    if (!k)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, has_attn, kv->cap,
+                                   c->n_kv_heads * c->head_dim, err);
+    if (rc) {
+        rp_free(k);
+        return rc;
+    }
+    size_t nb = (rec_n ? rec_n : 1) * sizeof(float);
+    k->rec = rp_alloc_aligned(nb, RP_TAG_KV);
+    if (!k->rec) {
+        rp_blk_kv_free(&k->attn);
+        rp_free(k);
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the recurrent state");
+    }
+    memset(k->rec, 0, nb); /* the state at position 0 */
+    kv->state = k;
+    kv->rec = k->rec;
+    kv->rec_n = rec_n;
+    kv->rec_pos = 0;
+    return RP_OK;
+}
+
+void rp_blk_hybrid_kv_deinit(rp_kv *kv)
+{
+    rp_blk_hybrid_kv *k = kv->state;
+    if (!k)
+        return;
+    rp_blk_kv_free(&k->attn);
+    rp_free_aligned(k->rec);
+    rp_free(k);
+    kv->state = NULL;
+    kv->rec = NULL;
+    kv->rec_n = 0;
+}

@@ -75,6 +75,17 @@ void rp_blk_kv_free(rp_blk_kv *c);
 rp_status rp_blk_attn_kv_init(rp_model *m, rp_kv *kv, rp_err *err);
 void rp_blk_attn_kv_deinit(rp_kv *kv);
 
+/* The cache of a hybrid (recurrent + attention) recipe: attention K/V for the layers marked
+ * in has_attn, and rec_n floats of recurrent state (conv windows, delta-rule states), zero at
+ * position 0 and exposed through kv->rec for snapshots. kv->state points at it. */
+typedef struct rp_blk_hybrid_kv {
+    rp_blk_kv attn;
+    float *rec;
+} rp_blk_hybrid_kv;
+rp_status rp_blk_hybrid_kv_init(rp_model *m, rp_kv *kv, const uint8_t *has_attn, size_t rec_n,
+                                rp_err *err);
+void rp_blk_hybrid_kv_deinit(rp_kv *kv);
+
 /* Appends n tokens' k, v ([n][n_kv_heads * head_dim]) at position a->pos0 of layer l, then
  * runs a (its k/v are set to the layer's cache here). */
 void rp_blk_attend(rp_backend *be, rp_blk_kv *c, int l, const float *k, const float *v,

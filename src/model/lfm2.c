@@ -37,10 +37,7 @@ typedef struct lfm2 {
     int32_t pos[RP_MAX_CHUNK];
 } lfm2;
 
-typedef struct lfm2_kv {
-    rp_blk_kv attn;
-    float *rec;
-} lfm2_kv;
+typedef rp_blk_hybrid_kv lfm2_kv;
 
 static int is_attention(const rp_model_config *c, int i)
 {
@@ -163,40 +160,7 @@ static rp_status lfm2_init(rp_model *m, rp_err *err)
 static rp_status lfm2_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
     lfm2 *s = m->arch_state;
-    rp_model_config *c = &m->cfg;
-    lfm2_kv *k = rp_calloc(1, sizeof *k);
-    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, s->has_attn, kv->cap,
-                                   c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
-    size_t nb = (s->rec_n ? s->rec_n : 1) * sizeof(float);
-    k->rec = rp_alloc_aligned(nb, RP_TAG_KV);
-    if (!k->rec) {
-        rp_blk_kv_free(&k->attn);
-        rp_free(k);
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the conv state");
-    }
-    memset(k->rec, 0, nb);
-    kv->state = k;
-    kv->rec = k->rec;
-    kv->rec_n = s->rec_n;
-    kv->rec_pos = 0;
-    return RP_OK;
-}
-
-static void lfm2_kv_deinit(rp_kv *kv)
-{
-    lfm2_kv *k = kv->state;
-    if (!k) return;
-    rp_blk_kv_free(&k->attn);
-    rp_free_aligned(k->rec);
-    rp_free(k);
-    kv->state = NULL;
-    kv->rec = NULL;
-    kv->rec_n = 0;
+    return rp_blk_hybrid_kv_init(m, kv, s->has_attn, s->rec_n, err);
 }
 
 static void attention(rp_model *m, lfm2 *s, lfm2_kv *kvs, int l, int pos0, int n)
@@ -289,6 +253,6 @@ const rp_arch rp_arch_lfm2 = {
     .deinit = lfm2_deinit,
     .forward = lfm2_forward,
     .kv_init = lfm2_kv_init,
-    .kv_deinit = lfm2_kv_deinit,
+    .kv_deinit = rp_blk_hybrid_kv_deinit,
     .recurrent = 1,
 };

@@ -65,10 +65,7 @@ typedef struct qwen35 {
     int32_t pos[RP_MAX_CHUNK];
 } qwen35;
 
-typedef struct qwen35_kv {
-    rp_blk_kv attn;
-    float *rec;
-} qwen35_kv;
+typedef rp_blk_hybrid_kv qwen35_kv;
 
 static rp_tensor *alloc_views(int n)
 {
@@ -328,39 +325,7 @@ static rp_status q35_init(rp_model *m, rp_err *err)
 static rp_status q35_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
     qwen35 *s = m->arch_state;
-    rp_model_config *c = &m->cfg;
-    qwen35_kv *k = rp_calloc(1, sizeof *k);
-    if (!k) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, s->has_attn, kv->cap,
-                                   c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
-    k->rec = rp_alloc_aligned((s->rec_n ? s->rec_n : 1) * sizeof(float), RP_TAG_KV);
-    if (!k->rec) {
-        rp_blk_kv_free(&k->attn);
-        rp_free(k);
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the recurrent state");
-    }
-    memset(k->rec, 0, (s->rec_n ? s->rec_n : 1) * sizeof(float)); /* the state at position 0 */
-    kv->state = k;
-    kv->rec = k->rec;
-    kv->rec_n = s->rec_n;
-    kv->rec_pos = 0;
-    return RP_OK;
-}
-
-static void q35_kv_deinit(rp_kv *kv)
-{
-    qwen35_kv *k = kv->state;
-    if (!k) return;
-    rp_blk_kv_free(&k->attn);
-    rp_free_aligned(k->rec);
-    rp_free(k);
-    kv->state = NULL;
-    kv->rec = NULL;
-    kv->rec_n = 0;
+    return rp_blk_hybrid_kv_init(m, kv, s->has_attn, s->rec_n, err);
 }
 
 static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int pos0, int n)
@@ -590,6 +555,6 @@ const rp_arch rp_arch_qwen3_5 = {
     .deinit = q35_deinit,
     .forward = q35_forward,
     .kv_init = q35_kv_init,
-    .kv_deinit = q35_kv_deinit,
+    .kv_deinit = rp_blk_hybrid_kv_deinit,
     .recurrent = 1,
 };
