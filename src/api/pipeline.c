@@ -20,9 +20,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/metrics.h"
 #include "api/stopper.h"
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "chat/output_parser.h"
 #include "chat/template.h"
@@ -43,6 +45,7 @@ struct rp_pipeline {
     int32_t stop_ids[2];
     int n_stop_ids;
     const char *tool_parser, *reasoning_parser; /* static names, NULL: none */
+    rp_metrics *metrics; /* NULL: none (borrowed, set before serving) */
 };
 
 typedef struct piece_rec {
@@ -54,6 +57,7 @@ typedef struct piece_rec {
 typedef struct ev_node {
     struct ev_node *next;
     rp_event ev;
+    double t; /* arrival (rp_now_s), for the metrics */
 } ev_node;
 
 struct rp_gen {
@@ -82,6 +86,7 @@ struct rp_gen {
     int n_prompt, n_completion;
     int finished; /* 1 once DONE was reported */
     rp_gen_output final;
+    rp_metrics_req *mr; /* live metrics record, NULL: none or ended */
 };
 
 /* ---- the pipeline ------------------------------------------------------------------- */
@@ -170,6 +175,8 @@ const char *rp_pipeline_model_name(const rp_pipeline *p) { return p->name; }
 const char *rp_pipeline_model_alias(const rp_pipeline *p) { return p->alias; }
 const char *rp_pipeline_fingerprint(const rp_pipeline *p) { return p->fingerprint; }
 int rp_pipeline_context_length(const rp_pipeline *p) { return p->n_ctx; }
+rp_engine *rp_pipeline_engine(const rp_pipeline *p) { return p->engine; }
+void rp_pipeline_set_metrics(rp_pipeline *p, rp_metrics *m) { p->metrics = m; }
 
 int rp_pipeline_model_matches(const rp_pipeline *p, const char *name)
 {
@@ -308,6 +315,7 @@ static void on_event(const rp_event *ev, void *user)
     if (n) {
         n->next = NULL;
         n->ev = *ev;
+        n->t = rp_now_s();
         if (g->tail)
             g->tail->next = n;
         else
@@ -349,6 +357,7 @@ rp_status rp_gen_start(rp_pipeline *p, const rp_chat_request *req, rp_gen **out,
     *out = NULL;
     int32_t *ids;
     int n;
+    double t_start = rp_now_s();
     rp_gen *g = gen_alloc(p, req);
     if (!g)
         return rp_api_error_set(e, RP_APIERR_INTERNAL, NULL, "out of memory");
@@ -397,6 +406,7 @@ rp_status rp_gen_start(rp_pipeline *p, const rp_chat_request *req, rp_gen **out,
         rp_api_error_from_err(e, &err);
         return st;
     }
+    g->mr = rp_metrics_req_begin(p->metrics, req, g->id, n, t_start);
     *out = g;
     return RP_OK;
 }
@@ -597,10 +607,13 @@ rp_gen_step rp_gen_next(rp_gen *g, int timeout_ms, rp_gen_output *out)
     ev_node *n = take_events(g, timeout_ms);
     while (n) {
         ev_node *next = n->next;
-        if (n->ev.kind == RP_EV_TOKEN && !done)
+        if (n->ev.kind == RP_EV_TOKEN && !done) {
             handle_token(g, &n->ev);
-        else if (n->ev.kind == RP_EV_DONE && !done) {
+            rp_metrics_req_token(g->mr, n->t, g->n_completion);
+        } else if (n->ev.kind == RP_EV_DONE && !done) {
             handle_done(g, &n->ev);
+            rp_metrics_req_end(g->mr, (int)g->final.finish, g->n_completion, n->t);
+            g->mr = NULL;
             done = 1;
         }
         rp_free(n);
@@ -654,6 +667,7 @@ void rp_gen_free(rp_gen *g)
             pthread_cond_wait(&g->cv, &g->mu);
         pthread_mutex_unlock(&g->mu);
     }
+    rp_metrics_req_end(g->mr, RP_GEN_FINISH_CANCELLED, g->n_completion, rp_now_s());
     for (ev_node *n = g->head; n;) {
         ev_node *next = n->next;
         rp_free(n);

@@ -37,6 +37,7 @@
 
 typedef struct rp_pipeline rp_pipeline;
 typedef struct rp_gen rp_gen;
+typedef struct rp_metrics rp_metrics; /* api/metrics.h */
 
 typedef struct rp_pipeline_config {
     const char *served_name; /* the name /v1/models lists */
@@ -54,6 +55,10 @@ const char *rp_pipeline_model_name(const rp_pipeline *p);
 const char *rp_pipeline_model_alias(const rp_pipeline *p); /* NULL: none */
 const char *rp_pipeline_fingerprint(const rp_pipeline *p);
 int rp_pipeline_context_length(const rp_pipeline *p);
+rp_engine *rp_pipeline_engine(const rp_pipeline *p);
+/* Generations started afterwards report to m (NULL: none); m is borrowed until the pipeline
+ * is freed or this is called again. Set it before the pipeline serves requests. */
+void rp_pipeline_set_metrics(rp_pipeline *p, rp_metrics *m);
 /* 1 when name (NULL allowed: the client sent none) names the served model: the served name,
  * its alias, or "default". */
 int rp_pipeline_model_matches(const rp_pipeline *p, const char *name);

@@ -1,4 +1,5 @@
-/* server/routes.c - the route handlers: health, models, OpenAI and Anthropic generation.
+/* server/routes.c - the route handlers: health, models, metrics, status, OpenAI and
+ * Anthropic generation.
  * Each parses through its adapter, checks the model name, starts a generation and either
  * streams it (server.c drives rp_routes_stream_step) or runs it to the end.
  */
@@ -198,6 +199,38 @@ static enum MHD_Result handle_generate(http_req *r)
     return rp_http_respond_stream(r);
 }
 
+/* Engine stats of the served pipeline; NULL while loading. */
+static const rp_engine_stats *engine_stats(rp_pipeline *p, rp_engine_stats *es)
+{
+    if (!p)
+        return NULL;
+    rp_engine_get_stats(rp_pipeline_engine(p), es);
+    return es;
+}
+
+static enum MHD_Result handle_metrics(http_req *r)
+{
+    rp_engine_stats es;
+    rp_buf out = {0};
+    const rp_engine_stats *pes = engine_stats(atomic_load(&r->srv->pipeline), &es);
+    enum MHD_Result res = MHD_NO;
+    if (rp_metrics_render(r->srv->metrics, pes, &out) == RP_OK)
+        res = rp_http_respond(r, 200, out.data, "text/plain; version=0.0.4; charset=utf-8");
+    rp_buf_deinit(&out);
+    return res;
+}
+
+static enum MHD_Result handle_status(http_req *r)
+{
+    rp_pipeline *p = pipeline_or_503(r);
+    if (!p)
+        return MHD_YES;
+    rp_engine_stats es;
+    return respond_owned(r, 200,
+                         rp_metrics_status_json(r->srv->metrics, rp_pipeline_model_name(p),
+                                                engine_stats(p, &es)));
+}
+
 enum MHD_Result rp_routes_dispatch(http_req *r)
 {
     switch (r->route) {
@@ -207,6 +240,8 @@ enum MHD_Result rp_routes_dispatch(http_req *r)
                                "text/plain; charset=utf-8");
     }
     case ROUTE_HEALTH: return handle_health(r);
+    case ROUTE_METRICS: return handle_metrics(r);
+    case ROUTE_STATUS: return handle_status(r);
     case ROUTE_MODELS:
     case ROUTE_MODEL: return handle_models(r);
     default: return handle_generate(r);

@@ -50,6 +50,8 @@ static route_id route_of(const char *url)
         {"/v1/completions", ROUTE_COMPLETIONS},
         {"/v1/messages", ROUTE_MESSAGES},
         {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS},
+        {"/metrics", ROUTE_METRICS},
+        {"/v1/status", ROUTE_STATUS},
     };
     for (size_t i = 0; i < RP_ARRAY_LEN(table); i++)
         if (!strcmp(url, table[i].path))
@@ -59,9 +61,30 @@ static route_id route_of(const char *url)
     return ROUTE_NONE;
 }
 
+/* The endpoint label of the request counters (static strings). */
+static const char *route_name(route_id r)
+{
+    static const char *const names[] = {
+        [ROUTE_NONE] = "other",
+        [ROUTE_ROOT] = "/",
+        [ROUTE_HEALTH] = "/health",
+        [ROUTE_MODELS] = "/v1/models",
+        [ROUTE_MODEL] = "/v1/models/{id}",
+        [ROUTE_CHAT] = "/v1/chat/completions",
+        [ROUTE_COMPLETIONS] = "/v1/completions",
+        [ROUTE_MESSAGES] = "/v1/messages",
+        [ROUTE_COUNT_TOKENS] = "/v1/messages/count_tokens",
+        [ROUTE_METRICS] = "/metrics",
+        [ROUTE_STATUS] = "/v1/status",
+    };
+    return (unsigned)r < RP_ARRAY_LEN(names) && names[r] ? names[r] : "other";
+}
+
 static const char *allowed_methods(route_id r)
 {
     switch (r) {
+    case ROUTE_METRICS:
+    case ROUTE_STATUS: return "GET, OPTIONS";
     case ROUTE_ROOT:
     case ROUTE_HEALTH:
     case ROUTE_MODELS:
@@ -72,6 +95,8 @@ static const char *allowed_methods(route_id r)
 
 static int method_ok(route_id r, const char *m)
 {
+    if (r == ROUTE_METRICS || r == ROUTE_STATUS)
+        return !strcmp(m, "GET");
     if (r == ROUTE_ROOT || r == ROUTE_HEALTH || r == ROUTE_MODELS || r == ROUTE_MODEL)
         return !strcmp(m, "GET") || !strcmp(m, "HEAD");
     return !strcmp(m, "POST");
@@ -121,6 +146,8 @@ static enum MHD_Result queue(http_req *r, int status, struct MHD_Response *resp)
         return MHD_NO;
     add_cors(r, resp);
     r->status = status;
+    /* counted before the response leaves, so a client reading /metrics next sees it */
+    rp_metrics_http(r->srv->metrics, route_name(r->route), status);
     enum MHD_Result res = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return res;
@@ -353,6 +380,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->gen && !r->n_out)
         r->n_out = rp_gen_n_completion(r->gen);
     rp_gen_free(r->gen);
+    if (!r->status) /* no response was queued: the client left first (counted as 499) */
+        rp_metrics_http(r->srv->metrics, route_name(r->route), 0);
     rp_log(r->status >= 500 ? RP_LOG_WARN : RP_LOG_INFO, "%s %s %d in=%d out=%d %.3fs%s",
            r->method, r->url, r->status, r->n_in, r->n_out, rp_now_s() - r->t_start,
            r->disconnected ? " (client gone)" : "");
@@ -403,6 +432,8 @@ rp_status rp_server_start(const rp_server_config *cfg, rp_server **out, rp_err *
     struct sockaddr_storage ss;
     int v6 = 0;
     rp_status st = resolve(cfg->host, cfg->port, &ss, &v6, err);
+    if (st == RP_OK)
+        st = rp_metrics_new(&s->metrics, err);
     if (st != RP_OK) {
         rp_free(s);
         return st;
@@ -416,6 +447,7 @@ rp_status rp_server_start(const rp_server_config *cfg, rp_server **out, rp_err *
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
         MHD_OPTION_END);
     if (!s->daemon) {
+        rp_metrics_free(s->metrics);
         rp_free(s);
         return rp_err_set(err, RP_ERR_IO,
                           "cannot listen on %s:%d (in use, or not an address of this machine); "
@@ -430,7 +462,12 @@ rp_status rp_server_start(const rp_server_config *cfg, rp_server **out, rp_err *
 
 int rp_server_port(const rp_server *s) { return s->port; }
 
-void rp_server_set_pipeline(rp_server *s, rp_pipeline *p) { atomic_store(&s->pipeline, p); }
+void rp_server_set_pipeline(rp_server *s, rp_pipeline *p)
+{
+    if (p)
+        rp_pipeline_set_metrics(p, s->metrics); /* published by the store below */
+    atomic_store(&s->pipeline, p);
+}
 
 void rp_server_stop(rp_server *s)
 {
@@ -441,5 +478,9 @@ void rp_server_stop(rp_server *s)
     MHD_stop_daemon(s->daemon); /* in-flight requests cancel (they watch stopping); joins */
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd); /* quiesce hands the listening socket to us */
+    rp_pipeline *p = atomic_load(&s->pipeline);
+    if (p)
+        rp_pipeline_set_metrics(p, NULL); /* every request thread has been joined */
+    rp_metrics_free(s->metrics);
     rp_free(s);
 }

@@ -6,7 +6,13 @@
  *           GET /v1/models, /v1/models/{id} (Anthropic shape when anthropic-version is sent)
  *           POST /v1/chat/completions, /v1/completions          OpenAI
  *           POST /v1/messages, /v1/messages/count_tokens        Anthropic
+ *           GET /metrics                    Prometheus text (api/metrics.h; while loading:
+ *                                           server metrics only, rapid_model_loaded 0)
+ *           GET /v1/status                  JSON: live generations, phase, speed, queue
+ *                                           (503 while loading)
  *           OPTIONS *                       CORS preflight (no auth)
+ *           Every route but /, /health and OPTIONS needs the API key when one is set;
+ *           /metrics and /v1/status answer GET only (HEAD too is 405).
  *
  * Lifecycle: rp_server_start (listening; API routes answer 503 while loading)
  *            -> rp_server_set_pipeline (ready) -> rp_server_stop (stops accepting, cancels

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 
 #include "api/anthropic.h"
+#include "api/metrics.h"
 #include "api/openai.h"
 #include "api/pipeline.h"
 #include "base/buf.h"
@@ -22,6 +23,7 @@ struct rp_server {
     int port;
     _Atomic(rp_pipeline *) pipeline;
     atomic_int stopping;
+    rp_metrics *metrics; /* owned; the pipeline reports to it once set */
 };
 
 typedef enum route_id {
@@ -34,6 +36,8 @@ typedef enum route_id {
     ROUTE_COMPLETIONS,
     ROUTE_MESSAGES,
     ROUTE_COUNT_TOKENS,
+    ROUTE_METRICS,
+    ROUTE_STATUS,
 } route_id;
 
 typedef struct http_req {
