@@ -188,7 +188,7 @@ test('/v1/status shows a live stream in decode phase, and nothing once it ended'
 
   const res = await fetch(`${srv.url}/v1/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 400, temperature: 0, stream: true }),
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 200, temperature: 0, stream: true }),
   });
   assert.equal(res.status, 200);
   const reader = res.body.getReader();
@@ -215,8 +215,43 @@ test('/v1/status shows a live stream in decode phase, and nothing once it ended'
   const after = await scrape(srv);
   assert.equal(get(after, 'rapid_requests_in_flight'), 0);
   assert.equal(get(after, 'rapid_request_duration_seconds_count'), 1);
-  assert.equal(get(after, 'rapid_generation_tokens_total'), 400, 'greedy runs to max_tokens');
-  assert.equal(get(after, 'rapid_inter_token_latency_seconds_count'), 399);
+  assert.equal(get(after, 'rapid_generation_tokens_total'), 200, 'greedy runs to max_tokens');
+  assert.equal(get(after, 'rapid_inter_token_latency_seconds_count'), 199);
+  assert.equal((await srv.stop()).code, 0, srv.log);
+});
+
+test('a request waiting for a sequence slot shows as queued', async (t) => {
+  const srv = await startDefault();
+  t.after(() => srv.stop());
+  const body = (n) => JSON.stringify({ prompt: 'Once upon a time', max_tokens: n, temperature: 0, stream: true });
+  const open = async (n) => {
+    const r = await fetch(`${srv.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(n) });
+    assert.equal(r.status, 200); // headers come once the generation is submitted
+    return r;
+  };
+  // more streams than the engine has slots (at most 8; fewer when the model's batch is
+  // smaller), then one more: once every slot decodes, the rest wait, newest last
+  const busy = await Promise.all(Array.from({ length: 8 }, () => open(150)));
+  const waiting = await open(3);
+  let st;
+  for (const end = Date.now() + 10000; ;) {
+    st = await (await fetch(`${srv.url}/v1/status`)).json();
+    if (st.running + st.queue_depth === 9 && !st.requests.some((r) => r.phase === 'prefill')) break;
+    assert.ok(Date.now() < end, `status did not settle: ${JSON.stringify(st)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  console.log(`${st.running} running, ${st.queue_depth} queued`);
+  assert.equal(st.requests.length, 9, JSON.stringify(st));
+  assert.ok(st.queue_depth >= 1, 'the last one waits');
+  const last = st.requests.reduce((a, r) => (r.id > a.id ? r : a));
+  assert.equal(last.phase, 'queued', JSON.stringify(st));
+  assert.equal(last.completion_tokens, 0);
+  assert.equal(st.requests.filter((r) => r.phase === 'queued').length, st.queue_depth);
+  assert.equal(st.requests.filter((r) => r.phase === 'decode').length, st.running);
+  const m = await scrape(srv);
+  assert.equal(get(m, 'rapid_requests_in_flight'), 9);
+  for (const r of [...busy, waiting]) await r.text();
+  assert.deepEqual((await (await fetch(`${srv.url}/v1/status`)).json()).requests, []);
   assert.equal((await srv.stop()).code, 0, srv.log);
 });
 
