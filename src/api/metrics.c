@@ -464,6 +464,11 @@ rp_status rp_metrics_render(rp_metrics *m, const rp_engine_stats *es, rp_buf *ou
     return st;
 }
 
+static int dump_cb(const char *buf, size_t size, void *data)
+{
+    return rp_buf_append(data, buf, size) == RP_OK ? 0 : -1;
+}
+
 char *rp_metrics_status_json(rp_metrics *m, const char *model, const rp_engine_stats *es)
 {
     double now = rp_now_s();
@@ -499,7 +504,12 @@ char *rp_metrics_status_json(rp_metrics *m, const char *model, const rp_engine_s
         }
     }
     pthread_mutex_unlock(&m->mu);
-    char *s = rp_api_json_dump(root);
+    rp_buf b = {0}; /* six significant digits: times and speeds, not 17-digit noise */
+    int bad = json_dump_callback(root, dump_cb, &b, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(root);
-    return s;
+    if (bad || !b.data) {
+        rp_buf_deinit(&b);
+        return NULL;
+    }
+    return rp_buf_take(&b);
 }
