@@ -209,7 +209,8 @@ void rp_metrics_http(rp_metrics *m, const char *endpoint, int status)
         status = 499;
     pthread_mutex_lock(&m->mu);
     int i = 0;
-    while (i < m->n_http && !(m->http[i].status == status && !strcmp(m->http[i].endpoint, endpoint)))
+    while (i < m->n_http &&
+           !(m->http[i].status == status && !strcmp(m->http[i].endpoint, endpoint)))
         i++;
     if (i == m->n_http && m->n_http < MAX_HTTP_ROWS)
         m->http[m->n_http++] = (http_row){.endpoint = endpoint, .status = status};

@@ -43,7 +43,8 @@ static int fail(checker *c, int line, const char *msg, const char *text)
 
 static int is_name_start(char ch, int colon)
 {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || (colon && ch == ':');
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' ||
+           (colon && ch == ':');
 }
 
 static int is_name_char(char ch, int colon)
