@@ -15,9 +15,10 @@
  * Without RP_FUZZ_FAMILY every tool parser is reachable (byte 0 over the whole list).
  * Input: byte 0 picks the tool-call parser, byte 1 the reasoning parser (bit 7: think_opened,
  * bit 6: pass a tools schema), byte 2 seeds the chunking; the rest is the model text. The
- * environment variable RP_FUZZ_TOOL pins the tool parser. Checks: no crash, leak or UB (ASan/UBSan); the text fed whole and fed in
- * random byte-sized chunks assemble the same message; every call's arguments are a JSON
- * object string; valid UTF-8 input loses no non-whitespace byte when no call parsed.
+ * environment variable RP_FUZZ_TOOL pins the tool parser. Checks: no crash, leak or UB
+ * (ASan/UBSan); the text fed whole and fed in random byte-sized chunks assemble the same
+ * message; every call's arguments are a JSON object string; valid UTF-8 input loses no
+ * non-whitespace byte when no call parsed.
  */
 #include <stdint.h>
 #include <stdio.h>
