@@ -166,6 +166,14 @@ await tokenizeAll(() => {
 
 const ask = 'What is the weather in Paris?';
 
+// Stops a server; under the ASan build its log must show no sanitizer report (leaks at exit).
+async function stopClean(srv) {
+  if (!srv) return;
+  const e = await srv.stop();
+  assert.doesNotMatch(srv.log, /Sanitizer|runtime error/);
+  assert.equal(e.code, 0, srv.log.slice(-2000));
+}
+
 // Reassembles a streamed OpenAI chat completion: content, reasoning, tool calls by index.
 async function collectOpenAI(stream) {
   const m = { content: '', reasoning: '', calls: [], finish: null, chunks: 0 };
@@ -218,7 +226,7 @@ for (const [fname, f] of Object.entries(formats)) {
       an = anthropic(srv);
       assert.match(srv.log, new RegExp(`output parsers: tool calls ${fname}`));
     });
-    after(async () => { await srv?.stop(); });
+    after(async () => { await stopClean(srv); });
 
     function checkOpenAICall(msg, finish) {
       assert.equal(finish, 'tool_calls');
@@ -333,7 +341,7 @@ describe('tool_choice (hermes)', () => {
     oa = openai(srv);
     an = anthropic(srv);
   });
-  after(async () => { await srv?.stop(); });
+  after(async () => { await stopClean(srv); });
   const base = { model: 'default', tools: oaTools, max_tokens: 300 };
   const user = (content) => [{ role: 'user', content }];
 
