@@ -37,7 +37,9 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'rapid-tools-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 // Token ids of a text, by `rapid tokenize`. The scripts are built twice: a first pass only
-// records the texts, which are then tokenized in parallel (one process each), once.
+// records the texts; then one `rapid tokenize` per tokenizer does them all, joined by the
+// special token <|endoftext|> (special tokens split the input, so each text's ids are the ids
+// it gets alone; the joined text starts with the separator, whose id comes first).
 const tokenized = new Map();
 let recording = null;
 let tokDir = qwenTok; // the tokenizer ids() uses (scripts of one format are built under one)
@@ -50,15 +52,23 @@ function ids(text) {
 async function tokenizeAll(build) {
   recording = new Set();
   build();
-  const texts = [...recording];
+  const keys = [...recording];
   recording = null;
   const run = promisify(execFile);
-  for (let i = 0; i < texts.length; i += 4)
-    await Promise.all(texts.slice(i, i + 4).map(async (key) => {
-      const [dir, t] = key.split('\0');
-      const { stdout } = await run(rapid, ['tokenize', '--tokenizer', dir, '--text', t]);
-      tokenized.set(key, JSON.parse(stdout));
-    }));
+  const SEP = '<|endoftext|>';
+  await Promise.all([...new Set(keys.map((k) => k.split('\0')[0]))].map(async (dir) => {
+    const texts = keys.filter((k) => k.startsWith(`${dir}\0`)).map((k) => k.slice(dir.length + 1));
+    assert.ok(texts.every((t) => !t.includes(SEP)));
+    const { stdout } = await run(rapid, ['tokenize', '--tokenizer', dir, '--text', SEP + texts.join(SEP)]);
+    const all = JSON.parse(stdout);
+    const parts = [];
+    for (const id of all.slice(1)) {
+      if (id === all[0]) parts.push([]);
+      else (parts.length ? parts[parts.length - 1] : parts[parts.push([]) - 1]).push(id);
+    }
+    assert.equal(parts.length, texts.length, 'one part per text');
+    texts.forEach((t, i) => tokenized.set(`${dir}\0${t}`, parts[i]));
+  }));
 }
 
 // One model directory: the format's tokenizer and template, the scripted architecture.
