@@ -629,7 +629,13 @@ static void check_forced(rp_gen *g, rp_gen_output *f)
     int n_said = g->visible.len > 160 ? 160 : (int)g->visible.len;
     while (n_said > 0 && n_said < (int)g->visible.len && (said[n_said] & 0xC0) == 0x80)
         n_said--; /* not half a UTF-8 sequence */
-    if (bad)
+    if (!bad && f->finish == RP_GEN_FINISH_LENGTH)
+        rp_api_error_set(&f->err, RP_APIERR_INTERNAL, NULL,
+                         "tool_choice %s%s%s: the reply reached max_tokens (or the context "
+                         "window) before its %s tool call closed; raise max_tokens",
+                         want ? "'" : "", want ? want : "'required'", want ? "'" : "",
+                         g->tool_parser);
+    else if (bad)
         rp_api_error_set(&f->err, RP_APIERR_INTERNAL, NULL,
                          "tool_choice %s%s%s: the model called '%s', which %s", want ? "'" : "",
                          want ? want : "'required'", want ? "'" : "", bad,

@@ -402,6 +402,11 @@ describe('tool_choice (hermes)', () => {
     assert.ok(s instanceof Error && /tool_choice 'required'/.test(s.message), String(s));
   });
 
+  test('required, cut by max_tokens before the call closed: an error that says so', async () => {
+    await assert.rejects(oa.chat.completions.create({ ...base, messages: user(ask), tool_choice: 'required', max_tokens: 5 }),
+      (e) => e.status === 500 && /reached max_tokens/.test(e.message));
+  });
+
   test('named: the opener names the function, the model fills in the arguments', async () => {
     // the script would call get_weather; primed with get_time's opener it continues from there
     const r = await oa.chat.completions.create({ ...base, messages: user(ask), tool_choice: { type: 'function', function: { name: 'get_time' } } });
