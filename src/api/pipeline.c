@@ -13,6 +13,17 @@
  *     markup is interpreted, so a stop string cuts a tool call as it cuts text.
  *  5. Pieces are recorded as offsets into one buffer during a step and turned into pointers
  *     at its end, so the buffer may grow while the parser reports.
+ *  6. tool_choice "required" / named (the reply must be a call). Guarantee, in three parts:
+ *     a. priming: the format's call opener (rp_output_parser_call_prefix, naming the function
+ *        when named) is appended to the rendered prompt after the generation prompt, closing
+ *        an open think block first, and fed to the parser, so the model continues inside a
+ *        call of that function;
+ *     b. holding: no piece leaves the generation until its end (streams included), so nothing
+ *        that is not a call can reach the client;
+ *     c. checking at the end: at least one call parsed and every call names a requested tool
+ *        (named: exactly one call, to that function; generation stops once it closed).
+ *        Otherwise the request fails with a server error that quotes the start of the reply,
+ *        never a made-up call and never a call-less success.
  */
 #include "api/pipeline.h"
 
@@ -77,6 +88,11 @@ struct rp_gen {
     json_t *logprobs; /* entries since the last delta */
     rp_output_parser *parser; /* NULL: all text is content */
     char *call_prefix;        /* fed to the parser before the first output (tool_choice) */
+    int forced;               /* design note 6: 1 required, 2 named; pieces held until done */
+    int forced_stop;          /* named: the call closed and the generation was cancelled */
+    json_t *tools;            /* forced: the request's tools (names to check), own ref */
+    char *forced_name;        /* named: the function */
+    const char *tool_parser;  /* forced: the format (for messages) */
     int anthropic_ids;
     rp_buf piece_text;        /* design note 5 */
     piece_rec *recs;
@@ -213,6 +229,20 @@ static void make_tool_id(void *user, int index, char *out, size_t cap)
     snprintf(out, cap, "%s", id);
 }
 
+/* 1 when the (OpenAI-shaped) tools array has a function called name. */
+static int has_tool(const json_t *tools, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (n && !strcmp(n, name))
+            return 1;
+    }
+    return 0;
+}
+
 /* The output parser of a chat generation. The rendered prompt says whether the output starts
  * inside a think block; tool_choice required/named appends the format's call opener to it
  * (and feeds the same opener to the parser, so the reply starts inside a call). */
@@ -221,14 +251,46 @@ static rp_status setup_parser(const rp_pipeline *p, const rp_chat_request *req, 
 {
     int want_tools = req->tools && !(req->tool_choice && !strcmp(req->tool_choice, "none"));
     const char *tool = want_tools ? p->tool_parser : NULL;
+    const char *tc = req->tool_choice;
+    if (tc && strcmp(tc, "auto") && strcmp(tc, "none")) { /* required or named */
+        const char *what = strcmp(tc, "required") ? "a named function" : "'required'";
+        if (!req->tools)
+            return rp_err_set(err, RP_ERR_INVALID, "tool_choice %s needs 'tools'", what);
+        if (!p->tool_parser)
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "tool_choice %s: the served model has no known tool-call format "
+                              "(start rapid serve with --tool-call-parser NAME)",
+                              what);
+        if (strcmp(tc, "required") && !has_tool(req->tools, tc))
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "tool_choice names the function '%s', which is not in 'tools'", tc);
+    }
     if (!tool && !p->reasoning_parser)
         return RP_OK;
     int opened = rp_output_parser_think_opened(p->reasoning_parser, prompt->data, prompt->len);
-    if (tool && req->tool_choice && strcmp(req->tool_choice, "auto") != 0 && !opened) {
+    if (tool && req->tool_choice && strcmp(req->tool_choice, "auto") != 0) {
         const char *name = strcmp(req->tool_choice, "required") ? req->tool_choice : NULL;
-        rp_err perr;
-        if (rp_output_parser_call_prefix(tool, name, &g->call_prefix, &perr) == RP_OK &&
-            rp_buf_puts(prompt, g->call_prefix) != RP_OK)
+        g->forced = name ? 2 : 1;
+        g->tool_parser = tool;
+        g->tools = json_incref(req->tools);
+        if (name && !(g->forced_name = rp_strdup(name)))
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        rp_status st = rp_output_parser_call_prefix(tool, name, &g->call_prefix, err);
+        if (st != RP_OK)
+            return st;
+        const char *close = opened ? rp_output_parser_reasoning_close(p->reasoning_parser) : "";
+        size_t nc = strlen(close);
+        if (nc) { /* the reply starts with the call: the open think block ends empty */
+            char *both = rp_alloc(nc + 2 + strlen(g->call_prefix) + 1);
+            if (!both)
+                return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+            memcpy(both, close, nc);
+            memcpy(both + nc, "\n\n", 2);
+            strcpy(both + nc + 2, g->call_prefix);
+            rp_free(g->call_prefix);
+            g->call_prefix = both;
+        }
+        if (rp_buf_puts(prompt, g->call_prefix) != RP_OK)
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }
     rp_output_parser_config cfg = {
@@ -283,6 +345,10 @@ static rp_status prompt_ids(const rp_pipeline *p, const rp_chat_request *req, rp
         rp_free(text);
         if (st == RP_OK && g)
             st = setup_parser(p, req, g, &prompt, &err);
+        if (st == RP_ERR_INVALID) { /* tool_choice the request cannot have */
+            rp_buf_deinit(&prompt);
+            return rp_api_error_set(e, RP_APIERR_INVALID, "tool_choice", "%s", err.msg);
+        }
         if (st == RP_OK)
             st = rp_tokenizer_encode(p->tok, prompt.data ? prompt.data : "", prompt.len, 0, ids,
                                      n, &err);
@@ -515,6 +581,8 @@ static rp_gen_finish finish_of(rp_finish f)
     }
 }
 
+static void check_forced(rp_gen *g, rp_gen_output *f);
+
 static void handle_done(rp_gen *g, const rp_event *ev)
 {
     rp_gen_output *f = &g->final;
@@ -540,14 +608,66 @@ static void handle_done(rp_gen *g, const rp_event *ev)
     if (g->parser && rp_output_parser_n_calls(g->parser) > 0 &&
         (f->finish == RP_GEN_FINISH_STOP || f->finish == RP_GEN_FINISH_STOP_SEQUENCE))
         f->finish = RP_GEN_FINISH_TOOL_CALLS;
+    if (g->forced_stop && f->finish == RP_GEN_FINISH_CANCELLED)
+        f->finish = RP_GEN_FINISH_TOOL_CALLS;
     f->n_prompt = g->n_prompt;
     f->n_completion = g->n_completion;
+    if (g->forced)
+        check_forced(g, f);
+}
+
+/* Design note 6c: the held reply of a required / named tool_choice must be valid calls. */
+static void check_forced(rp_gen *g, rp_gen_output *f)
+{
+    if (f->finish == RP_GEN_FINISH_ERROR || f->finish == RP_GEN_FINISH_CANCELLED)
+        return;
+    const char *bad = NULL;
+    int n_calls = 0;
+    for (int i = 0; i < g->n_recs && !bad; i++) {
+        const piece_rec *r = &g->recs[i];
+        if (r->kind != RP_PIECE_TOOL_START)
+            continue;
+        const char *name = g->piece_text.data + r->name_off;
+        n_calls++;
+        if (g->forced == 2 ? strcmp(name, g->forced_name) != 0 : !has_tool(g->tools, name))
+            bad = name;
+    }
+    if (n_calls > 0 && !bad)
+        return;
+    const char *want = g->forced == 2 ? g->forced_name : NULL;
+    const char *said = g->visible.data ? g->visible.data : "";
+    int n_said = g->visible.len > 160 ? 160 : (int)g->visible.len;
+    while (n_said > 0 && n_said < (int)g->visible.len && (said[n_said] & 0xC0) == 0x80)
+        n_said--; /* not half a UTF-8 sequence */
+    if (!bad && f->finish == RP_GEN_FINISH_LENGTH)
+        rp_api_error_set(&f->err, RP_APIERR_INTERNAL, NULL,
+                         "tool_choice %s%s%s: the reply reached max_tokens (or the context "
+                         "window) before its %s tool call closed; raise max_tokens",
+                         want ? "'" : "", want ? want : "'required'", want ? "'" : "",
+                         g->tool_parser);
+    else if (bad)
+        rp_api_error_set(&f->err, RP_APIERR_INTERNAL, NULL,
+                         "tool_choice %s%s%s: the model called '%s', which %s", want ? "'" : "",
+                         want ? want : "'required'", want ? "'" : "", bad,
+                         want ? "is another function" : "is not in 'tools'");
+    else
+        rp_api_error_set(&f->err, RP_APIERR_INTERNAL, NULL,
+                         "tool_choice %s%s%s: the model's reply is not a valid %s tool call "
+                         "although the reply was primed with the call opener; the reply "
+                         "began: \"%.*s\"",
+                         want ? "'" : "", want ? want : "'required'", want ? "'" : "",
+                         g->tool_parser, n_said, said);
+    f->finish = RP_GEN_FINISH_ERROR;
+    g->n_recs = 0; /* nothing of it reaches the client */
+    rp_buf_reset(&g->visible);
+    json_decref(g->logprobs);
+    g->logprobs = NULL;
 }
 
 static void handle_token(rp_gen *g, const rp_event *ev)
 {
-    if (g->stopper.matched >= 0)
-        return; /* design note 3 */
+    if (g->stopper.matched >= 0 || g->forced_stop)
+        return; /* design notes 3 and 6 */
     g->n_completion++;
     if (g->want_logprobs)
         add_logprobs(g, ev);
@@ -556,6 +676,10 @@ static void handle_token(rp_gen *g, const rp_event *ev)
         emit_text(g, g->raw.data, g->raw.len);
     if (g->stopper.matched >= 0)
         rp_engine_cancel(g->p->engine, g->id);
+    if (g->forced == 2 && rp_output_parser_n_calls(g->parser) > 0) { /* the named call closed */
+        g->forced_stop = 1;
+        rp_engine_cancel(g->p->engine, g->id);
+    }
 }
 
 /* Pops every queued event, waiting up to timeout_ms for the first. Returns the list. */
@@ -598,11 +722,13 @@ rp_gen_step rp_gen_next(rp_gen *g, int timeout_ms, rp_gen_output *out)
         *out = g->final;
         return RP_GEN_DONE;
     }
-    rp_buf_reset(&g->visible);
-    rp_buf_reset(&g->piece_text);
-    g->n_recs = 0;
-    json_decref(g->logprobs);
-    g->logprobs = NULL;
+    if (!g->forced) { /* design note 6b: a forced reply keeps its pieces until the end */
+        rp_buf_reset(&g->visible);
+        rp_buf_reset(&g->piece_text);
+        g->n_recs = 0;
+        json_decref(g->logprobs);
+        g->logprobs = NULL;
+    }
     int done = 0;
     ev_node *n = take_events(g, timeout_ms);
     while (n) {
@@ -619,6 +745,8 @@ rp_gen_step rp_gen_next(rp_gen *g, int timeout_ms, rp_gen_output *out)
         rp_free(n);
         n = next;
     }
+    if (g->forced && !done)
+        return RP_GEN_TIMEOUT; /* held */
     if (g->n_recs > 0 || g->logprobs) {
         if (g->n_recs > g->cap_pieces) {
             rp_gen_piece *pc = rp_realloc(g->pieces, (size_t)g->n_recs * sizeof *pc);
@@ -683,6 +811,8 @@ void rp_gen_free(rp_gen *g)
     rp_buf_deinit(&g->piece_text);
     rp_output_parser_free(g->parser);
     rp_free(g->call_prefix);
+    rp_free(g->forced_name);
+    json_decref(g->tools);
     rp_free(g->recs);
     rp_free(g->pieces);
     json_decref(g->logprobs);

@@ -1027,6 +1027,12 @@ bool rp_output_parser_think_opened(const char *reasoning_parser, const char *pro
     return false;
 }
 
+const char *rp_output_parser_reasoning_close(const char *reasoning_parser)
+{
+    const reasoning_fmt *rf = no_name(reasoning_parser) ? NULL : find_reasoning(reasoning_parser);
+    return rf && rf->end[0] ? rf->end[0] : "";
+}
+
 rp_status rp_output_parser_call_prefix(const char *tool_parser, const char *name, char **out,
                                        rp_err *err)
 {

@@ -139,6 +139,10 @@ void rp_output_parser_detect(const char *chat_template, const char *model_type,
  * opened, e.g. Qwen3.5 / DeepSeek-R1 "...<think>\n": pass it as cfg.think_opened. */
 bool rp_output_parser_think_opened(const char *reasoning_parser, const char *prompt, size_t len);
 
+/* The marker that ends a reasoning block of this format ("</think>" for qwen3), "" when it has
+ * none or the name is unknown / NULL. Static. */
+const char *rp_output_parser_reasoning_close(const char *reasoning_parser);
+
 /* For tool_choice "required" / named: text to append to the rendered prompt (and to feed to the
  * parser before the model's first token) that opens a call in this format, naming `name` when
  * not NULL (every format has one). Heap string (rp_free) in *out. Errors: RP_ERR_NOT_FOUND

@@ -30,6 +30,7 @@ static const arch_entry g_archs[] = {
     {"Qwen3_5MoeForConditionalGeneration", &rp_arch_qwen3_5},
     {"Qwen3NextForCausalLM", &rp_arch_qwen3_5},
     {"GptOssForCausalLM", &rp_arch_gpt_oss},
+    {"RapidScriptedForCausalLM", &rp_arch_scripted}, /* test model: scripted output */
 };
 
 static const rp_arch *find_arch(const char *name)

@@ -67,5 +67,6 @@ extern const rp_arch rp_arch_qwen3_moe;
 extern const rp_arch rp_arch_lfm2;
 extern const rp_arch rp_arch_qwen3_5;
 extern const rp_arch rp_arch_gpt_oss;
+extern const rp_arch rp_arch_scripted; /* a test model (scripted.c) */
 
 #endif

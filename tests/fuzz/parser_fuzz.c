@@ -1,11 +1,24 @@
-/* tests/fuzz/parser_fuzz.c - libFuzzer target for chat/output_parser (every format family).
+/* tests/fuzz/parser_fuzz.c - libFuzzer targets for chat/output_parser, one per parser family.
  *
+ * Built once per family with -DRP_FUZZ_FAMILY=N (scripts/fuzz-parsers.sh builds
+ * build-fuzz/parser_fuzz_<family>); the family fixes the set of tool-call formats byte 0 picks
+ * from, so each target spends its whole run on one body parser:
+ *   0 json      JSON bodies (parse_json.c): hermes, granite4, llama3_json, mistral, deepseek_v3,
+ *               deepseek_v31, kimi_k2, granite, phi4_mini_json, xlam, jamba, internlm,
+ *               hunyuan_a13b, cohere_command3
+ *   1 xml       schema-typed XML bodies (parse_xml.c): qwen3_coder, qwen3_xml, seed_oss, glm45,
+ *               glm47, minimax_m2
+ *   2 pythonic  Python-call / Gemma 4 literal bodies (parse_pythonic.c): pythonic,
+ *               llama4_pythonic, lfm2, gemma4
+ *   3 harmony   gpt-oss Harmony channels (parse_harmony.c): openai
+ *   4 reasoning no tool parser: only the reasoning machine (every reasoning parser)
+ * Without RP_FUZZ_FAMILY every tool parser is reachable (byte 0 over the whole list).
  * Input: byte 0 picks the tool-call parser, byte 1 the reasoning parser (bit 7: think_opened,
  * bit 6: pass a tools schema), byte 2 seeds the chunking; the rest is the model text. The
- * environment variable RP_FUZZ_TOOL pins the tool parser (scripts/fuzz.sh runs each family
- * on its own). Checks: no crash, leak or UB (ASan/UBSan); the text fed whole and fed in
- * random byte-sized chunks assemble the same message; every call's arguments are a JSON
- * object string; valid UTF-8 input loses no non-whitespace byte when no call parsed.
+ * environment variable RP_FUZZ_TOOL pins the tool parser. Checks: no crash, leak or UB
+ * (ASan/UBSan); the text fed whole and fed in random byte-sized chunks assemble the same
+ * message; every call's arguments are a JSON object string; valid UTF-8 input loses no
+ * non-whitespace byte when no call parsed.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +29,18 @@
 #include "chat/output_parser.h"
 
 static const char *g_pinned_tool; /* fuzzer-only state, set once in LLVMFuzzerInitialize */
+
+#ifdef RP_FUZZ_FAMILY
+static const char *const k_families[][16] = {
+    {"hermes", "granite4", "llama3_json", "mistral", "deepseek_v3", "deepseek_v31", "kimi_k2",
+     "granite", "phi4_mini_json", "xlam", "jamba", "internlm", "hunyuan_a13b", "cohere_command3",
+     NULL},
+    {"qwen3_coder", "qwen3_xml", "seed_oss", "glm45", "glm47", "minimax_m2", NULL},
+    {"pythonic", "llama4_pythonic", "lfm2", "gemma4", NULL},
+    {"openai", NULL},
+    {NULL},
+};
+#endif
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -107,8 +132,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                             "\"array\"},\"e\":{\"type\":\"boolean\"}}}}}]",
                             0, &e);
     }
+#ifdef RP_FUZZ_FAMILY
+    tools = k_families[RP_FUZZ_FAMILY];
+    n_tools = count(tools);
+    const char *tool = n_tools ? tools[data[0] % n_tools] : NULL;
+#else
+    const char *tool = tools[data[0] % (n_tools + 1)];
+#endif
     rp_output_parser_config cfg = {
-        .tool_parser = g_pinned_tool ? g_pinned_tool : tools[data[0] % (n_tools + 1)],
+        .tool_parser = g_pinned_tool ? g_pinned_tool : tool,
         .reasoning_parser = reasons[(data[1] & 0x3F) % (n_reasons + 1)],
         .think_opened = (data[1] & 0x80) != 0,
         .tools = schema,

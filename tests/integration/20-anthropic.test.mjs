@@ -84,11 +84,15 @@ test('blocks: system list, tool_use, tool_result, thinking, tools, tool_choice, 
     ],
   });
   assert.equal(r.type, 'message');
-  for (const choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }, { type: 'none' }]) {
-    const x = await client.messages.create({ model: 'tiny', max_tokens: 2, messages,
-      tools: [{ name: 'get_weather', input_schema: { type: 'object' } }], tool_choice: choice });
+  const tools = [{ name: 'get_weather', input_schema: { type: 'object' } }];
+  for (const choice of [{ type: 'auto' }, { type: 'none' }]) {
+    const x = await client.messages.create({ model: 'tiny', max_tokens: 2, messages, tools, tool_choice: choice });
     assert.equal(x.type, 'message');
   }
+  // any / tool must yield a call (docs/tool-calling.md): 2 tokens of a random model cannot
+  for (const choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }])
+    await assert.rejects(client.messages.create({ model: 'tiny', max_tokens: 2, messages, tools, tool_choice: choice }),
+      (e) => e.status === 500 && /tool_choice .*max_tokens/.test(e.message));
 });
 
 test('images are refused with a clear error', async () => {

@@ -31,9 +31,10 @@ export function tinyModel() {
   return dir;
 }
 
-// Starts `rapid serve MODEL --port 0 ...`; resolves when /health says ok.
-export async function startServer(args = [], env = {}, { wait = true } = {}) {
-  const model = tinyModel();
+// Starts `rapid serve MODEL --port 0 ...` (MODEL: opts.model, else the tiny model); resolves
+// when /health says ok.
+export async function startServer(args = [], env = {}, { wait = true, model: dir } = {}) {
+  const model = dir ?? tinyModel();
   const proc = spawn(rapid, ['serve', model, '--port', '0', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
