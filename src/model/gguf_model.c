@@ -1,4 +1,15 @@
-/* model/gguf_model.c - GGUF model files: config from metadata, tensors under HF names. */
+/* model/gguf_model.c - GGUF model files: config from metadata, tensors under HF names.
+ *
+ * Architectures (llama.cpp's general.architecture names, tensor names and metadata keys, read
+ * from its documentation and the files it writes): llama, qwen2, qwen3 (the Llama recipe),
+ * qwen3moe (experts as 3-D stacks ffn_{gate,up,down}_exps -> mlp.switch_mlp.*), gemma3 (the
+ * converter stores the (1 + w) RMSNorm weights as 1 + w: undone here; sliding layers every
+ * 6th-but-one as llama.cpp decides unless {arch}.attention.sliding_window_pattern says), phi3
+ * (fused attn_qkv; ffn_up holds gate and up, as HF's gate_up_proj; LongRoPE factors from
+ * rope_factors_long / rope_factors_short). Others (lfm2, qwen3next / qwen35, gpt-oss, ...)
+ * are refused by name. rope_freqs (Llama 3.1+: the llama3 scaling as a per-frequency divisor)
+ * becomes rope_parameters.freq_factors, which model/rope.c applies.
+ */
 #include "model/gguf_model.h"
 
 #include <stdio.h>
@@ -93,14 +104,144 @@ static void put_float(const meta *m, json_t *c, const char *suffix, const char *
         json_object_set_new(c, hf, json_real(v));
 }
 
-static rp_status make_config(const meta *m, int tied, json_t **out, rp_err *err)
+typedef struct arch_def {
+    const char *gguf, *hf, *model_type;
+} arch_def;
+
+static const arch_def k_archs[] = {
+    {"llama", "LlamaForCausalLM", "llama"},     {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"},     {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}, {"phi3", "Phi3ForCausalLM", "phi3"},
+};
+
+static const arch_def *find_arch_def(const char *arch)
 {
-    const char *hf = strcmp(m->arch, "qwen2") == 0   ? "Qwen2ForCausalLM"
-                     : strcmp(m->arch, "qwen3") == 0 ? "Qwen3ForCausalLM"
-                                                     : "LlamaForCausalLM";
+    for (size_t i = 0; i < RP_ARRAY_LEN(k_archs); i++)
+        if (strcmp(k_archs[i].gguf, arch) == 0)
+            return &k_archs[i];
+    return NULL;
+}
+
+/* A 1-D F32 tensor's values as a JSON array (rope factor tensors); NULL when absent. */
+static json_t *f32_array(const rp_st *st, const char *name, rp_err *err, rp_status *rc)
+{
+    const rp_st_tensor *t = rp_st_find(st, name);
+    *rc = RP_OK;
+    if (!t)
+        return NULL;
+    if (t->t.dtype != RP_DT_F32 || t->t.n_dims != 1) {
+        *rc = rp_err_set(err, RP_ERR_INVALID, "GGUF tensor '%s' should be 1-D F32", name);
+        return NULL;
+    }
+    json_t *a = json_array();
+    const float *v = t->t.data;
+    for (int64_t i = 0; i < t->t.shape[0]; i++) {
+        float x;
+        memcpy(&x, v + i, sizeof x);
+        json_array_append_new(a, json_real(x));
+    }
+    return a;
+}
+
+/* Family-specific keys: MoE sizes, Gemma 3's layer pattern / local RoPE / attention scale,
+ * Phi-3's partial rotary and LongRoPE. rope: the rope_parameters object being built. */
+static rp_status arch_config(const meta *m, const rp_st *st, json_t *c, json_t *rope,
+                             rp_err *err)
+{
+    char key[128];
+    int64_t v;
+    rp_status rc = RP_OK;
+    int64_t n_layers = json_integer_value(json_object_get(c, "num_hidden_layers"));
+    int64_t hd = json_integer_value(json_object_get(c, "head_dim"));
+    if (strcmp(m->arch, "qwen3moe") == 0) {
+        if ((rc = put_int(m, c, "expert_count", "num_experts", 1, err)) ||
+            (rc = put_int(m, c, "expert_used_count", "num_experts_per_tok", 1, err)) ||
+            (rc = put_int(m, c, "expert_feed_forward_length", "moe_intermediate_size", 1, err)))
+            return rc;
+        int norm = 1; /* llama.cpp renormalises the top-k weights of qwen3moe */
+        if (has(m, "expert_weights_norm", key, sizeof key))
+            rp_gguf_get_bool(m->g, key, &norm, NULL);
+        json_object_set_new(c, "norm_topk_prob", json_boolean(norm));
+        json_object_set_new(c, "decoder_sparse_step", json_integer(1));
+    } else if (strcmp(m->arch, "gemma3") == 0) {
+        json_object_set_new(c, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        json_object_set_new(c, "hidden_act", json_string("gelu_pytorch_tanh"));
+        int64_t dim = json_integer_value(json_object_get(c, "hidden_size")),
+                heads = json_integer_value(json_object_get(c, "num_attention_heads"));
+        /* llama.cpp: 1/sqrt(head_dim), but hidden/heads for the 62-layer 27B */
+        json_object_set_new(c, "query_pre_attn_scalar",
+                            json_integer(n_layers == 62 && heads ? dim / heads : hd));
+        json_t *types = json_array();
+        int64_t ipat = has(m, "attention.sliding_window_pattern", key, sizeof key)
+                           ? rp_gguf_find(m->g, key)
+                           : -1;
+        rp_gguf_type et;
+        uint64_t n = 0;
+        int64_t period = 6;
+        if (ipat >= 0 && rp_gguf_get_arr(m->g, key, &et, &n, NULL) != RP_OK &&
+            rp_gguf_get_i64(m->g, key, &period, NULL) != RP_OK) {
+            json_decref(types);
+            return rp_err_set(err, RP_ERR_INVALID, "GGUF '%s' is neither a number nor an array",
+                              key);
+        }
+        for (int64_t i = 0; i < n_layers; i++) {
+            int sliding = period > 0 && (i + 1) % period != 0;
+            if (ipat >= 0 && n > 0) { /* one flag per layer: true = sliding window */
+                int64_t f = 0;
+                if ((uint64_t)i >= n || rp_gguf_arr_i64(m->g, ipat, (uint64_t)i, &f) != RP_OK) {
+                    json_decref(types);
+                    return rp_err_set(err, RP_ERR_INVALID, "GGUF '%s' has %llu flags for %lld "
+                                      "layers", key, (unsigned long long)n, (long long)n_layers);
+                }
+                sliding = f != 0;
+            }
+            json_array_append_new(types, json_string(sliding ? "sliding_attention"
+                                                             : "full_attention"));
+        }
+        json_object_set_new(c, "layer_types", types);
+        json_t *local = json_pack("{s:s, s:f}", "rope_type", "default", "rope_theta", 10000.0);
+        json_t *global = json_deep_copy(rope);
+        json_object_clear(rope);
+        json_object_set_new(rope, "full_attention", global);
+        json_object_set_new(rope, "sliding_attention", local);
+    } else if (strcmp(m->arch, "phi3") == 0) {
+        if (has(m, "rope.dimension_count", key, sizeof key) &&
+            rp_gguf_get_i64(m->g, key, &v, NULL) == RP_OK && hd > 0 && v != hd)
+            json_object_set_new(c, "partial_rotary_factor", json_real((double)v / (double)hd));
+        json_t *lf = f32_array(st, "rope_factors_long.weight", err, &rc), *sf = NULL;
+        if (rc == RP_OK && lf)
+            sf = f32_array(st, "rope_factors_short.weight", err, &rc);
+        if (rc == RP_OK && lf && !sf)
+            rc = rp_err_set(err, RP_ERR_INVALID, "GGUF has rope_factors_long but no "
+                                                 "rope_factors_short");
+        if (rc != RP_OK) {
+            json_decref(lf);
+            json_decref(sf);
+            return rc;
+        }
+        if (lf) {
+            json_object_set_new(rope, "rope_type", json_string("longrope"));
+            json_object_set_new(rope, "long_factor", lf);
+            json_object_set_new(rope, "short_factor", sf);
+            put_int(m, c, "rope.scaling.original_context_length",
+                    "original_max_position_embeddings", 0, NULL);
+            put_float(m, rope, "rope.scaling.attn_factor", "attention_factor");
+        }
+    }
+    if (json_object_get(c, "partial_rotary_factor"))
+        json_object_set(rope, "partial_rotary_factor",
+                        json_object_get(c, "partial_rotary_factor"));
+    return rc;
+}
+
+static rp_status make_config(const meta *m, const rp_st *st, int tied, json_t **out,
+                             rp_err *err)
+{
+    const arch_def *ad = find_arch_def(m->arch);
+    const char *hf = ad->hf;
     json_t *c = json_object();
     json_object_set_new(c, "architectures", json_pack("[s]", hf));
-    json_object_set_new(c, "model_type", json_string(m->arch));
+    json_object_set_new(c, "model_type", json_string(ad->model_type));
     json_object_set_new(c, "hidden_act", json_string("silu"));
     json_object_set_new(c, "tie_word_embeddings", json_boolean(tied));
     rp_status rc;
@@ -123,18 +264,30 @@ static rp_status make_config(const meta *m, int tied, json_t **out, rp_err *err)
             json_object_set_new(c, "vocab_size", json_integer((json_int_t)n));
     }
     put_float(m, c, "attention.layer_norm_rms_epsilon", "rms_norm_eps");
-    put_float(m, c, "rope.freq_base", "rope_theta");
+    json_t *rope = json_pack("{s:s}", "rope_type", "default");
+    put_float(m, rope, "rope.freq_base", "rope_theta");
+    if (!json_object_get(rope, "rope_theta"))
+        json_object_set_new(rope, "rope_theta", json_real(10000.0));
     char key[128];
-    const char *st = NULL;
+    const char *stype = NULL;
     size_t stl = 0;
     if (has(m, "rope.scaling.type", key, sizeof key) &&
-        rp_gguf_get_str(m->g, key, &st, &stl, NULL) == RP_OK && stl && strncmp(st, "none", stl)) {
-        json_t *rs = json_object();
-        json_object_set_new(rs, "rope_type", json_stringn(st, stl));
-        put_float(m, rs, "rope.scaling.factor", "factor");
-        put_int(m, rs, "rope.scaling.original_context_length", "original_max_position_embeddings",
-                0, NULL);
-        json_object_set_new(c, "rope_scaling", rs);
+        rp_gguf_get_str(m->g, key, &stype, &stl, NULL) == RP_OK && stl &&
+        strncmp(stype, "none", stl)) {
+        json_object_set_new(rope, "rope_type", json_stringn(stype, stl));
+        put_float(m, rope, "rope.scaling.factor", "factor");
+        put_int(m, rope, "rope.scaling.original_context_length",
+                "original_max_position_embeddings", 0, NULL);
+    }
+    json_t *ff = f32_array(st, "rope_freqs.weight", err, &rc); /* Llama 3.1+ */
+    if (rc == RP_OK && ff)
+        json_object_set_new(rope, "freq_factors", ff);
+    if (rc == RP_OK)
+        rc = arch_config(m, st, c, rope, err);
+    json_object_set_new(c, "rope_parameters", rope);
+    if (rc) {
+        json_decref(c);
+        return rc;
     }
     int64_t v;
     if (rp_gguf_get_i64(m->g, "tokenizer.ggml.bos_token_id", &v, NULL) == RP_OK)
@@ -147,41 +300,87 @@ static rp_status make_config(const meta *m, int tied, json_t **out, rp_err *err)
 
 /* ---- tensors --------------------------------------------------------------------------- */
 
+typedef struct name_map {
+    const char *gguf, *hf;
+} name_map;
+
+/* Per-architecture block tensor names, looked up before the common ones. */
+static const name_map k_gemma3[] = {{"ffn_norm", "pre_feedforward_layernorm"},
+                                    {"post_attention_norm", "post_attention_layernorm"},
+                                    {"post_ffw_norm", "post_feedforward_layernorm"}};
+static const name_map k_qwen3moe[] = {{"ffn_gate_inp", "mlp.gate"},
+                                      {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},
+                                      {"ffn_up_exps", "mlp.switch_mlp.up_proj"},
+                                      {"ffn_down_exps", "mlp.switch_mlp.down_proj"}};
+static const name_map k_phi3[] = {{"attn_qkv", "self_attn.qkv_proj"},
+                                  {"ffn_up", "mlp.gate_up_proj"}};
+static const name_map k_common[] = {
+    {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
+    {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"}};
+
+static const char *map_block(const name_map *t, size_t n, const char *rest, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(t[i].gguf) == len && strncmp(rest, t[i].gguf, len) == 0)
+            return t[i].hf;
+    return NULL;
+}
+
 /* GGUF name -> HF name; 0 when the tensor is not one the recipes use (kept under its own
  * name). */
-static int hf_name(const char *g, char *out, size_t n)
+static int hf_name(const char *arch, const char *g, char *out, size_t n)
 {
-    static const struct {
-        const char *gguf, *hf;
-    } top[] = {{"token_embd.weight", "model.embed_tokens.weight"},
-               {"output_norm.weight", "model.norm.weight"},
-               {"output.weight", "lm_head.weight"}};
+    static const name_map top[] = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                   {"output_norm.weight", "model.norm.weight"},
+                                   {"output.weight", "lm_head.weight"}};
     for (size_t i = 0; i < RP_ARRAY_LEN(top); i++)
         if (strcmp(g, top[i].gguf) == 0) {
             snprintf(out, n, "%s", top[i].hf);
             return 1;
         }
-    static const struct {
-        const char *gguf, *hf;
-    } blk[] = {{"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
-               {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
-               {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
-               {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
-               {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
-               {"ffn_down", "mlp.down_proj"}};
     int layer, len = 0;
     if (sscanf(g, "blk.%d.%n", &layer, &len) != 1 || len == 0)
         return 0;
     const char *rest = g + len, *dot = strrchr(rest, '.');
     if (!dot)
         return 0;
-    for (size_t i = 0; i < RP_ARRAY_LEN(blk); i++)
-        if (strlen(blk[i].gguf) == (size_t)(dot - rest) &&
-            strncmp(rest, blk[i].gguf, (size_t)(dot - rest)) == 0) {
-            snprintf(out, n, "model.layers.%d.%s%s", layer, blk[i].hf, dot);
-            return 1;
-        }
-    return 0;
+    size_t bl = (size_t)(dot - rest);
+    const char *hf = NULL;
+    if (strcmp(arch, "gemma3") == 0)
+        hf = map_block(k_gemma3, RP_ARRAY_LEN(k_gemma3), rest, bl);
+    else if (strcmp(arch, "qwen3moe") == 0)
+        hf = map_block(k_qwen3moe, RP_ARRAY_LEN(k_qwen3moe), rest, bl);
+    else if (strcmp(arch, "phi3") == 0)
+        hf = map_block(k_phi3, RP_ARRAY_LEN(k_phi3), rest, bl);
+    if (!hf)
+        hf = map_block(k_common, RP_ARRAY_LEN(k_common), rest, bl);
+    if (!hf)
+        return 0;
+    snprintf(out, n, "model.layers.%d.%s%s", layer, hf, dot);
+    return 1;
+}
+
+/* Gemma 3's GGUF norms hold 1 + w (llama.cpp's converter adds the 1 of Gemma's (1 + w)
+ * RMSNorm); the recipe adds it itself, so the loader takes it off again. */
+static int is_gemma_norm(const char *arch, const char *hf)
+{
+    size_t n = strlen(hf);
+    return strcmp(arch, "gemma3") == 0 && n > 11 && strcmp(hf + n - 11, "norm.weight") == 0;
+}
+
+static float *minus_one(const rp_tensor *t)
+{
+    float *v = rp_alloc(sizeof(float) * (size_t)t->shape[0]);
+    if (!v)
+        return NULL;
+    memcpy(v, t->data, sizeof(float) * (size_t)t->shape[0]);
+    for (int64_t i = 0; i < t->shape[0]; i++)
+        v[i] -= 1.0f;
+    return v;
 }
 
 /* Copies rows back from llama.cpp's RoPE permutation: HF row h*hd + a*hd/2 + i sits at
@@ -220,10 +419,11 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
     if ((rc = rp_gguf_get_str(g, "general.architecture", &a, &al, err)))
         goto fail;
     snprintf(m.arch, sizeof m.arch, "%.*s", (int)(al < 31 ? al : 31), a);
-    if (strcmp(m.arch, "llama") && strcmp(m.arch, "qwen2") && strcmp(m.arch, "qwen3")) {
+    if (!find_arch_def(m.arch)) {
         rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
                         "%s: GGUF architecture '%s' is not supported (rapid runs llama, qwen2, "
-                        "qwen3)",
+                        "qwen3, qwen3moe, gemma3, phi3 from GGUF; convert other families from "
+                        "their Hugging Face checkpoints)",
                         path, m.arch);
         goto fail;
     }
@@ -249,7 +449,7 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
         char gname[256], name[300];
         snprintf(gname, sizeof gname, "%.*s", (int)(gt.name_len < 255 ? gt.name_len : 255),
                  gt.name);
-        if (!hf_name(gname, name, sizeof name))
+        if (!hf_name(m.arch, gname, name, sizeof name))
             snprintf(name, sizeof name, "%s", gname);
         int dt = rp_gguf_model_dtype(gt.type);
         if (dt < 0) {
@@ -260,18 +460,19 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
                             path, gname, rp_gguf_model_type_name(gt.type), gt.type);
             goto fail;
         }
-        if (!gt.data || gt.n_dims < 1 || gt.n_dims > 2) {
+        if (!gt.data || gt.n_dims < 1 || gt.n_dims > 3) {
             rc = rp_err_set(err, RP_ERR_INVALID, "%s: tensor '%s' has no data or %d dims", path,
                             gname, gt.n_dims);
             goto fail;
         }
         rp_tensor t = {.dtype = (rp_dtype)dt, .n_dims = gt.n_dims, .data = gt.data,
                        .n_bytes = (size_t)gt.n_bytes};
-        if (gt.n_dims == 2) {
-            t.shape[0] = gt.dims[1];
-            t.shape[1] = gt.dims[0];
-        } else {
-            t.shape[0] = gt.dims[0];
+        for (int d = 0; d < gt.n_dims; d++) /* ggml ne[0] is the row: reversed */
+            t.shape[d] = gt.dims[gt.n_dims - 1 - d];
+        if (gt.n_dims == 3 && !strstr(name, "switch_mlp")) {
+            rc = rp_err_set(err, RP_ERR_UNSUPPORTED, "%s: 3-D tensor '%s' is not one rapid maps",
+                            path, gname);
+            goto fail;
         }
         void *owned = NULL;
         size_t nl = strlen(name);
@@ -294,16 +495,24 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
             }
             t.data = owned;
         }
+        if (is_gemma_norm(m.arch, name)) {
+            if (t.dtype != RP_DT_F32 || t.n_dims != 1) {
+                rc = rp_err_set(err, RP_ERR_INVALID, "%s: norm '%s' should be 1-D F32", path,
+                                gname);
+                goto fail;
+            }
+            if (!(owned = minus_one(&t))) {
+                rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            t.data = owned;
+        }
         if ((rc = rp_st_add(st, name, rp_gguf_model_type_name(gt.type), 1, &t, owned, err)))
             goto fail;
     }
     if ((rc = rp_st_finish(st, err)))
         goto fail;
-    if (rp_st_find(st, "rope_freqs.weight"))
-        RP_WARN("%s: rope_freqs.weight (Llama 3.1+ RoPE frequency factors) is not applied yet: "
-                "logits will differ from llama.cpp's",
-                path);
-    if ((rc = make_config(&m, rp_st_find(st, "lm_head.weight") == NULL, config, err)))
+    if ((rc = make_config(&m, st, rp_st_find(st, "lm_head.weight") == NULL, config, err)))
         goto fail;
     *out = st;
     return RP_OK;

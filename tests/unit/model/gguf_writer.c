@@ -2,6 +2,8 @@
 #include "gguf_writer.h"
 
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,50 +44,102 @@ static void kv_str(FILE *f, const char *k, const char *v)
     w_str(f, v);
 }
 
+#define MAX_STACK 64
+
 typedef struct out_t {
     char name[128];
     const rp_st_tensor *src;
+    const rp_st_tensor *stack[MAX_STACK]; /* experts stacked into one 3-D tensor (n_stack) */
+    int n_stack;
     rp_dtype dt;     /* stored type */
     int permute;     /* heads to un-interleave by, 0: none */
+    float shift;     /* added to every value (Gemma 3 norms: 1) */
     uint64_t offset; /* in the data section */
     size_t n_bytes;
 } out_t;
 
-static int gguf_name(const char *hf, char *out, size_t n)
+typedef struct name_map {
+    const char *hf, *gguf;
+} name_map;
+
+static const name_map k_gemma3[] = {{"pre_feedforward_layernorm", "ffn_norm"},
+                                    {"post_attention_layernorm", "post_attention_norm"},
+                                    {"post_feedforward_layernorm", "post_ffw_norm"}};
+static const name_map k_qwen3moe[] = {{"mlp.gate", "ffn_gate_inp"}};
+static const name_map k_phi3[] = {{"self_attn.qkv_proj", "attn_qkv"},
+                                  {"mlp.gate_up_proj", "ffn_up"}};
+static const name_map k_common[] = {
+    {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
+    {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
+    {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
+    {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+    {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
+    {"mlp.down_proj", "ffn_down"}};
+
+static const char *lookup(const name_map *t, size_t n, const char *rest, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(t[i].hf) == len && strncmp(rest, t[i].hf, len) == 0)
+            return t[i].gguf;
+    return NULL;
+}
+
+/* HF name -> GGUF name in llama.cpp's naming for arch. Qwen3-MoE experts
+ * (mlp.experts.E.P.weight) go to the stack ffn_P_exps (*expert = E), else *expert = -1. */
+static int gguf_name(const char *arch, const char *hf, char *out, size_t n, int *expert)
 {
     static const char *const top[][2] = {{"model.embed_tokens.weight", "token_embd.weight"},
                                          {"model.norm.weight", "output_norm.weight"},
                                          {"lm_head.weight", "output.weight"}};
+    *expert = -1;
     for (size_t i = 0; i < 3; i++)
         if (strcmp(hf, top[i][0]) == 0) {
             snprintf(out, n, "%s", top[i][1]);
             return 0;
         }
-    static const char *const blk[][2] = {
-        {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
-        {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
-        {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
-        {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-        {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
-        {"mlp.down_proj", "ffn_down"}};
-    int layer, len = 0;
+    int layer, len = 0, e, elen = 0;
     if (sscanf(hf, "model.layers.%d.%n", &layer, &len) != 1 || !len)
         return -1;
     const char *rest = hf + len, *dot = strrchr(rest, '.');
-    for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
-        if (dot && strlen(blk[i][0]) == (size_t)(dot - rest) &&
-            strncmp(rest, blk[i][0], (size_t)(dot - rest)) == 0) {
-            snprintf(out, n, "blk.%d.%s%s", layer, blk[i][1], dot);
-            return 0;
-        }
-    return -1;
+    if (!dot)
+        return -1;
+    if (sscanf(rest, "mlp.experts.%d.%n", &e, &elen) == 1 && elen) {
+        const char *proj = rest + elen;
+        const char *stack = strncmp(proj, "gate_proj.", 10) == 0 ? "ffn_gate_exps"
+                            : strncmp(proj, "up_proj.", 8) == 0  ? "ffn_up_exps"
+                            : strncmp(proj, "down_proj.", 10) == 0 ? "ffn_down_exps"
+                                                                   : NULL;
+        if (!stack)
+            return -1;
+        *expert = e;
+        snprintf(out, n, "blk.%d.%s%s", layer, stack, dot);
+        return 0;
+    }
+    size_t bl = (size_t)(dot - rest);
+    const char *g = NULL;
+    if (strcmp(arch, "gemma3") == 0)
+        g = lookup(k_gemma3, RP_ARRAY_LEN(k_gemma3), rest, bl);
+    else if (strcmp(arch, "qwen3moe") == 0)
+        g = lookup(k_qwen3moe, RP_ARRAY_LEN(k_qwen3moe), rest, bl);
+    else if (strcmp(arch, "phi3") == 0)
+        g = lookup(k_phi3, RP_ARRAY_LEN(k_phi3), rest, bl);
+    if (!g)
+        g = lookup(k_common, RP_ARRAY_LEN(k_common), rest, bl);
+    if (!g)
+        return -1;
+    snprintf(out, n, "blk.%d.%s%s", layer, g, dot);
+    return 0;
 }
 
-/* Row r of the stored tensor (GGUF order) as f32, from the HF tensor. */
+/* Row r of the stored tensor (GGUF order) as f32, from the HF tensor(s). */
 static void stored_row(const out_t *o, int64_t r, float *row)
 {
     const rp_tensor *t = &o->src->t;
     int64_t src = r;
+    if (o->n_stack) { /* rows of expert 0, then expert 1, ... */
+        t = &o->stack[r / t->shape[0]]->t;
+        src = r % t->shape[0];
+    }
     if (o->permute) {
         int64_t rows = t->shape[0], hd = rows / o->permute, half = hd / 2;
         int64_t h = r / hd, j = r % hd, i = j / 2, a = j % 2;
@@ -94,7 +148,7 @@ static void stored_row(const out_t *o, int64_t r, float *row)
     if (t->n_dims == 1) {
         float all[16384];
         rp_tensor_to_f32(t, all, t->shape[0]);
-        row[0] = all[src];
+        row[0] = all[src] + o->shift;
     } else {
         rp_tensor_row_f32(t, src, row);
     }
@@ -111,7 +165,7 @@ static int write_tensor(FILE *f, const out_t *o, rp_dtype quant_as)
         }
         return 0;
     }
-    int64_t rows = t->shape[0], cols = t->shape[1];
+    int64_t rows = t->shape[0] * (o->n_stack ? o->n_stack : 1), cols = t->shape[1];
     float *row = rp_alloc(sizeof(float) * (size_t)cols);
     void *q = rp_alloc(rp_dtype_row_bytes(RP_DT_F32, cols));
     for (int64_t r = 0; r < rows; r++) {
@@ -151,7 +205,59 @@ static int cfg_int(json_t *c, const char *k, int def)
     return json_is_integer(v) ? (int)json_integer_value(v) : def;
 }
 
+static void kv_bool_arr(FILE *f, const char *k, const uint8_t *v, int n)
+{
+    w_str(f, k);
+    w_u32(f, 9); /* array */
+    w_u32(f, 7); /* of bool */
+    w_u64(f, (uint64_t)n);
+    fwrite(v, 1, (size_t)n, f);
+}
+
+/* llama.cpp's architecture name for a config.json; NULL when it has none we write. */
+static const char *gguf_arch(const char *hf)
+{
+    static const char *const m[][2] = {
+        {"Qwen3MoeForCausalLM", "qwen3moe"}, {"Qwen3ForCausalLM", "qwen3"},
+        {"Qwen2ForCausalLM", "qwen2"},       {"Gemma3ForCausalLM", "gemma3"},
+        {"Phi3ForCausalLM", "phi3"},         {"LlamaForCausalLM", "llama"},
+        {"MistralForCausalLM", "llama"}};
+    for (size_t i = 0; hf && i < RP_ARRAY_LEN(m); i++)
+        if (strcmp(hf, m[i][0]) == 0)
+            return m[i][1];
+    return NULL;
+}
+
+/* The llama3 rope scaling of config rope parameters rp as llama.cpp's converter stores it:
+ * rope_freqs[i] = the divisor of frequency i. */
+static void llama3_factors(json_t *rp, int rot, float theta, float *out)
+{
+    double factor = json_number_value(json_object_get(rp, "factor"));
+    double lo = json_number_value(json_object_get(rp, "low_freq_factor"));
+    double hi = json_number_value(json_object_get(rp, "high_freq_factor"));
+    double old = json_number_value(json_object_get(rp, "original_max_position_embeddings"));
+    double lo_wl = old / lo, hi_wl = old / hi;
+    for (int i = 0; i < rot / 2; i++) {
+        double freq = 1.0 / pow(theta, 2.0 * i / rot), wl = 2 * M_PI / freq;
+        if (wl < hi_wl) {
+            out[i] = 1.0f;
+        } else if (wl > lo_wl) {
+            out[i] = (float)factor;
+        } else {
+            double smooth = (old / wl - lo) / (hi - lo);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+}
+
 int gguf_write_from_dir(const char *dir, rp_dtype dt, int dequant_twin, const char *out_path)
+{
+    gguf_opts o = {0};
+    return gguf_write_ex(dir, dt, dequant_twin, out_path, &o);
+}
+
+int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *out_path,
+                  const gguf_opts *opts)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -163,78 +269,160 @@ int gguf_write_from_dir(const char *dir, rp_dtype dt, int dequant_twin, const ch
         return -1;
     }
     const char *hf = json_string_value(json_array_get(json_object_get(c, "architectures"), 0));
-    const char *arch = hf && strstr(hf, "Qwen3") ? "qwen3" : hf && strstr(hf, "Qwen2") ? "qwen2"
-                                                                                       : "llama";
+    const char *arch = opts->arch ? opts->arch : gguf_arch(hf);
+    if (!arch) {
+        fprintf(stderr, "gguf_writer: no GGUF architecture for %s\n", hf ? hf : "(none)");
+        rp_st_close(st);
+        json_decref(c);
+        return -1;
+    }
     int dim = cfg_int(c, "hidden_size", 0), heads = cfg_int(c, "num_attention_heads", 0);
     int kvh = cfg_int(c, "num_key_value_heads", heads);
-    int hd = cfg_int(c, "head_dim", dim / heads);
+    int hd = cfg_int(c, "head_dim", dim / heads), n_layers = cfg_int(c, "num_hidden_layers", 0);
     json_t *rp = json_object_get(c, "rope_parameters");
-    json_t *theta = json_object_get(json_is_object(rp) ? rp : c, "rope_theta");
+    if (!json_is_object(rp))
+        rp = c;
+    json_t *rp_full = json_object_get(rp, "full_attention"); /* gemma3 */
+    json_t *theta = json_object_get(rp_full ? rp_full : rp, "rope_theta");
     json_t *eps = json_object_get(c, "rms_norm_eps");
-
-    int n = rp_st_count(st);
-    out_t *o = rp_calloc((size_t)n, sizeof *o);
+    json_t *partial = json_object_get(rp, "partial_rotary_factor");
+    int rot = partial ? (int)(hd * json_number_value(partial)) : hd;
+    const char *rope_type = json_string_value(json_object_get(rp, "rope_type"));
+    int llama3 = rope_type && strcmp(rope_type, "llama3") == 0;
+    int n = rp_st_count(st), k = 0;
+    out_t *o = rp_calloc((size_t)n + 1, sizeof *o);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const rp_st_tensor *t = rp_st_at(st, i);
-        o[i].src = t;
-        if (gguf_name(t->name, o[i].name, sizeof o[i].name)) {
+        char name[128];
+        int e;
+        if (gguf_name(arch, t->name, name, sizeof name, &e)) {
             fprintf(stderr, "gguf_writer: no GGUF name for %s\n", t->name);
             return -1;
         }
-        rp_dtype sd = RP_DT_F32;
-        if (t->t.n_dims == 2 && t->t.shape[1] % rp_dtype_block(dt) == 0)
-            sd = dequant_twin ? RP_DT_F32 : dt;
-        o[i].dt = sd;
+        out_t *x = NULL;
+        if (e >= 0) { /* an expert: into its stack */
+            for (int j = 0; j < k && !x; j++)
+                if (strcmp(o[j].name, name) == 0)
+                    x = &o[j];
+            if (!x) {
+                x = &o[k++];
+                snprintf(x->name, sizeof x->name, "%s", name);
+                x->src = t;
+            }
+            if (e >= MAX_STACK)
+                return -1;
+            x->stack[e] = t;
+            x->n_stack = e + 1 > x->n_stack ? e + 1 : x->n_stack;
+            continue;
+        }
+        x = &o[k++];
+        snprintf(x->name, sizeof x->name, "%s", name);
+        x->src = t;
+        size_t nl = strlen(t->name);
+        if (strcmp(arch, "gemma3") == 0 && nl > 11 && strcmp(t->name + nl - 11, "norm.weight") == 0)
+            x->shift = 1.0f;
         if (strcmp(arch, "llama") == 0) {
             if (strstr(t->name, "self_attn.q_proj."))
-                o[i].permute = heads;
+                x->permute = heads;
             if (strstr(t->name, "self_attn.k_proj."))
-                o[i].permute = kvh;
+                x->permute = kvh;
         }
-        int64_t nel = t->t.n_dims == 2 ? t->t.shape[0] * t->t.shape[1] : t->t.shape[0];
-        o[i].n_bytes = t->t.n_dims == 2 ? rp_dtype_row_bytes(sd, t->t.shape[1]) *
-                                              (size_t)t->t.shape[0]
-                                        : (size_t)nel * 4;
+    }
+    float freqs[256];
+    rp_tensor ft = {.dtype = RP_DT_F32, .n_dims = 1, .shape = {rot / 2}, .data = freqs,
+                    .n_bytes = sizeof(float) * (size_t)(rot / 2)};
+    rp_st_tensor fst = {.name = "rope_freqs.weight", .dtype = "F32", .known = 1, .t = ft};
+    if (llama3) { /* llama.cpp keeps the llama3 scaling as a tensor */
+        llama3_factors(rp, rot, theta ? (float)json_number_value(theta) : 10000.0f, freqs);
+        snprintf(o[k].name, sizeof o[k].name, "rope_freqs.weight");
+        o[k++].src = &fst;
+    }
+    for (int i = 0; i < k; i++) {
+        const rp_tensor *t = &o[i].src->t;
+        rp_dtype sd = RP_DT_F32;
+        if (t->n_dims == 2 && t->shape[1] % rp_dtype_block(dt) == 0)
+            sd = dequant_twin ? RP_DT_F32 : dt;
+        o[i].dt = sd;
+        int64_t rows = t->n_dims == 2 ? t->shape[0] * (o[i].n_stack ? o[i].n_stack : 1) : 0;
+        o[i].n_bytes = t->n_dims == 2 ? rp_dtype_row_bytes(sd, t->shape[1]) * (size_t)rows
+                                      : (size_t)t->shape[0] * 4;
         o[i].offset = off;
         off += (o[i].n_bytes + ALIGN - 1) / ALIGN * ALIGN;
     }
-    FILE *f = fopen(out_path, "wb");
-    if (!f)
-        return -1;
-    char k[128];
-    fwrite("GGUF", 1, 4, f);
-    w_u32(f, 3);
-    w_u64(f, (uint64_t)n);
-    w_u64(f, 15);
-    kv_str(f, "general.architecture", arch);
-    kv_u32(f, "general.alignment", ALIGN);
-    kv_str(f, "general.name", "rapid test model");
+    /* metadata into memory first: its count goes in the header */
+    char *kvbuf = NULL;
+    size_t kvlen = 0;
+    FILE *m = open_memstream(&kvbuf, &kvlen);
+    int n_kv = 0;
+    char key[128];
+    kv_str(m, "general.architecture", arch), n_kv++;
+    kv_u32(m, "general.alignment", ALIGN), n_kv++;
+    kv_str(m, "general.name", "rapid test model"), n_kv++;
 #define KU(suffix, v)                                                                          \
-    snprintf(k, sizeof k, "%s.%s", arch, suffix);                                              \
-    kv_u32(f, k, (uint32_t)(v));
+    do {                                                                                       \
+        snprintf(key, sizeof key, "%s.%s", arch, suffix);                                      \
+        kv_u32(m, key, (uint32_t)(v));                                                         \
+        n_kv++;                                                                                \
+    } while (0)
+#define KF(suffix, v)                                                                          \
+    do {                                                                                       \
+        snprintf(key, sizeof key, "%s.%s", arch, suffix);                                      \
+        kv_f32(m, key, (float)(v));                                                            \
+        n_kv++;                                                                                \
+    } while (0)
     KU("context_length", cfg_int(c, "max_position_embeddings", 2048));
     KU("embedding_length", dim);
-    KU("block_count", cfg_int(c, "num_hidden_layers", 0));
+    KU("block_count", n_layers);
     KU("feed_forward_length", cfg_int(c, "intermediate_size", 0));
     KU("attention.head_count", heads);
     KU("attention.head_count_kv", kvh);
     KU("attention.key_length", hd);
+    KU("attention.value_length", hd);
     KU("vocab_size", cfg_int(c, "vocab_size", 0));
+    KF("rope.freq_base", theta ? json_number_value(theta) : 10000.0);
+    KF("attention.layer_norm_rms_epsilon", eps ? json_number_value(eps) : 1e-6);
+    if (rot != hd)
+        KU("rope.dimension_count", rot);
+    if (strcmp(arch, "qwen3moe") == 0) {
+        KU("expert_count", cfg_int(c, "num_experts", cfg_int(c, "num_local_experts", 0)));
+        KU("expert_used_count", cfg_int(c, "num_experts_per_tok", 0));
+        KU("expert_feed_forward_length", cfg_int(c, "moe_intermediate_size", 0));
+    }
+    if (cfg_int(c, "sliding_window", 0) > 0)
+        KU("attention.sliding_window", cfg_int(c, "sliding_window", 0));
+    if (strcmp(arch, "gemma3") == 0 && opts->gemma_pattern) {
+        json_t *lt = json_object_get(c, "layer_types");
+        uint8_t flags[256] = {0};
+        for (int i = 0; i < n_layers && i < 256; i++)
+            flags[i] = strcmp(json_string_value(json_array_get(lt, (size_t)i)) ?: "",
+                              "sliding_attention") == 0;
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+        kv_bool_arr(m, key, flags, n_layers), n_kv++;
+    }
 #undef KU
-    snprintf(k, sizeof k, "%s.rope.freq_base", arch);
-    kv_f32(f, k, theta ? (float)json_number_value(theta) : 10000.0f);
-    snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
-    kv_f32(f, k, eps ? (float)json_number_value(eps) : 1e-6f);
-    kv_u32(f, "tokenizer.ggml.bos_token_id", (uint32_t)cfg_int(c, "bos_token_id", 1));
-    kv_u32(f, "tokenizer.ggml.eos_token_id", (uint32_t)cfg_int(c, "eos_token_id", 2));
-    for (int i = 0; i < n; i++) {
+#undef KF
+    kv_u32(m, "tokenizer.ggml.bos_token_id", (uint32_t)cfg_int(c, "bos_token_id", 1)), n_kv++;
+    kv_u32(m, "tokenizer.ggml.eos_token_id", (uint32_t)cfg_int(c, "eos_token_id", 2)), n_kv++;
+    fclose(m);
+    FILE *f = fopen(out_path, "wb");
+    if (!f)
+        return -1;
+    fwrite("GGUF", 1, 4, f);
+    w_u32(f, 3);
+    w_u64(f, (uint64_t)k);
+    w_u64(f, (uint64_t)n_kv);
+    fwrite(kvbuf, 1, kvlen, f);
+    free(kvbuf); /* open_memstream's buffer is libc's */
+    for (int i = 0; i < k; i++) {
         const rp_tensor *t = &o[i].src->t;
         w_str(f, o[i].name);
-        w_u32(f, (uint32_t)t->n_dims);
+        w_u32(f, (uint32_t)(t->n_dims + (o[i].n_stack > 0)));
         if (t->n_dims == 2) {
             w_u64(f, (uint64_t)t->shape[1]);
             w_u64(f, (uint64_t)t->shape[0]);
+            if (o[i].n_stack)
+                w_u64(f, (uint64_t)o[i].n_stack);
         } else {
             w_u64(f, (uint64_t)t->shape[0]);
         }
@@ -244,12 +432,12 @@ int gguf_write_from_dir(const char *dir, rp_dtype dt, int dequant_twin, const ch
     long pos = ftell(f);
     for (; pos % ALIGN; pos++)
         fputc(0, f);
-    for (int i = 0; i < n; i++) {
-        write_tensor(f, &o[i], dequant_twin && o[i].src->t.n_dims == 2 &&
-                                       o[i].src->t.shape[1] % rp_dtype_block(dt) == 0
+    for (int i = 0; i < k; i++) {
+        const rp_tensor *t = &o[i].src->t;
+        write_tensor(f, &o[i], dequant_twin && t->n_dims == 2 && t->shape[1] % rp_dtype_block(dt) == 0
                                    ? dt
                                    : o[i].dt);
-        for (size_t p = o[i].n_bytes; p % ALIGN; p++)
+        for (size_t q = o[i].n_bytes; q % ALIGN; q++)
             fputc(0, f);
     }
     int rc = fclose(f) == 0 ? 0 : -1;
