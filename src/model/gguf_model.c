@@ -6,8 +6,9 @@
  * converter stores the (1 + w) RMSNorm weights as 1 + w: undone here; sliding layers every
  * 6th-but-one as llama.cpp decides unless {arch}.attention.sliding_window_pattern says), phi3
  * (fused attn_qkv; ffn_up holds gate and up, as HF's gate_up_proj; LongRoPE factors from
- * rope_factors_long / rope_factors_short). Others (lfm2, qwen3next / qwen35, gpt-oss, ...)
- * are refused by name. rope_freqs (Llama 3.1+: the llama3 scaling as a per-frequency divisor)
+ * rope_factors_long / rope_factors_short), lfm2 (layer types from the per-layer
+ * head_count_kv, 0 = short conv; the squeezed conv kernels [C][K] back to [C][1][K]). Others
+ * (qwen3next / qwen35, gpt-oss, ...) are refused by name. rope_freqs (Llama 3.1+: the llama3 scaling as a per-frequency divisor)
  * becomes rope_parameters.freq_factors, which model/rope.c applies.
  */
 #include "model/gguf_model.h"
@@ -90,6 +91,10 @@ static rp_status put_int(const meta *m, json_t *c, const char *suffix, const cha
     if (!has(m, suffix, key, sizeof key))
         return required ? rp_err_set(err, RP_ERR_INVALID, "GGUF metadata has no '%s'", key)
                         : RP_OK;
+    rp_gguf_type et;
+    uint64_t n;
+    if (!required && rp_gguf_get_arr(m->g, key, &et, &n, NULL) == RP_OK)
+        return RP_OK; /* per-layer values (lfm2's head_count_kv): the family reads them */
     rp_status rc = rp_gguf_get_i64(m->g, key, &v, err);
     if (rc == RP_OK)
         json_object_set_new(c, hf, json_integer(v));
@@ -112,6 +117,7 @@ static const arch_def k_archs[] = {
     {"llama", "LlamaForCausalLM", "llama"},     {"qwen2", "Qwen2ForCausalLM", "qwen2"},
     {"qwen3", "Qwen3ForCausalLM", "qwen3"},     {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}, {"phi3", "Phi3ForCausalLM", "phi3"},
+    {"lfm2", "Lfm2ForCausalLM", "lfm2"},
 };
 
 static const arch_def *find_arch_def(const char *arch)
@@ -141,6 +147,36 @@ static json_t *f32_array(const rp_st *st, const char *name, rp_err *err, rp_stat
         json_array_append_new(a, json_real(x));
     }
     return a;
+}
+
+/* LFM2: head_count_kv per layer (0 = a short-conv layer), the conv length, its norm eps. */
+static rp_status lfm2_config(const meta *m, json_t *c, rp_err *err)
+{
+    char key[128];
+    int64_t n_layers = json_integer_value(json_object_get(c, "num_hidden_layers")), kv = 0;
+    rp_gguf_type et;
+    uint64_t n = 0;
+    json_t *types = json_array();
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", m->arch);
+    int64_t ia = rp_gguf_find(m->g, key);
+    int is_arr = ia >= 0 && rp_gguf_get_arr(m->g, key, &et, &n, NULL) == RP_OK;
+    for (int64_t i = 0; i < n_layers; i++) {
+        int64_t h = json_integer_value(json_object_get(c, "num_key_value_heads"));
+        if (is_arr && ((uint64_t)i >= n || rp_gguf_arr_i64(m->g, ia, (uint64_t)i, &h) != RP_OK)) {
+            json_decref(types);
+            return rp_err_set(err, RP_ERR_INVALID, "GGUF '%s' has %llu entries for %lld layers",
+                              key, (unsigned long long)n, (long long)n_layers);
+        }
+        kv = h > kv ? h : kv;
+        json_array_append_new(types, json_string(h > 0 ? "full_attention" : "conv"));
+    }
+    json_object_set_new(c, "layer_types", types);
+    if (kv > 0)
+        json_object_set_new(c, "num_key_value_heads", json_integer(kv));
+    json_object_set_new(c, "block_auto_adjust_ff_dim", json_false());
+    put_int(m, c, "shortconv.l_cache", "conv_L_cache", 0, NULL);
+    put_float(m, c, "attention.layer_norm_rms_epsilon", "norm_eps");
+    return RP_OK;
 }
 
 /* Family-specific keys: MoE sizes, Gemma 3's layer pattern / local RoPE / attention scale,
@@ -228,6 +264,8 @@ static rp_status arch_config(const meta *m, const rp_st *st, json_t *c, json_t *
             put_float(m, rope, "rope.scaling.attn_factor", "attention_factor");
         }
     }
+    if (strcmp(m->arch, "lfm2") == 0 && (rc = lfm2_config(m, c, err)))
+        return rc;
     if (json_object_get(c, "partial_rotary_factor"))
         json_object_set(rope, "partial_rotary_factor",
                         json_object_get(c, "partial_rotary_factor"));
@@ -314,6 +352,13 @@ static const name_map k_qwen3moe[] = {{"ffn_gate_inp", "mlp.gate"},
                                       {"ffn_down_exps", "mlp.switch_mlp.down_proj"}};
 static const name_map k_phi3[] = {{"attn_qkv", "self_attn.qkv_proj"},
                                   {"ffn_up", "mlp.gate_up_proj"}};
+static const name_map k_lfm2[] = {
+    {"attn_norm", "operator_norm"},           {"ffn_norm", "ffn_norm"},
+    {"shortconv.conv", "conv.conv"},          {"shortconv.in_proj", "conv.in_proj"},
+    {"shortconv.out_proj", "conv.out_proj"},  {"attn_output", "self_attn.out_proj"},
+    {"attn_q_norm", "self_attn.q_layernorm"}, {"attn_k_norm", "self_attn.k_layernorm"},
+    {"ffn_gate", "feed_forward.w1"},          {"ffn_up", "feed_forward.w3"},
+    {"ffn_down", "feed_forward.w2"}};
 static const name_map k_common[] = {
     {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
     {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
@@ -336,7 +381,8 @@ static int hf_name(const char *arch, const char *g, char *out, size_t n)
 {
     static const name_map top[] = {{"token_embd.weight", "model.embed_tokens.weight"},
                                    {"output_norm.weight", "model.norm.weight"},
-                                   {"output.weight", "lm_head.weight"}};
+                                   {"output.weight", "lm_head.weight"},
+                                   {"token_embd_norm.weight", "model.embedding_norm.weight"}};
     for (size_t i = 0; i < RP_ARRAY_LEN(top); i++)
         if (strcmp(g, top[i].gguf) == 0) {
             snprintf(out, n, "%s", top[i].hf);
@@ -356,6 +402,8 @@ static int hf_name(const char *arch, const char *g, char *out, size_t n)
         hf = map_block(k_qwen3moe, RP_ARRAY_LEN(k_qwen3moe), rest, bl);
     else if (strcmp(arch, "phi3") == 0)
         hf = map_block(k_phi3, RP_ARRAY_LEN(k_phi3), rest, bl);
+    else if (strcmp(arch, "lfm2") == 0)
+        hf = map_block(k_lfm2, RP_ARRAY_LEN(k_lfm2), rest, bl);
     if (!hf)
         hf = map_block(k_common, RP_ARRAY_LEN(k_common), rest, bl);
     if (!hf)
@@ -422,7 +470,7 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
     if (!find_arch_def(m.arch)) {
         rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
                         "%s: GGUF architecture '%s' is not supported (rapid runs llama, qwen2, "
-                        "qwen3, qwen3moe, gemma3, phi3 from GGUF; convert other families from "
+                        "qwen3, qwen3moe, gemma3, phi3, lfm2 from GGUF; convert other families from "
                         "their Hugging Face checkpoints)",
                         path, m.arch);
         goto fail;
@@ -469,6 +517,11 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
                        .n_bytes = (size_t)gt.n_bytes};
         for (int d = 0; d < gt.n_dims; d++) /* ggml ne[0] is the row: reversed */
             t.shape[d] = gt.dims[gt.n_dims - 1 - d];
+        if (strstr(name, ".conv.conv.weight") && gt.n_dims == 2) { /* squeezed [C][K] */
+            t.n_dims = 3;
+            t.shape[2] = t.shape[1];
+            t.shape[1] = 1;
+        }
         if (gt.n_dims == 3 && !strstr(name, "switch_mlp")) {
             rc = rp_err_set(err, RP_ERR_UNSUPPORTED, "%s: 3-D tensor '%s' is not one rapid maps",
                             path, gname);

@@ -2,7 +2,8 @@
  * naming, written from the fixtures by tests/unit/model/gguf_writer.c.
  *
  * qwen3moe (experts as ffn_*_exps stacks), gemma3 (norms stored as 1 + w; the layer pattern
- * from attention.sliding_window_pattern, or llama.cpp's every-6th rule without it) and phi3
+ * from attention.sliding_window_pattern, or llama.cpp's every-6th rule without it), lfm2
+ * (shortconv.* with squeezed kernels, layer types from the per-layer head_count_kv) and phi3
  * (fused attn_qkv / ffn_up, partial rotary from rope.dimension_count):
  *   - F32 files: logits within F32_TOL of transformers' and the fixture's greedy continuation
  *     is the argmax at every step (teacher forced);
@@ -11,8 +12,8 @@
  *     family's bound of quant_families_test.c (int8 activations on these touchy fixtures).
  * Llama 3.1's rope_freqs tensor (the llama3 scaling as per-frequency divisors) is applied: the
  * llama3_rope fixture as a GGUF without any rope scaling keys matches transformers.
- * Architectures llama.cpp defines but rapid does not map from GGUF (lfm2, qwen3next, qwen35,
- * gpt-oss) are refused with RP_ERR_UNSUPPORTED naming the architecture.
+ * Architectures llama.cpp defines but rapid does not map from GGUF (qwen3next, qwen35,
+ * qwen35moe, gpt-oss) are refused with RP_ERR_UNSUPPORTED naming the architecture.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -35,7 +36,8 @@ typedef struct fam {
     float fast_tol; /* of max |logit|, as quant_families_test.c states them */
 } fam;
 
-static const fam g_fams[] = {{"qwen3_moe", 0.6f}, {"gemma3", 0.03f}, {"phi3", 0.06f}};
+static const fam g_fams[] = {
+    {"qwen3_moe", 0.6f}, {"gemma3", 0.03f}, {"lfm2", 0.12f}, {"phi3", 0.06f}};
 
 static float *run(const char *path, const int32_t *ids, int n, int vocab, int ref)
 {
@@ -198,7 +200,7 @@ Test(gguf_families, llama3_rope_freqs_are_applied)
 
 Test(gguf_families, unmapped_architectures_are_named)
 {
-    static const char *archs[] = {"lfm2", "qwen3next", "qwen35", "gpt-oss", "mamba"};
+    static const char *archs[] = {"qwen3next", "qwen35", "qwen35moe", "gpt-oss", "mamba"};
     fixture f;
     cr_assert(fixture_load("llama_gqa", &f) == 0);
     for (size_t i = 0; i < RP_ARRAY_LEN(archs); i++) {

@@ -54,6 +54,7 @@ typedef struct out_t {
     rp_dtype dt;     /* stored type */
     int permute;     /* heads to un-interleave by, 0: none */
     float shift;     /* added to every value (Gemma 3 norms: 1) */
+    rp_st_tensor own; /* a reshaped view of the source (LFM2's conv [C][1][K] -> [C][K]) */
     uint64_t offset; /* in the data section */
     size_t n_bytes;
 } out_t;
@@ -68,6 +69,13 @@ static const name_map k_gemma3[] = {{"pre_feedforward_layernorm", "ffn_norm"},
 static const name_map k_qwen3moe[] = {{"mlp.gate", "ffn_gate_inp"}};
 static const name_map k_phi3[] = {{"self_attn.qkv_proj", "attn_qkv"},
                                   {"mlp.gate_up_proj", "ffn_up"}};
+static const name_map k_lfm2[] = {
+    {"operator_norm", "attn_norm"},           {"ffn_norm", "ffn_norm"},
+    {"conv.conv", "shortconv.conv"},          {"conv.in_proj", "shortconv.in_proj"},
+    {"conv.out_proj", "shortconv.out_proj"},  {"self_attn.out_proj", "attn_output"},
+    {"self_attn.q_layernorm", "attn_q_norm"}, {"self_attn.k_layernorm", "attn_k_norm"},
+    {"feed_forward.w1", "ffn_gate"},          {"feed_forward.w3", "ffn_up"},
+    {"feed_forward.w2", "ffn_down"}};
 static const name_map k_common[] = {
     {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
     {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
@@ -90,9 +98,10 @@ static int gguf_name(const char *arch, const char *hf, char *out, size_t n, int 
 {
     static const char *const top[][2] = {{"model.embed_tokens.weight", "token_embd.weight"},
                                          {"model.norm.weight", "output_norm.weight"},
-                                         {"lm_head.weight", "output.weight"}};
+                                         {"lm_head.weight", "output.weight"},
+                                         {"model.embedding_norm.weight", "token_embd_norm.weight"}};
     *expert = -1;
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         if (strcmp(hf, top[i][0]) == 0) {
             snprintf(out, n, "%s", top[i][1]);
             return 0;
@@ -123,6 +132,8 @@ static int gguf_name(const char *arch, const char *hf, char *out, size_t n, int 
         g = lookup(k_qwen3moe, RP_ARRAY_LEN(k_qwen3moe), rest, bl);
     else if (strcmp(arch, "phi3") == 0)
         g = lookup(k_phi3, RP_ARRAY_LEN(k_phi3), rest, bl);
+    else if (strcmp(arch, "lfm2") == 0)
+        g = lookup(k_lfm2, RP_ARRAY_LEN(k_lfm2), rest, bl);
     if (!g)
         g = lookup(k_common, RP_ARRAY_LEN(k_common), rest, bl);
     if (!g)
@@ -221,6 +232,7 @@ static const char *gguf_arch(const char *hf)
         {"Qwen3MoeForCausalLM", "qwen3moe"}, {"Qwen3ForCausalLM", "qwen3"},
         {"Qwen2ForCausalLM", "qwen2"},       {"Gemma3ForCausalLM", "gemma3"},
         {"Phi3ForCausalLM", "phi3"},         {"LlamaForCausalLM", "llama"},
+        {"Lfm2ForCausalLM", "lfm2"},
         {"MistralForCausalLM", "llama"}};
     for (size_t i = 0; hf && i < RP_ARRAY_LEN(m); i++)
         if (strcmp(hf, m[i][0]) == 0)
@@ -285,6 +297,8 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     json_t *rp_full = json_object_get(rp, "full_attention"); /* gemma3 */
     json_t *theta = json_object_get(rp_full ? rp_full : rp, "rope_theta");
     json_t *eps = json_object_get(c, "rms_norm_eps");
+    if (!eps)
+        eps = json_object_get(c, "norm_eps");
     json_t *partial = json_object_get(rp, "partial_rotary_factor");
     int rot = partial ? (int)(hd * json_number_value(partial)) : hd;
     const char *rope_type = json_string_value(json_object_get(rp, "rope_type"));
@@ -319,6 +333,13 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
         x = &o[k++];
         snprintf(x->name, sizeof x->name, "%s", name);
         x->src = t;
+        if (t->t.n_dims == 3 && t->t.shape[1] == 1) { /* conv kernels: llama.cpp squeezes */
+            x->own = *t;
+            x->own.t.n_dims = 2;
+            x->own.t.shape[1] = t->t.shape[2];
+            x->own.t.shape[2] = 0;
+            x->src = &x->own;
+        }
         size_t nl = strlen(t->name);
         if (strcmp(arch, "gemma3") == 0 && nl > 11 && strcmp(t->name + nl - 11, "norm.weight") == 0)
             x->shift = 1.0f;
@@ -376,7 +397,20 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     KU("block_count", n_layers);
     KU("feed_forward_length", cfg_int(c, "intermediate_size", 0));
     KU("attention.head_count", heads);
-    KU("attention.head_count_kv", kvh);
+    if (strcmp(arch, "lfm2") == 0) { /* per layer, 0 for the conv layers */
+        json_t *lt = json_object_get(c, "layer_types");
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+        w_str(m, key);
+        w_u32(m, 9);
+        w_u32(m, 4);
+        w_u64(m, (uint64_t)n_layers);
+        for (int i = 0; i < n_layers; i++)
+            w_u32(m, strcmp(json_string_value(json_array_get(lt, (size_t)i)) ?: "", "conv") ? (uint32_t)kvh : 0);
+        n_kv++;
+        KU("shortconv.l_cache", cfg_int(c, "conv_L_cache", 3));
+    } else {
+        KU("attention.head_count_kv", kvh);
+    }
     KU("attention.key_length", hd);
     KU("attention.value_length", hd);
     KU("vocab_size", cfg_int(c, "vocab_size", 0));
