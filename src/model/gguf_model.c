@@ -7,12 +7,15 @@
  * 6th-but-one as llama.cpp decides unless {arch}.attention.sliding_window_pattern says), phi3
  * (fused attn_qkv; ffn_up holds gate and up, as HF's gate_up_proj; LongRoPE factors from
  * rope_factors_long / rope_factors_short), lfm2 (layer types from the per-layer
- * head_count_kv, 0 = short conv; the squeezed conv kernels [C][K] back to [C][1][K]). Others
- * (qwen3next / qwen35, gpt-oss, ...) are refused by name. rope_freqs (Llama 3.1+: the llama3 scaling as a per-frequency divisor)
+ * head_count_kv, 0 = short conv; the squeezed conv kernels [C][K] back to [C][1][K]), qwen35
+ * (Qwen3.5 dense: ssm_* / attn_qkv / attn_gate names, ssm_a = -exp(A_log), 1 + w norms, value
+ * heads reordered by the converter put back). Others (qwen3next, qwen35moe, gpt-oss, ...)
+ * are refused by name. rope_freqs (Llama 3.1+: the llama3 scaling as a per-frequency divisor)
  * becomes rope_parameters.freq_factors, which model/rope.c applies.
  */
 #include "model/gguf_model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -117,7 +120,7 @@ static const arch_def k_archs[] = {
     {"llama", "LlamaForCausalLM", "llama"},     {"qwen2", "Qwen2ForCausalLM", "qwen2"},
     {"qwen3", "Qwen3ForCausalLM", "qwen3"},     {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}, {"phi3", "Phi3ForCausalLM", "phi3"},
-    {"lfm2", "Lfm2ForCausalLM", "lfm2"},
+    {"lfm2", "Lfm2ForCausalLM", "lfm2"},       {"qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text"},
 };
 
 static const arch_def *find_arch_def(const char *arch)
@@ -176,6 +179,35 @@ static rp_status lfm2_config(const meta *m, json_t *c, rp_err *err)
     json_object_set_new(c, "block_auto_adjust_ff_dim", json_false());
     put_int(m, c, "shortconv.l_cache", "conv_L_cache", 0, NULL);
     put_float(m, c, "attention.layer_norm_rms_epsilon", "norm_eps");
+    return RP_OK;
+}
+
+/* Qwen3.5: the Gated DeltaNet sizes from ssm.*, layer types from full_attention_interval. */
+static rp_status qwen35_config(const meta *m, json_t *c, rp_err *err)
+{
+    rp_status rc;
+    if ((rc = put_int(m, c, "ssm.conv_kernel", "linear_conv_kernel_dim", 1, err)) ||
+        (rc = put_int(m, c, "ssm.state_size", "linear_key_head_dim", 1, err)) ||
+        (rc = put_int(m, c, "ssm.group_count", "linear_num_key_heads", 1, err)) ||
+        (rc = put_int(m, c, "ssm.time_step_rank", "linear_num_value_heads", 1, err)) ||
+        (rc = put_int(m, c, "ssm.inner_size", "linear_value_head_dim", 1, err)) ||
+        (rc = put_int(m, c, "full_attention_interval", "full_attention_interval", 0, err)))
+        return rc;
+    int64_t nv = json_integer_value(json_object_get(c, "linear_num_value_heads")),
+            inner = json_integer_value(json_object_get(c, "linear_value_head_dim"));
+    if (nv <= 0 || inner % nv)
+        return rp_err_set(err, RP_ERR_INVALID, "GGUF ssm.inner_size %lld is not a multiple of "
+                          "ssm.time_step_rank %lld", (long long)inner, (long long)nv);
+    json_object_set_new(c, "linear_value_head_dim", json_integer(inner / nv));
+    int64_t n_layers = json_integer_value(json_object_get(c, "num_hidden_layers"));
+    json_t *fi = json_object_get(c, "full_attention_interval");
+    int64_t every = json_is_integer(fi) ? json_integer_value(fi) : 4;
+    json_t *types = json_array();
+    for (int64_t i = 0; i < n_layers; i++)
+        json_array_append_new(types, json_string(every > 0 && (i + 1) % every == 0
+                                                     ? "full_attention"
+                                                     : "linear_attention"));
+    json_object_set_new(c, "layer_types", types);
     return RP_OK;
 }
 
@@ -266,6 +298,13 @@ static rp_status arch_config(const meta *m, const rp_st *st, json_t *c, json_t *
     }
     if (strcmp(m->arch, "lfm2") == 0 && (rc = lfm2_config(m, c, err)))
         return rc;
+    if (strcmp(m->arch, "qwen35") == 0) {
+        if ((rc = qwen35_config(m, c, err)))
+            return rc;
+        if (has(m, "rope.dimension_count", key, sizeof key) &&
+            rp_gguf_get_i64(m->g, key, &v, NULL) == RP_OK && hd > 0)
+            json_object_set_new(c, "partial_rotary_factor", json_real((double)v / (double)hd));
+    }
     if (json_object_get(c, "partial_rotary_factor"))
         json_object_set(rope, "partial_rotary_factor",
                         json_object_get(c, "partial_rotary_factor"));
@@ -359,6 +398,13 @@ static const name_map k_lfm2[] = {
     {"attn_q_norm", "self_attn.q_layernorm"}, {"attn_k_norm", "self_attn.k_layernorm"},
     {"ffn_gate", "feed_forward.w1"},          {"ffn_up", "feed_forward.w3"},
     {"ffn_down", "feed_forward.w2"}};
+static const name_map k_qwen35[] = {
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"attn_qkv", "linear_attn.in_proj_qkv"}, {"attn_gate", "linear_attn.in_proj_z"},
+    {"ssm_alpha", "linear_attn.in_proj_a"},  {"ssm_beta", "linear_attn.in_proj_b"},
+    {"ssm_out", "linear_attn.out_proj"},     {"ssm_norm", "linear_attn.norm"},
+    {"ssm_conv1d", "linear_attn.conv1d"},    {"ssm_a", "linear_attn.A_log"},
+    {"ssm_dt", "linear_attn.dt"}};
 static const name_map k_common[] = {
     {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
     {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
@@ -392,8 +438,8 @@ static int hf_name(const char *arch, const char *g, char *out, size_t n)
     if (sscanf(g, "blk.%d.%n", &layer, &len) != 1 || len == 0)
         return 0;
     const char *rest = g + len, *dot = strrchr(rest, '.');
-    if (!dot)
-        return 0;
+    if (!dot) /* names without a .weight / .bias suffix (qwen35's ssm_a) */
+        dot = rest + strlen(rest);
     size_t bl = (size_t)(dot - rest);
     const char *hf = NULL;
     if (strcmp(arch, "gemma3") == 0)
@@ -404,20 +450,30 @@ static int hf_name(const char *arch, const char *g, char *out, size_t n)
         hf = map_block(k_phi3, RP_ARRAY_LEN(k_phi3), rest, bl);
     else if (strcmp(arch, "lfm2") == 0)
         hf = map_block(k_lfm2, RP_ARRAY_LEN(k_lfm2), rest, bl);
+    else if (strcmp(arch, "qwen35") == 0)
+        hf = map_block(k_qwen35, RP_ARRAY_LEN(k_qwen35), rest, bl);
     if (!hf)
         hf = map_block(k_common, RP_ARRAY_LEN(k_common), rest, bl);
     if (!hf)
         return 0;
+    if (strcmp(hf, "linear_attn.A_log") == 0 || strcmp(hf, "linear_attn.dt") == 0) {
+        /* ssm_a.weight holds -exp(A_log); ssm_dt.bias is dt_bias */
+        snprintf(out, n, "model.layers.%d.%s", layer, hf[12] == 'A' ? hf : "linear_attn.dt_bias");
+        return 1;
+    }
     snprintf(out, n, "model.layers.%d.%s%s", layer, hf, dot);
     return 1;
 }
 
-/* Gemma 3's GGUF norms hold 1 + w (llama.cpp's converter adds the 1 of Gemma's (1 + w)
- * RMSNorm); the recipe adds it itself, so the loader takes it off again. */
+/* Gemma 3's and Qwen3.5's GGUF norms hold 1 + w (llama.cpp's converter adds the 1 of their
+ * (1 + w) RMSNorms; Qwen3.5's gated-delta output norm excepted); the recipes add it
+ * themselves, so the loader takes it off again. */
 static int is_gemma_norm(const char *arch, const char *hf)
 {
     size_t n = strlen(hf);
-    return strcmp(arch, "gemma3") == 0 && n > 11 && strcmp(hf + n - 11, "norm.weight") == 0;
+    int shifted = strcmp(arch, "gemma3") == 0 ||
+                  (strcmp(arch, "qwen35") == 0 && !strstr(hf, "linear_attn.norm."));
+    return shifted && n > 11 && strcmp(hf + n - 11, "norm.weight") == 0;
 }
 
 static float *minus_one(const rp_tensor *t)
@@ -447,6 +503,96 @@ static void *unpermute(const void *src, int64_t rows, size_t row_bytes, int n_he
     return dst;
 }
 
+/* Qwen3.5's linear-attention value heads: llama.cpp's converter reorders them from grouped by
+ * key head (HF: head h = k * r + j, r = n_v / n_k) to tiled (GGUF: head j * n_k + k). */
+typedef struct vheads {
+    int64_t nk, nv, dk, dv;
+} vheads;
+
+static int64_t tiled_of(const vheads *v, int64_t h)
+{
+    int64_t r = v->nv / v->nk;
+    return (h % r) * v->nk + h / r;
+}
+
+/* dst rows [first, first + nv * hd) in HF order from src's tiled order; other rows copied. */
+static void untile_rows(char *dst, const char *src, int64_t rows, size_t rb, int64_t first,
+                        const vheads *v, int64_t hd)
+{
+    memcpy(dst, src, (size_t)rows * rb);
+    for (int64_t h = 0; h < v->nv; h++)
+        memcpy(dst + (size_t)(first + h * hd) * rb, src + (size_t)(first + tiled_of(v, h) * hd) * rb,
+               (size_t)hd * rb);
+}
+
+/* Undoes the converter's Qwen3.5 changes to one tensor (name: its HF name): -exp(A_log) back
+ * to A_log, squeezed conv kernels back to [C][1][K], and the value-head order in the rows
+ * (in_proj_qkv's v part, in_proj_z, in_proj_a/b, conv channels, A_log, dt_bias) and columns
+ * (out_proj) it touched. *owned gets the new data when one is needed. */
+static rp_status qwen35_tensor(const vheads *v, const char *name, rp_tensor *t, void **owned,
+                               rp_err *err)
+{
+    if (!strstr(name, ".linear_attn."))
+        return RP_OK;
+    int conv = strstr(name, ".conv1d.") != NULL;
+    if (conv && t->n_dims == 2) {
+        t->n_dims = 3;
+        t->shape[2] = t->shape[1];
+        t->shape[1] = 1;
+    }
+    int is_a = strstr(name, ".A_log") != NULL, vec = is_a || strstr(name, ".dt_bias") != NULL;
+    int64_t first = -1, hd = 0;
+    if (strstr(name, ".in_proj_qkv.") || conv)
+        first = 2 * v->nk * v->dk, hd = v->dv;
+    else if (strstr(name, ".in_proj_z."))
+        first = 0, hd = v->dv;
+    else if (strstr(name, ".in_proj_a.") || strstr(name, ".in_proj_b.") || vec)
+        first = 0, hd = 1;
+    int out = strstr(name, ".out_proj.") != NULL;
+    if (first < 0 && !out)
+        return RP_OK;
+    if ((vec || conv) && t->dtype != RP_DT_F32 && !(conv && !rp_dtype_is_quant(t->dtype)))
+        return rp_err_set(err, RP_ERR_INVALID, "GGUF tensor for '%s' should be F32", name);
+    int64_t rows = t->n_dims == 1 ? t->shape[0] : t->shape[0];
+    size_t rb = t->n_dims == 1 ? sizeof(float) : t->n_bytes / (size_t)rows;
+    char *dst = rp_alloc(t->n_bytes);
+    if (!dst)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    const char *src = t->data;
+    if (out) { /* columns in units of one value head */
+        int64_t cols = t->shape[1];
+        if (cols != v->nv * v->dv || v->dv % rp_dtype_block(t->dtype)) {
+            rp_free(dst);
+            return rp_err_set(err, RP_ERR_UNSUPPORTED,
+                              "'%s': value heads of %lld columns cannot be reordered in %s "
+                              "blocks",
+                              name, (long long)v->dv, rp_dtype_name(t->dtype));
+        }
+        size_t ub = rp_dtype_row_bytes(t->dtype, v->dv);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t h = 0; h < v->nv; h++)
+                memcpy(dst + (size_t)r * rb + (size_t)h * ub,
+                       src + (size_t)r * rb + (size_t)tiled_of(v, h) * ub, ub);
+    } else if (v->nv != v->nk) {
+        if (first + v->nv * hd > rows) {
+            rp_free(dst);
+            return rp_err_set(err, RP_ERR_INVALID, "'%s' has %lld rows, fewer than its value "
+                              "heads need", name, (long long)rows);
+        }
+        untile_rows(dst, src, rows, rb, first, v, hd);
+    } else {
+        memcpy(dst, src, t->n_bytes);
+    }
+    if (is_a) {
+        float *a = (float *)dst;
+        for (int64_t i = 0; i < rows; i++)
+            a[i] = a[i] < 0 ? logf(-a[i]) : -INFINITY;
+    }
+    t->data = dst;
+    *owned = dst;
+    return RP_OK;
+}
+
 static void close_gguf(void *g) { rp_gguf_close(g); }
 
 rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_err *err)
@@ -470,7 +616,7 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
     if (!find_arch_def(m.arch)) {
         rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
                         "%s: GGUF architecture '%s' is not supported (rapid runs llama, qwen2, "
-                        "qwen3, qwen3moe, gemma3, phi3, lfm2 from GGUF; convert other families from "
+                        "qwen3, qwen3moe, gemma3, phi3, lfm2, qwen35 from GGUF; convert other families from "
                         "their Hugging Face checkpoints)",
                         path, m.arch);
         goto fail;
@@ -487,6 +633,23 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
     if (n_head <= 0 || n_kv <= 0) {
         rc = rp_err_set(err, RP_ERR_INVALID, "%s: bad head counts", path);
         goto fail;
+    }
+    vheads vh = {0};
+    if (strcmp(m.arch, "qwen35") == 0) {
+        int64_t inner = 0;
+        const char *keys[] = {"ssm.group_count", "ssm.time_step_rank", "ssm.state_size",
+                              "ssm.inner_size"};
+        int64_t *vals[] = {&vh.nk, &vh.nv, &vh.dk, &inner};
+        for (int k = 0; k < 4; k++) {
+            snprintf(key, sizeof key, "%s.%s", m.arch, keys[k]);
+            if ((rc = rp_gguf_get_i64(g, key, vals[k], err)))
+                goto fail;
+        }
+        if (vh.nk <= 0 || vh.nv % vh.nk || inner % vh.nv) {
+            rc = rp_err_set(err, RP_ERR_INVALID, "%s: bad ssm head counts", path);
+            goto fail;
+        }
+        vh.dv = inner / vh.nv;
     }
     for (int64_t i = 0; i < rp_gguf_n_tensors(g); i++) {
         rp_gguf_tensor gt;
@@ -547,6 +710,10 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
                 goto fail;
             }
             t.data = owned;
+        }
+        if (strcmp(m.arch, "qwen35") == 0 && (rc = qwen35_tensor(&vh, name, &t, &owned, err))) {
+            rc = rp_err_wrap(err, "%s", path);
+            goto fail;
         }
         if (is_gemma_norm(m.arch, name)) {
             if (t.dtype != RP_DT_F32 || t.n_dims != 1) {

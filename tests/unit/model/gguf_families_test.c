@@ -4,7 +4,9 @@
  * qwen3moe (experts as ffn_*_exps stacks), gemma3 (norms stored as 1 + w; the layer pattern
  * from attention.sliding_window_pattern, or llama.cpp's every-6th rule without it), lfm2
  * (shortconv.* with squeezed kernels, layer types from the per-layer head_count_kv) and phi3
- * (fused attn_qkv / ffn_up, partial rotary from rope.dimension_count):
+ * (fused attn_qkv / ffn_up, partial rotary from rope.dimension_count), qwen35 (Qwen3.5 dense:
+ * ssm_* names, ssm_a = -exp(A_log), 1 + w norms, value heads reordered as the converter does;
+ * float types only here, see the last test):
  *   - F32 files: logits within F32_TOL of transformers' and the fixture's greedy continuation
  *     is the argmax at every step (teacher forced);
  *   - F16 / BF16 / Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 files against their dequantized-f32 twin
@@ -12,8 +14,8 @@
  *     family's bound of quant_families_test.c (int8 activations on these touchy fixtures).
  * Llama 3.1's rope_freqs tensor (the llama3 scaling as per-frequency divisors) is applied: the
  * llama3_rope fixture as a GGUF without any rope scaling keys matches transformers.
- * Architectures llama.cpp defines but rapid does not map from GGUF (qwen3next, qwen35,
- * qwen35moe, gpt-oss) are refused with RP_ERR_UNSUPPORTED naming the architecture.
+ * Architectures llama.cpp defines but rapid does not map from GGUF (qwen3next, qwen35moe,
+ * gpt-oss) are refused with RP_ERR_UNSUPPORTED naming the architecture.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -26,7 +28,9 @@
 #include "base/file.h"
 #include "fixture_util.h"
 #include "gguf_writer.h"
+#include "base/gguf.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 
 #define F32_TOL 1e-3f
 #define SAME_TOL 1e-4f
@@ -37,7 +41,7 @@ typedef struct fam {
 } fam;
 
 static const fam g_fams[] = {
-    {"qwen3_moe", 0.6f}, {"gemma3", 0.03f}, {"lfm2", 0.12f}, {"phi3", 0.06f}};
+    {"qwen3_moe", 0.6f}, {"gemma3", 0.03f}, {"qwen3_5", 1.0f}, {"lfm2", 0.12f}, {"phi3", 0.06f}};
 
 static float *run(const char *path, const int32_t *ids, int n, int vocab, int ref)
 {
@@ -122,6 +126,8 @@ Test(gguf_families, quantized_files_match_dequantized_twin, .timeout = 300)
         cr_assert(fixture_load(g_fams[i].name, &f) == 0);
         long len = (long)f.n_ids * f.vocab;
         for (size_t k = 0; k < RP_ARRAY_LEN(types); k++) {
+            if (strcmp(g_fams[i].name, "qwen3_5") == 0 && rp_dtype_is_quant(types[k]))
+                continue; /* see qwen3_5_quantized_out_proj_needs_whole_blocks */
             char qp[128], tp[128];
             tmp_path(qp, sizeof qp, "q");
             tmp_path(tp, sizeof tp, "t");
@@ -200,7 +206,7 @@ Test(gguf_families, llama3_rope_freqs_are_applied)
 
 Test(gguf_families, unmapped_architectures_are_named)
 {
-    static const char *archs[] = {"qwen3next", "qwen35", "qwen35moe", "gpt-oss", "mamba"};
+    static const char *archs[] = {"qwen3next", "qwen35moe", "gpt-oss", "mamba"};
     fixture f;
     cr_assert(fixture_load("llama_gqa", &f) == 0);
     for (size_t i = 0; i < RP_ARRAY_LEN(archs); i++) {
@@ -216,5 +222,56 @@ Test(gguf_families, unmapped_architectures_are_named)
         cr_assert(strstr(err.msg, want), "%s", err.msg);
         unlink(p);
     }
+    fixture_free(&f);
+}
+
+/* llama.cpp's converter reorders Qwen3.5's value heads, out_proj's columns included: in a
+ * quantized file that is only undone when a head's columns are whole blocks (real models:
+ * 128 columns; this fixture: 16 in 32-blocks), else the loader names the tensor. */
+Test(gguf_families, qwen3_5_quantized_out_proj_needs_whole_blocks)
+{
+    fixture f;
+    cr_assert(fixture_load("qwen3_5", &f) == 0);
+    char p[128];
+    tmp_path(p, sizeof p, "q35");
+    gguf_opts o = {0};
+    cr_assert(gguf_write_ex(f.dir, RP_DT_Q8_0, 0, p, &o) == 0);
+    rp_model *m = NULL;
+    rp_err err = {0};
+    cr_assert(rp_model_load(p, NULL, &m, &err) == RP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "linear_attn.out_proj") && strstr(err.msg, "q8_0"), "%s", err.msg);
+    unlink(p);
+    fixture_free(&f);
+}
+
+/* The file really is in the converter's layout: blk.0.ssm_a holds -exp(A_log) with the value
+ * heads tiled (GGUF head j * n_k + k = HF head k * (n_v / n_k) + j), so the loader's undoing
+ * of it is what the transformers match above checks. */
+Test(gguf_families, qwen3_5_file_has_llama_cpp_s_value_head_order)
+{
+    fixture f;
+    cr_assert(fixture_load("qwen3_5", &f) == 0);
+    char p[128];
+    tmp_path(p, sizeof p, "q35o");
+    gguf_opts o = {0};
+    cr_assert(gguf_write_ex(f.dir, RP_DT_F32, 0, p, &o) == 0);
+    rp_gguf *g;
+    rp_st *st;
+    cr_assert(rp_gguf_open(p, &g, NULL) == RP_OK && rp_st_open(f.dir, &st, NULL) == RP_OK);
+    int64_t i = rp_gguf_find_tensor(g, "blk.0.ssm_a");
+    cr_assert(i >= 0, "no blk.0.ssm_a");
+    rp_gguf_tensor gt;
+    cr_assert(rp_gguf_tensor_info(g, i, &gt) == RP_OK && gt.type == 0 && gt.dims[0] == 4);
+    const rp_st_tensor *a = rp_st_find(st, "model.layers.0.linear_attn.A_log");
+    cr_assert(a);
+    const float *ga = gt.data, *ha = a->t.data;
+    int nk = 2, per = 2; /* the fixture: 2 key heads, 4 value heads */
+    for (int h = 0; h < 4; h++) {
+        int j = h / nk, k = h % nk;
+        cr_assert(fabsf(ga[h] + expf(ha[k * per + j])) < 1e-6f, "head %d", h);
+    }
+    rp_st_close(st);
+    rp_gguf_close(g);
+    unlink(p);
     fixture_free(&f);
 }

@@ -55,6 +55,10 @@ typedef struct out_t {
     int permute;     /* heads to un-interleave by, 0: none */
     float shift;     /* added to every value (Gemma 3 norms: 1) */
     rp_st_tensor own; /* a reshaped view of the source (LFM2's conv [C][1][K] -> [C][K]) */
+    int neg_exp;      /* qwen35 A_log: stored as -exp(A_log) */
+    /* qwen35 value heads, grouped -> tiled: rows [vfirst, vfirst + nv * vhd) (vhd > 0), or
+     * columns in units of chd (chd > 0) */
+    int64_t vfirst, vhd, chd, nk, nv;
     uint64_t offset; /* in the data section */
     size_t n_bytes;
 } out_t;
@@ -76,6 +80,12 @@ static const name_map k_lfm2[] = {
     {"self_attn.q_layernorm", "attn_q_norm"}, {"self_attn.k_layernorm", "attn_k_norm"},
     {"feed_forward.w1", "ffn_gate"},          {"feed_forward.w3", "ffn_up"},
     {"feed_forward.w2", "ffn_down"}};
+static const name_map k_qwen35[] = {
+    {"post_attention_layernorm", "post_attention_norm"},
+    {"linear_attn.in_proj_qkv", "attn_qkv"}, {"linear_attn.in_proj_z", "attn_gate"},
+    {"linear_attn.in_proj_a", "ssm_alpha"},  {"linear_attn.in_proj_b", "ssm_beta"},
+    {"linear_attn.out_proj", "ssm_out"},     {"linear_attn.norm", "ssm_norm"},
+    {"linear_attn.conv1d", "ssm_conv1d"}};
 static const name_map k_common[] = {
     {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
     {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
@@ -134,6 +144,17 @@ static int gguf_name(const char *arch, const char *hf, char *out, size_t n, int 
         g = lookup(k_phi3, RP_ARRAY_LEN(k_phi3), rest, bl);
     else if (strcmp(arch, "lfm2") == 0)
         g = lookup(k_lfm2, RP_ARRAY_LEN(k_lfm2), rest, bl);
+    else if (strcmp(arch, "qwen35") == 0) {
+        if (strcmp(rest, "linear_attn.A_log") == 0) { /* llama.cpp: no suffix */
+            snprintf(out, n, "blk.%d.ssm_a", layer);
+            return 0;
+        }
+        if (strcmp(rest, "linear_attn.dt_bias") == 0) {
+            snprintf(out, n, "blk.%d.ssm_dt.bias", layer);
+            return 0;
+        }
+        g = lookup(k_qwen35, RP_ARRAY_LEN(k_qwen35), rest, bl);
+    }
     if (!g)
         g = lookup(k_common, RP_ARRAY_LEN(k_common), rest, bl);
     if (!g)
@@ -156,12 +177,25 @@ static void stored_row(const out_t *o, int64_t r, float *row)
         int64_t h = r / hd, j = r % hd, i = j / 2, a = j % 2;
         src = h * hd + a * half + i;
     }
+    int64_t rr = r - o->vfirst, per = o->nk ? o->nv / o->nk : 1;
+    if (o->vhd && rr >= 0 && rr < o->nv * o->vhd) { /* GGUF head g = j * nk + k: HF k * per + j */
+        int64_t g = rr / o->vhd, j = g / o->nk, k = g % o->nk;
+        src = o->vfirst + (k * per + j) * o->vhd + rr % o->vhd;
+    }
     if (t->n_dims == 1) {
         float all[16384];
         rp_tensor_to_f32(t, all, t->shape[0]);
-        row[0] = all[src] + o->shift;
+        row[0] = (o->neg_exp ? -expf(all[src]) : all[src]) + o->shift;
     } else {
         rp_tensor_row_f32(t, src, row);
+        if (o->chd) {
+            float tmp[8192];
+            memcpy(tmp, row, sizeof(float) * (size_t)t->shape[1]);
+            for (int64_t g = 0; g < o->nv; g++) {
+                int64_t j = g / o->nk, k = g % o->nk;
+                memcpy(row + g * o->chd, tmp + (k * per + j) * o->chd, sizeof(float) * (size_t)o->chd);
+            }
+        }
     }
 }
 
@@ -232,7 +266,7 @@ static const char *gguf_arch(const char *hf)
         {"Qwen3MoeForCausalLM", "qwen3moe"}, {"Qwen3ForCausalLM", "qwen3"},
         {"Qwen2ForCausalLM", "qwen2"},       {"Gemma3ForCausalLM", "gemma3"},
         {"Phi3ForCausalLM", "phi3"},         {"LlamaForCausalLM", "llama"},
-        {"Lfm2ForCausalLM", "lfm2"},
+        {"Lfm2ForCausalLM", "lfm2"},         {"Qwen3_5ForCausalLM", "qwen35"},
         {"MistralForCausalLM", "llama"}};
     for (size_t i = 0; hf && i < RP_ARRAY_LEN(m); i++)
         if (strcmp(hf, m[i][0]) == 0)
@@ -341,8 +375,26 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
             x->src = &x->own;
         }
         size_t nl = strlen(t->name);
-        if (strcmp(arch, "gemma3") == 0 && nl > 11 && strcmp(t->name + nl - 11, "norm.weight") == 0)
+        int q35 = strcmp(arch, "qwen35") == 0;
+        if ((strcmp(arch, "gemma3") == 0 || (q35 && !strstr(t->name, "linear_attn.norm."))) &&
+            nl > 11 && strcmp(t->name + nl - 11, "norm.weight") == 0)
             x->shift = 1.0f;
+        if (q35 && strstr(t->name, ".linear_attn.")) {
+            int nk = cfg_int(c, "linear_num_key_heads", 0), nv = cfg_int(c, "linear_num_value_heads", 0);
+            int dk = cfg_int(c, "linear_key_head_dim", 0), dv = cfg_int(c, "linear_value_head_dim", 0);
+            x->nk = nk;
+            x->nv = nv;
+            x->neg_exp = strstr(t->name, ".A_log") != NULL;
+            if (strstr(t->name, ".in_proj_qkv.") || strstr(t->name, ".conv1d."))
+                x->vfirst = 2 * nk * dk, x->vhd = dv;
+            else if (strstr(t->name, ".in_proj_z."))
+                x->vhd = dv;
+            else if (strstr(t->name, ".in_proj_a.") || strstr(t->name, ".in_proj_b.") ||
+                     strstr(t->name, ".A_log") || strstr(t->name, ".dt_bias"))
+                x->vhd = 1;
+            else if (strstr(t->name, ".out_proj."))
+                x->chd = dv;
+        }
         if (strcmp(arch, "llama") == 0) {
             if (strstr(t->name, "self_attn.q_proj."))
                 x->permute = heads;
@@ -422,6 +474,20 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
         KU("expert_count", cfg_int(c, "num_experts", cfg_int(c, "num_local_experts", 0)));
         KU("expert_used_count", cfg_int(c, "num_experts_per_tok", 0));
         KU("expert_feed_forward_length", cfg_int(c, "moe_intermediate_size", 0));
+    }
+    if (strcmp(arch, "qwen35") == 0) {
+        int nv = cfg_int(c, "linear_num_value_heads", 0);
+        KU("ssm.conv_kernel", cfg_int(c, "linear_conv_kernel_dim", 4));
+        KU("ssm.state_size", cfg_int(c, "linear_key_head_dim", 0));
+        KU("ssm.group_count", cfg_int(c, "linear_num_key_heads", 0));
+        KU("ssm.time_step_rank", nv);
+        KU("ssm.inner_size", nv * cfg_int(c, "linear_value_head_dim", 0));
+        json_t *lt = json_object_get(c, "layer_types");
+        int every = cfg_int(c, "full_attention_interval", 0);
+        for (int i = 0; !every && i < n_layers; i++)
+            if (strcmp(json_string_value(json_array_get(lt, (size_t)i)) ?: "", "full_attention") == 0)
+                every = i + 1;
+        KU("full_attention_interval", every ? every : 4);
     }
     if (cfg_int(c, "sliding_window", 0) > 0)
         KU("attention.sliding_window", cfg_int(c, "sliding_window", 0));
