@@ -9,8 +9,9 @@
  * rope_factors_long / rope_factors_short), lfm2 (layer types from the per-layer
  * head_count_kv, 0 = short conv; the squeezed conv kernels [C][K] back to [C][1][K]), qwen35
  * (Qwen3.5 dense: ssm_* / attn_qkv / attn_gate names, ssm_a = -exp(A_log), 1 + w norms, value
- * heads reordered by the converter put back). Others (qwen3next, qwen35moe, gpt-oss, ...)
- * are refused by name. rope_freqs (Llama 3.1+: the llama3 scaling as a per-frequency divisor)
+ * heads reordered by the converter put back), gpt-oss (ffn_*_exps stacks in any type, MXFP4
+ * re-laid from ggml's nibble order; attn_sinks; every other layer sliding as llama.cpp
+ * decides). Others (qwen3next, qwen35moe, ...) are refused by name. rope_freqs (Llama 3.1+: the llama3 scaling as a per-frequency divisor)
  * becomes rope_parameters.freq_factors, which model/rope.c applies.
  */
 #include "model/gguf_model.h"
@@ -40,7 +41,7 @@ static const struct {
     {23, -1, "IQ4_XS"},       {24, -1, "I8"},           {25, -1, "I16"},
     {26, -1, "I32"},          {27, -1, "I64"},          {28, -1, "F64"},
     {29, -1, "IQ1_M"},        {30, RP_DT_BF16, "BF16"}, {34, -1, "TQ1_0"},
-    {35, -1, "TQ2_0"},        {39, -1, "MXFP4"},
+    {35, -1, "TQ2_0"},        {39, RP_DT_MXFP4, "MXFP4"},
 };
 
 int rp_gguf_model_dtype(uint32_t ggml_type)
@@ -121,6 +122,7 @@ static const arch_def k_archs[] = {
     {"qwen3", "Qwen3ForCausalLM", "qwen3"},     {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}, {"phi3", "Phi3ForCausalLM", "phi3"},
     {"lfm2", "Lfm2ForCausalLM", "lfm2"},       {"qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text"},
+    {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
 };
 
 static const arch_def *find_arch_def(const char *arch)
@@ -298,6 +300,19 @@ static rp_status arch_config(const meta *m, const rp_st *st, json_t *c, json_t *
     }
     if (strcmp(m->arch, "lfm2") == 0 && (rc = lfm2_config(m, c, err)))
         return rc;
+    if (strcmp(m->arch, "gpt-oss") == 0) {
+        if ((rc = put_int(m, c, "expert_count", "num_local_experts", 1, err)) ||
+            (rc = put_int(m, c, "expert_used_count", "num_experts_per_tok", 1, err)) ||
+            (rc = put_int(m, c, "expert_feed_forward_length", "intermediate_size", 1, err)))
+            return rc;
+        json_t *types = json_array(); /* llama.cpp: every other layer, from 0, is sliding */
+        for (int64_t i = 0; i < n_layers; i++)
+            json_array_append_new(types,
+                                  json_string(i % 2 ? "full_attention" : "sliding_attention"));
+        json_object_set_new(c, "layer_types", types);
+        if (json_object_get(rope, "factor")) /* gpt-oss's published YaRN does not truncate */
+            json_object_set_new(rope, "truncate", json_false());
+    }
     if (strcmp(m->arch, "qwen35") == 0) {
         if ((rc = qwen35_config(m, c, err)))
             return rc;
@@ -405,6 +420,10 @@ static const name_map k_qwen35[] = {
     {"ssm_out", "linear_attn.out_proj"},     {"ssm_norm", "linear_attn.norm"},
     {"ssm_conv1d", "linear_attn.conv1d"},    {"ssm_a", "linear_attn.A_log"},
     {"ssm_dt", "linear_attn.dt"}};
+static const name_map k_gptoss[] = {
+    {"post_attention_norm", "post_attention_layernorm"}, {"attn_sinks", "self_attn.sinks"},
+    {"ffn_gate_inp", "mlp.router"},                      {"ffn_gate_exps", "mlp.experts.gate_proj"},
+    {"ffn_up_exps", "mlp.experts.up_proj"},              {"ffn_down_exps", "mlp.experts.down_proj"}};
 static const name_map k_common[] = {
     {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
     {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
@@ -452,10 +471,16 @@ static int hf_name(const char *arch, const char *g, char *out, size_t n)
         hf = map_block(k_lfm2, RP_ARRAY_LEN(k_lfm2), rest, bl);
     else if (strcmp(arch, "qwen35") == 0)
         hf = map_block(k_qwen35, RP_ARRAY_LEN(k_qwen35), rest, bl);
+    else if (strcmp(arch, "gpt-oss") == 0)
+        hf = map_block(k_gptoss, RP_ARRAY_LEN(k_gptoss), rest, bl);
     if (!hf)
         hf = map_block(k_common, RP_ARRAY_LEN(k_common), rest, bl);
     if (!hf)
         return 0;
+    if (strcmp(hf, "self_attn.sinks") == 0) { /* HF: no .weight */
+        snprintf(out, n, "model.layers.%d.%s", layer, hf);
+        return 1;
+    }
     if (strcmp(hf, "linear_attn.A_log") == 0 || strcmp(hf, "linear_attn.dt") == 0) {
         /* ssm_a.weight holds -exp(A_log); ssm_dt.bias is dt_bias */
         snprintf(out, n, "model.layers.%d.%s", layer, hf[12] == 'A' ? hf : "linear_attn.dt_bias");
@@ -593,6 +618,26 @@ static rp_status qwen35_tensor(const vheads *v, const char *name, rp_tensor *t, 
     return RP_OK;
 }
 
+/* ggml's MXFP4 blocks (scale byte, then element j in the low nibble of byte j and element
+ * j + 16 in its high nibble) in rapid's order (elements 2i, 2i + 1 in byte i). */
+static void *mxfp4_from_ggml(const void *src, size_t n_bytes)
+{
+    uint8_t *dst = rp_alloc(n_bytes);
+    if (!dst)
+        return NULL;
+    const uint8_t *s = src;
+    for (size_t b = 0; b + 17 <= n_bytes; b += 17) {
+        dst[b] = s[b];
+        for (int i = 0; i < 16; i++) {
+            int e0 = 2 * i, e1 = 2 * i + 1;
+            int n0 = e0 < 16 ? s[b + 1 + e0] & 15 : s[b + 1 + e0 - 16] >> 4;
+            int n1 = e1 < 16 ? s[b + 1 + e1] & 15 : s[b + 1 + e1 - 16] >> 4;
+            dst[b + 1 + i] = (uint8_t)(n0 | n1 << 4);
+        }
+    }
+    return dst;
+}
+
 static void close_gguf(void *g) { rp_gguf_close(g); }
 
 rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_err *err)
@@ -616,7 +661,7 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
     if (!find_arch_def(m.arch)) {
         rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
                         "%s: GGUF architecture '%s' is not supported (rapid runs llama, qwen2, "
-                        "qwen3, qwen3moe, gemma3, phi3, lfm2, qwen35 from GGUF; convert other families from "
+                        "qwen3, qwen3moe, gemma3, phi3, lfm2, qwen35, gpt-oss from GGUF; convert other families from "
                         "their Hugging Face checkpoints)",
                         path, m.arch);
         goto fail;
@@ -667,7 +712,7 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
             rc = rp_err_set(err, RP_ERR_UNSUPPORTED,
                             "%s: tensor '%s' has ggml type %s (%u), which rapid does not run "
                             "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-                            "Q5_K, Q6_K)",
+                            "Q5_K, Q6_K, MXFP4)",
                             path, gname, rp_gguf_model_type_name(gt.type), gt.type);
             goto fail;
         }
@@ -685,7 +730,7 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
             t.shape[2] = t.shape[1];
             t.shape[1] = 1;
         }
-        if (gt.n_dims == 3 && !strstr(name, "switch_mlp")) {
+        if (gt.n_dims == 3 && !strstr(name, "switch_mlp") && !strstr(name, ".mlp.experts.")) {
             rc = rp_err_set(err, RP_ERR_UNSUPPORTED, "%s: 3-D tensor '%s' is not one rapid maps",
                             path, gname);
             goto fail;
@@ -706,6 +751,13 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
             }
             owned = unpermute(t.data, rows, rb, heads);
             if (!owned) {
+                rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            t.data = owned;
+        }
+        if (t.dtype == RP_DT_MXFP4) {
+            if (!(owned = mxfp4_from_ggml(t.data, t.n_bytes))) {
                 rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
                 goto fail;
             }

@@ -41,7 +41,8 @@ typedef struct fam {
 } fam;
 
 static const fam g_fams[] = {
-    {"qwen3_moe", 0.6f}, {"gemma3", 0.03f}, {"qwen3_5", 1.0f}, {"lfm2", 0.12f}, {"phi3", 0.06f}};
+    {"qwen3_moe", 0.6f}, {"gemma3", 0.03f}, {"qwen3_5", 1.0f}, {"lfm2", 0.12f},
+    {"gpt_oss", 0.4f},   {"phi3", 0.06f}};
 
 static float *run(const char *path, const int32_t *ids, int n, int vocab, int ref)
 {
@@ -206,7 +207,7 @@ Test(gguf_families, llama3_rope_freqs_are_applied)
 
 Test(gguf_families, unmapped_architectures_are_named)
 {
-    static const char *archs[] = {"qwen3next", "qwen35moe", "gpt-oss", "mamba"};
+    static const char *archs[] = {"qwen3next", "qwen35moe", "lfm2moe", "mamba"};
     fixture f;
     cr_assert(fixture_load("llama_gqa", &f) == 0);
     for (size_t i = 0; i < RP_ARRAY_LEN(archs); i++) {

@@ -56,6 +56,11 @@ typedef struct out_t {
     float shift;     /* added to every value (Gemma 3 norms: 1) */
     rp_st_tensor own; /* a reshaped view of the source (LFM2's conv [C][1][K] -> [C][K]) */
     int neg_exp;      /* qwen35 A_log: stored as -exp(A_log) */
+    /* gpt-oss experts from transformers' layout (1 gate / 2 up of gate_up [E][D][2I],
+     * 3 down [E][I][D], all transposed to [E][out][in]; 4 / 5 gate / up of the [E][2I]
+     * bias), from full (the source in f32) */
+    int kind;
+    float *full;
     /* qwen35 value heads, grouped -> tiled: rows [vfirst, vfirst + nv * vhd) (vhd > 0), or
      * columns in units of chd (chd > 0) */
     int64_t vfirst, vhd, chd, nk, nv;
@@ -86,6 +91,8 @@ static const name_map k_qwen35[] = {
     {"linear_attn.in_proj_a", "ssm_alpha"},  {"linear_attn.in_proj_b", "ssm_beta"},
     {"linear_attn.out_proj", "ssm_out"},     {"linear_attn.norm", "ssm_norm"},
     {"linear_attn.conv1d", "ssm_conv1d"}};
+static const name_map k_gptoss[] = {{"post_attention_layernorm", "post_attention_norm"},
+                                    {"mlp.router", "ffn_gate_inp"}};
 static const name_map k_common[] = {
     {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
     {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
@@ -144,7 +151,13 @@ static int gguf_name(const char *arch, const char *hf, char *out, size_t n, int 
         g = lookup(k_phi3, RP_ARRAY_LEN(k_phi3), rest, bl);
     else if (strcmp(arch, "lfm2") == 0)
         g = lookup(k_lfm2, RP_ARRAY_LEN(k_lfm2), rest, bl);
-    else if (strcmp(arch, "qwen35") == 0) {
+    else if (strcmp(arch, "gpt-oss") == 0) {
+        if (strcmp(rest, "self_attn.sinks") == 0) {
+            snprintf(out, n, "blk.%d.attn_sinks.weight", layer);
+            return 0;
+        }
+        g = lookup(k_gptoss, RP_ARRAY_LEN(k_gptoss), rest, bl);
+    } else if (strcmp(arch, "qwen35") == 0) {
         if (strcmp(rest, "linear_attn.A_log") == 0) { /* llama.cpp: no suffix */
             snprintf(out, n, "blk.%d.ssm_a", layer);
             return 0;
@@ -168,6 +181,14 @@ static void stored_row(const out_t *o, int64_t r, float *row)
 {
     const rp_tensor *t = &o->src->t;
     int64_t src = r;
+    if (o->kind) { /* gpt-oss: t is the output's [rows per expert][cols] */
+        int64_t R = t->shape[0], C = t->shape[1], e = r / R, i = r % R;
+        for (int64_t c = 0; c < C; c++)
+            row[c] = o->kind <= 2   ? o->full[(e * C + c) * 2 * R + 2 * i + (o->kind - 1)]
+                     : o->kind == 3 ? o->full[(e * C + c) * R + i]
+                                    : o->full[r * 2 * C + 2 * c + (o->kind - 4)];
+        return;
+    }
     if (o->n_stack) { /* rows of expert 0, then expert 1, ... */
         t = &o->stack[r / t->shape[0]]->t;
         src = r % t->shape[0];
@@ -267,6 +288,7 @@ static const char *gguf_arch(const char *hf)
         {"Qwen2ForCausalLM", "qwen2"},       {"Gemma3ForCausalLM", "gemma3"},
         {"Phi3ForCausalLM", "phi3"},         {"LlamaForCausalLM", "llama"},
         {"Lfm2ForCausalLM", "lfm2"},         {"Qwen3_5ForCausalLM", "qwen35"},
+        {"GptOssForCausalLM", "gpt-oss"},
         {"MistralForCausalLM", "llama"}};
     for (size_t i = 0; hf && i < RP_ARRAY_LEN(m); i++)
         if (strcmp(hf, m[i][0]) == 0)
@@ -338,12 +360,51 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     const char *rope_type = json_string_value(json_object_get(rp, "rope_type"));
     int llama3 = rope_type && strcmp(rope_type, "llama3") == 0;
     int n = rp_st_count(st), k = 0;
-    out_t *o = rp_calloc((size_t)n + 1, sizeof *o);
+    out_t *o = rp_calloc((size_t)n * 2 + 1, sizeof *o);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const rp_st_tensor *t = rp_st_at(st, i);
         char name[128];
-        int e;
+        int e, layer, len = 0;
+        if (strcmp(arch, "gpt-oss") == 0 &&
+            sscanf(t->name, "model.layers.%d.mlp.experts.%n", &layer, &len) == 1 && len) {
+            const char *rest = t->name + len;
+            int64_t E = t->t.shape[0], a = t->t.n_dims > 1 ? t->t.shape[1] : 0,
+                    b = t->t.n_dims > 2 ? t->t.shape[2] : 0;
+            struct {
+                const char *src, *dst;
+                int kind;
+                int64_t rows, cols, stack;
+            } parts[] = {{"gate_up_proj", "ffn_gate_exps.weight", 1, b / 2, a, E},
+                         {"gate_up_proj", "ffn_up_exps.weight", 2, b / 2, a, E},
+                         {"down_proj", "ffn_down_exps.weight", 3, b, a, E},
+                         {"gate_up_proj_bias", "ffn_gate_exps.bias", 4, E, a / 2, 0},
+                         {"gate_up_proj_bias", "ffn_up_exps.bias", 5, E, a / 2, 0},
+                         {"down_proj_bias", "ffn_down_exps.bias", 0, 0, 0, 0}};
+            int any = 0;
+            for (size_t j = 0; j < RP_ARRAY_LEN(parts); j++) {
+                if (strcmp(rest, parts[j].src) != 0)
+                    continue;
+                out_t *x = &o[k++];
+                snprintf(x->name, sizeof x->name, "blk.%d.%s", layer, parts[j].dst);
+                x->src = t;
+                any = 1;
+                if (!parts[j].kind)
+                    continue;
+                x->kind = parts[j].kind;
+                x->full = rp_alloc(t->t.n_bytes);
+                rp_tensor_to_f32(&t->t, x->full, (int64_t)(t->t.n_bytes / 4));
+                x->own = *t;
+                x->own.t.n_dims = 2;
+                x->own.t.shape[0] = parts[j].rows;
+                x->own.t.shape[1] = parts[j].cols;
+                x->own.t.shape[2] = 0;
+                x->n_stack = (int)parts[j].stack;
+                x->src = &x->own;
+            }
+            if (any)
+                continue;
+        }
         if (gguf_name(arch, t->name, name, sizeof name, &e)) {
             fprintf(stderr, "gguf_writer: no GGUF name for %s\n", t->name);
             return -1;
@@ -414,7 +475,9 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     for (int i = 0; i < k; i++) {
         const rp_tensor *t = &o[i].src->t;
         rp_dtype sd = RP_DT_F32;
-        if (t->n_dims == 2 && t->shape[1] % rp_dtype_block(dt) == 0)
+        size_t nl = strlen(o[i].name);
+        int weight = nl > 7 && strcmp(o[i].name + nl - 7, ".weight") == 0; /* biases: F32 */
+        if (t->n_dims == 2 && weight && t->shape[1] % rp_dtype_block(dt) == 0)
             sd = dequant_twin ? RP_DT_F32 : dt;
         o[i].dt = sd;
         int64_t rows = t->n_dims == 2 ? t->shape[0] * (o[i].n_stack ? o[i].n_stack : 1) : 0;
@@ -489,6 +552,18 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
                 every = i + 1;
         KU("full_attention_interval", every ? every : 4);
     }
+    if (strcmp(arch, "gpt-oss") == 0) {
+        KU("expert_count", cfg_int(c, "num_local_experts", 0));
+        KU("expert_used_count", cfg_int(c, "num_experts_per_tok", 0));
+        KU("expert_feed_forward_length", cfg_int(c, "intermediate_size", 0));
+    }
+    if (json_is_string(json_object_get(rp, "rope_type")) && strcmp(rope_type, "yarn") == 0) {
+        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+        kv_str(m, key, "yarn"), n_kv++;
+        KF("rope.scaling.factor", json_number_value(json_object_get(rp, "factor")));
+        KU("rope.scaling.original_context_length",
+           (int)json_integer_value(json_object_get(rp, "original_max_position_embeddings")));
+    }
     if (cfg_int(c, "sliding_window", 0) > 0)
         KU("attention.sliding_window", cfg_int(c, "sliding_window", 0));
     if (strcmp(arch, "gemma3") == 0 && opts->gemma_pattern) {
@@ -534,13 +609,18 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
         fputc(0, f);
     for (int i = 0; i < k; i++) {
         const rp_tensor *t = &o[i].src->t;
-        write_tensor(f, &o[i], dequant_twin && t->n_dims == 2 && t->shape[1] % rp_dtype_block(dt) == 0
-                                   ? dt
-                                   : o[i].dt);
+        size_t nl = strlen(o[i].name);
+        int weight = nl > 7 && strcmp(o[i].name + nl - 7, ".weight") == 0;
+        write_tensor(f, &o[i],
+                     dequant_twin && weight && t->n_dims == 2 && t->shape[1] % rp_dtype_block(dt) == 0
+                         ? dt
+                         : o[i].dt);
         for (size_t q = o[i].n_bytes; q % ALIGN; q++)
             fputc(0, f);
     }
     int rc = fclose(f) == 0 ? 0 : -1;
+    for (int i = 0; i < k; i++)
+        rp_free(o[i].full);
     rp_free(o);
     rp_st_close(st);
     json_decref(c);
