@@ -6,7 +6,8 @@
  * (shortconv.* with squeezed kernels, layer types from the per-layer head_count_kv) and phi3
  * (fused attn_qkv / ffn_up, partial rotary from rope.dimension_count), qwen35 (Qwen3.5 dense:
  * ssm_* names, ssm_a = -exp(A_log), 1 + w norms, value heads reordered as the converter does;
- * float types only here, see the last test):
+ * float types only here, see qwen3_5_quantized_out_proj_needs_whole_blocks) and gpt-oss
+ * (ffn_*_exps stacks, attn_sinks, YaRN; also with MXFP4 experts in ggml's layout):
  *   - F32 files: logits within F32_TOL of transformers' and the fixture's greedy continuation
  *     is the argmax at every step (teacher forced);
  *   - F16 / BF16 / Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 files against their dequantized-f32 twin
@@ -15,7 +16,7 @@
  * Llama 3.1's rope_freqs tensor (the llama3 scaling as per-frequency divisors) is applied: the
  * llama3_rope fixture as a GGUF without any rope scaling keys matches transformers.
  * Architectures llama.cpp defines but rapid does not map from GGUF (qwen3next, qwen35moe,
- * gpt-oss) are refused with RP_ERR_UNSUPPORTED naming the architecture.
+ * lfm2moe, ...) are refused with RP_ERR_UNSUPPORTED naming the architecture.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -274,5 +275,34 @@ Test(gguf_families, qwen3_5_file_has_llama_cpp_s_value_head_order)
     rp_st_close(st);
     rp_gguf_close(g);
     unlink(p);
+    fixture_free(&f);
+}
+
+/* gpt-oss as published in GGUF: the experts in MXFP4 (ggml's block layout, written here),
+ * everything else F32, against the same values in F32. */
+Test(gguf_families, gpt_oss_mxfp4_experts_match_dequantized_twin)
+{
+    fixture f;
+    cr_assert(fixture_load("gpt_oss", &f) == 0);
+    char qp[128], tp[128];
+    tmp_path(qp, sizeof qp, "mx");
+    tmp_path(tp, sizeof tp, "mxt");
+    gguf_opts o = {0};
+    cr_assert(gguf_write_ex(f.dir, RP_DT_MXFP4, 0, qp, &o) == 0);
+    cr_assert(gguf_write_ex(f.dir, RP_DT_MXFP4, 1, tp, &o) == 0);
+    long len = (long)f.n_ids * f.vocab;
+    float *t = run(tp, f.ids, f.n_ids, f.vocab, 0), *r = run(qp, f.ids, f.n_ids, f.vocab, 1),
+          *q = run(qp, f.ids, f.n_ids, f.vocab, 0);
+    cr_assert(t && r && q);
+    float scale = max_abs(t, len), dr = max_abs_diff(r, t, len), dq = max_abs_diff(q, t, len);
+    cr_log_info("gpt_oss gguf mxfp4 experts: ref vs twin %.1e, fast vs twin %.4f, vs "
+                "transformers %.3f", dr, dq, max_abs_diff(q, f.logits, len));
+    cr_assert(dr <= SAME_TOL * (scale > 1 ? scale : 1), "reference %g from twin", dr);
+    cr_assert(dq <= 0.4f * scale, "fast %g from twin", dq);
+    rp_free(t);
+    rp_free(r);
+    rp_free(q);
+    unlink(qp);
+    unlink(tp);
     fixture_free(&f);
 }

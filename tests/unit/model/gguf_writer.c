@@ -220,6 +220,38 @@ static void stored_row(const out_t *o, int64_t r, float *row)
     }
 }
 
+/* ggml's MXFP4 for a row of n (n % 32 == 0): per 32 values the E8M0 scale byte s (scale
+ * 2^(s - 127), the smallest with max |x| / scale <= 6), then value j's e2m1 nibble in the low
+ * half of byte j and value j + 16's in the high half. deq (may be NULL) gets the values the
+ * bytes decode to. */
+static void mxfp4_row(const float *x, int64_t n, uint8_t *out, float *deq)
+{
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *v = x + b * 32;
+        uint8_t *blk = out + b * 17;
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+        int e = amax > 0 ? (int)ceilf(log2f(amax / 6.0f)) + 127 : 0;
+        e = e < 0 ? 0 : e > 254 ? 254 : e;
+        float scale = ldexpf(1.0f, e - 127);
+        blk[0] = (uint8_t)e;
+        memset(blk + 1, 0, 16);
+        for (int i = 0; i < 32; i++) {
+            float a = fabsf(v[i]) / scale;
+            int best = 0;
+            for (int k = 1; k < 8; k++)
+                if (fabsf(a - mag[k]) < fabsf(a - mag[best]))
+                    best = k;
+            int nib = best | (v[i] < 0 && best ? 8 : 0);
+            blk[1 + i % 16] |= (uint8_t)(i < 16 ? nib : nib << 4);
+            if (deq)
+                deq[b * 32 + i] = (nib & 8 ? -1.0f : 1.0f) * mag[best] * scale;
+        }
+    }
+}
+
 static int write_tensor(FILE *f, const out_t *o, rp_dtype quant_as)
 {
     const rp_tensor *t = &o->src->t;
@@ -236,7 +268,9 @@ static int write_tensor(FILE *f, const out_t *o, rp_dtype quant_as)
     void *q = rp_alloc(rp_dtype_row_bytes(RP_DT_F32, cols));
     for (int64_t r = 0; r < rows; r++) {
         stored_row(o, r, row);
-        if (quant_as != o->dt && !rp_dtype_is_quant(quant_as)) { /* f16/bf16 twin */
+        if (quant_as == RP_DT_MXFP4 && o->dt != RP_DT_MXFP4) { /* MXFP4 twin */
+            mxfp4_row(row, cols, q, row);
+        } else if (quant_as != o->dt && !rp_dtype_is_quant(quant_as)) { /* f16/bf16 twin */
             for (int64_t c = 0; c < cols; c++)
                 row[c] = quant_as == RP_DT_F16 ? rp_f16_to_f32(rp_f32_to_f16(row[c]))
                                                : rp_bf16_to_f32(rp_f32_to_bf16(row[c]));
@@ -253,6 +287,10 @@ static int write_tensor(FILE *f, const out_t *o, rp_dtype quant_as)
                 uint16_t h = o->dt == RP_DT_F16 ? rp_f32_to_f16(row[c]) : rp_f32_to_bf16(row[c]);
                 fwrite(&h, 2, 1, f);
             }
+            break;
+        case RP_DT_MXFP4:
+            mxfp4_row(row, cols, q, NULL);
+            fwrite(q, 1, rp_dtype_row_bytes(o->dt, cols), f);
             break;
         default:
             rp_quant_row(o->dt, row, cols, q);
@@ -477,6 +515,8 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
         rp_dtype sd = RP_DT_F32;
         size_t nl = strlen(o[i].name);
         int weight = nl > 7 && strcmp(o[i].name + nl - 7, ".weight") == 0; /* biases: F32 */
+        if (dt == RP_DT_MXFP4 && !(o[i].kind >= 1 && o[i].kind <= 3))
+            weight = 0; /* MXFP4: the experts only, as gpt-oss is published */
         if (t->n_dims == 2 && weight && t->shape[1] % rp_dtype_block(dt) == 0)
             sd = dequant_twin ? RP_DT_F32 : dt;
         o[i].dt = sd;
@@ -610,7 +650,8 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     for (int i = 0; i < k; i++) {
         const rp_tensor *t = &o[i].src->t;
         size_t nl = strlen(o[i].name);
-        int weight = nl > 7 && strcmp(o[i].name + nl - 7, ".weight") == 0;
+        int weight = nl > 7 && strcmp(o[i].name + nl - 7, ".weight") == 0 &&
+                     !(dt == RP_DT_MXFP4 && !(o[i].kind >= 1 && o[i].kind <= 3));
         write_tensor(f, &o[i],
                      dequant_twin && weight && t->n_dims == 2 && t->shape[1] % rp_dtype_block(dt) == 0
                          ? dt

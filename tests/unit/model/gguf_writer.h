@@ -11,7 +11,13 @@
  * blk.N.ffn_{gate,up,down}_exps (ne = [in, out, n_expert]) and the router as ffn_gate_inp;
  * Gemma 3 norms stored as 1 + w, its pre-/post-feedforward and post-attention norms as
  * ffn_norm / post_ffw_norm / post_attention_norm; Phi-3's fused attn_qkv and ffn_up (= HF
- * gate_up_proj); a llama3 rope scaling as the rope_freqs tensor (one divisor per frequency).
+ * gate_up_proj); a llama3 rope scaling as the rope_freqs tensor (one divisor per frequency);
+ * LFM2's shortconv.* (kernels squeezed to [C][K], head_count_kv per layer, 0 = conv);
+ * Qwen3.5's ssm_* / attn_qkv / attn_gate with ssm_a = -exp(A_log), 1 + w norms and the value
+ * heads reordered from grouped to tiled, as llama.cpp's converter does; gpt-oss's experts
+ * split, transposed and stacked into ffn_{gate,up,down}_exps (+ .bias), attn_sinks, the
+ * router as ffn_gate_inp, YaRN as rope.scaling.*. With dt = MXFP4 only gpt-oss's expert
+ * stacks are MXFP4 (ggml's block layout), the rest F32. Biases are always F32.
  *
  * 2-D weights are stored as `dt` (F32, F16, BF16 or a GGUF Q type; quantized with
  * backend/quant.c), 1-D tensors as F32. With dequant_twin, every 2-D weight is instead stored
