@@ -614,6 +614,7 @@ static rp_status qwen35_tensor(const vheads *v, const char *name, rp_tensor *t, 
             a[i] = a[i] < 0 ? logf(-a[i]) : -INFINITY;
     }
     t->data = dst;
+    rp_free(*owned); /* an earlier copy (src) is no longer needed */
     *owned = dst;
     return RP_OK;
 }
@@ -747,40 +748,48 @@ rp_status rp_gguf_model_open(const char *path, json_t **config, rp_st **out, rp_
             if (rows % (2 * heads) != 0 || (gt.n_dims == 1 && rp_dtype_is_quant(t.dtype))) {
                 rc = rp_err_set(err, RP_ERR_INVALID, "%s: '%s' has %lld rows for %d heads",
                                 path, gname, (long long)rows, heads);
-                goto fail;
+                goto fail_owned;
             }
             owned = unpermute(t.data, rows, rb, heads);
             if (!owned) {
                 rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-                goto fail;
+                goto fail_owned;
             }
             t.data = owned;
         }
         if (t.dtype == RP_DT_MXFP4) {
-            if (!(owned = mxfp4_from_ggml(t.data, t.n_bytes))) {
+            void *re = mxfp4_from_ggml(t.data, t.n_bytes);
+            if (!re) {
                 rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-                goto fail;
+                goto fail_owned;
             }
-            t.data = owned;
+            rp_free(owned);
+            t.data = owned = re;
         }
         if (strcmp(m.arch, "qwen35") == 0 && (rc = qwen35_tensor(&vh, name, &t, &owned, err))) {
             rc = rp_err_wrap(err, "%s", path);
-            goto fail;
+            goto fail_owned;
         }
         if (is_gemma_norm(m.arch, name)) {
             if (t.dtype != RP_DT_F32 || t.n_dims != 1) {
                 rc = rp_err_set(err, RP_ERR_INVALID, "%s: norm '%s' should be 1-D F32", path,
                                 gname);
-                goto fail;
+                goto fail_owned;
             }
-            if (!(owned = minus_one(&t))) {
+            void *re = minus_one(&t);
+            if (!re) {
                 rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-                goto fail;
+                goto fail_owned;
             }
-            t.data = owned;
+            rp_free(owned);
+            t.data = owned = re;
         }
         if ((rc = rp_st_add(st, name, rp_gguf_model_type_name(gt.type), 1, &t, owned, err)))
-            goto fail;
+            goto fail; /* it freed owned */
+        continue;
+    fail_owned:
+        rp_free(owned);
+        goto fail;
     }
     if ((rc = rp_st_finish(st, err)))
         goto fail;
