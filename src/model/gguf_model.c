@@ -24,7 +24,6 @@
 #include "base/alloc.h"
 #include "base/file.h"
 #include "base/gguf.h"
-#include "base/log.h"
 
 static const struct {
     uint32_t ggml;

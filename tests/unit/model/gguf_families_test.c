@@ -14,7 +14,9 @@
  *     (gguf_writer's dequant_twin): reference kernels within SAME_TOL, fast kernels within the
  *     family's bound of quant_families_test.c (int8 activations on these touchy fixtures).
  * Llama 3.1's rope_freqs tensor (the llama3 scaling as per-frequency divisors) is applied: the
- * llama3_rope fixture as a GGUF without any rope scaling keys matches transformers.
+ * llama3_rope fixture as a GGUF without any rope scaling keys matches transformers. Phi-3's
+ * LongRoPE factor tensors (rope_factors_long / _short) give what the checkpoint's
+ * long_factor / short_factor give.
  * Architectures llama.cpp defines but rapid does not map from GGUF (qwen3next, qwen35moe,
  * lfm2moe, ...) are refused with RP_ERR_UNSUPPORTED naming the architecture.
  */
@@ -304,5 +306,47 @@ Test(gguf_families, gpt_oss_mxfp4_experts_match_dequantized_twin)
     rp_free(q);
     unlink(qp);
     unlink(tp);
+    fixture_free(&f);
+}
+
+/* Phi-3 LongRoPE from rope_factors_long / rope_factors_short and rope.scaling.*: the phi3
+ * fixture given LongRoPE factors (original context 16 < the 28 positions run, so the long
+ * factors apply past it) computes the same from its GGUF as from its checkpoint. */
+Test(gguf_families, phi3_longrope_factors_are_read)
+{
+    fixture f;
+    cr_assert(fixture_load("phi3", &f) == 0);
+    char dir[512];
+    cr_assert(fixture_convert(&f, RP_DT_F32, 0, dir) == 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *c = json_load_file(path, 0, NULL);
+    cr_assert(c);
+    json_t *rp = json_object_get(c, "rope_parameters");
+    json_object_set_new(rp, "rope_type", json_string("longrope"));
+    json_object_set_new(rp, "long_factor", json_pack("[f,f,f,f]", 1.0, 1.5, 2.5, 4.0));
+    json_object_set_new(rp, "short_factor", json_pack("[f,f,f,f]", 1.0, 1.1, 1.2, 1.3));
+    json_object_set_new(c, "original_max_position_embeddings", json_integer(16));
+    cr_assert(json_dump_file(c, path, 0) == 0);
+    json_decref(c);
+    char p[128];
+    tmp_path(p, sizeof p, "lr");
+    cr_assert(gguf_write_from_dir(dir, RP_DT_F32, 0, p) == 0);
+    int32_t ids[64];
+    int n = 0;
+    for (int i = 0; i < f.n_ids; i++)
+        ids[n++] = f.ids[i];
+    for (int i = 0; i < f.n_greedy && n < 64; i++)
+        ids[n++] = f.greedy[i];
+    float *a = run(p, ids, n, f.vocab, 0), *b = run(dir, ids, n, f.vocab, 0);
+    cr_assert(a && b);
+    float d = max_abs_diff(a, b, (long)n * f.vocab);
+    cr_assert(d <= SAME_TOL, "phi3 LongRoPE GGUF differs by %g", d);
+    /* and the factors matter: the fixture without them differs */
+    cr_assert(max_abs_diff(a, f.logits, (long)f.n_ids * f.vocab) > 10 * F32_TOL);
+    rp_free(a);
+    rp_free(b);
+    unlink(p);
+    fixture_remove(dir);
     fixture_free(&f);
 }

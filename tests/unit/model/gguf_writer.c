@@ -398,7 +398,7 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     const char *rope_type = json_string_value(json_object_get(rp, "rope_type"));
     int llama3 = rope_type && strcmp(rope_type, "llama3") == 0;
     int n = rp_st_count(st), k = 0;
-    out_t *o = rp_calloc((size_t)n * 2 + 1, sizeof *o);
+    out_t *o = rp_calloc((size_t)n * 2 + 3, sizeof *o);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const rp_st_tensor *t = rp_st_at(st, i);
@@ -510,6 +510,23 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
         snprintf(o[k].name, sizeof o[k].name, "rope_freqs.weight");
         o[k++].src = &fst;
     }
+    int longrope = rope_type && strcmp(rope_type, "longrope") == 0;
+    float lfac[128], sfac[128];
+    rp_st_tensor lst = fst, sst = fst;
+    if (longrope) { /* Phi-3: the LongRoPE factors as two tensors */
+        for (int i = 0; i < rot / 2 && i < 128; i++) {
+            lfac[i] = (float)json_number_value(json_array_get(json_object_get(rp, "long_factor"), (size_t)i));
+            sfac[i] = (float)json_number_value(json_array_get(json_object_get(rp, "short_factor"), (size_t)i));
+        }
+        lst.name = "rope_factors_long.weight";
+        lst.t.data = lfac;
+        sst.name = "rope_factors_short.weight";
+        sst.t.data = sfac;
+        snprintf(o[k].name, sizeof o[k].name, "%s", lst.name);
+        o[k++].src = &lst;
+        snprintf(o[k].name, sizeof o[k].name, "%s", sst.name);
+        o[k++].src = &sst;
+    }
     for (int i = 0; i < k; i++) {
         const rp_tensor *t = &o[i].src->t;
         rp_dtype sd = RP_DT_F32;
@@ -591,6 +608,13 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
             if (strcmp(json_string_value(json_array_get(lt, (size_t)i)) ?: "", "full_attention") == 0)
                 every = i + 1;
         KU("full_attention_interval", every ? every : 4);
+    }
+    if (longrope) {
+        int orig = cfg_int(c, "original_max_position_embeddings",
+                           (int)json_integer_value(json_object_get(rp, "original_max_position_embeddings")));
+        double scale = (double)cfg_int(c, "max_position_embeddings", 2048) / orig;
+        KU("rope.scaling.original_context_length", orig);
+        KF("rope.scaling.attn_factor", scale <= 1 ? 1.0 : sqrt(1 + log(scale) / log((double)orig)));
     }
     if (strcmp(arch, "gpt-oss") == 0) {
         KU("expert_count", cfg_int(c, "num_local_experts", 0));
