@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/paths.h"
 #include "engine/engine.h"
+#include "model/gguf_model.h"
 #include "model/model.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -73,11 +74,12 @@ static rp_status load(const char *dir, const rp_server_config *cfg, serving *sv,
     return st;
 }
 
-/* MODEL as typed: a model directory, else a catalog alias, user alias or org/name (pulled
- * when RAPID_AUTO_PULL=1 or confirmed on a terminal, see cli/catalog.h). */
+/* MODEL as typed: a model directory or a .gguf file (weights, tokenizer and chat template
+ * all from its metadata), else a catalog alias, user alias or org/name (pulled when
+ * RAPID_AUTO_PULL=1 or confirmed on a terminal, see cli/catalog.h). */
 static rp_status resolve_model(const char *name, char **dir, rp_err *err)
 {
-    if (rp_path_is_dir(name)) {
+    if (rp_path_is_dir(name) || rp_gguf_model_is(name)) {
         *dir = rp_strdup(name);
         return *dir ? RP_OK : rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }

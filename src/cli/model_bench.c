@@ -14,8 +14,10 @@
 #include "model/model.h"
 #include "model/model_impl.h"
 
-/* Bytes a decode step reads: every 2-D weight except the embedding table (one row of it is
- * read; its MLX scales/biases likewise), plus the lm_head when it is the tied embedding. */
+/* Bytes a decode step reads: every weight except the embedding table (one row of it is
+ * read; its MLX scales/biases likewise), plus the lm_head when it is the tied embedding. Of
+ * a mixture of experts only the active ones are read: expert tensors (mlp.experts.*,
+ * mlp.switch_mlp.*) count num_experts_per_tok / num_experts of their bytes. */
 static int is_embedding(const char *name)
 {
     return strcmp(name, "model.embed_tokens.weight") == 0 ||
@@ -23,13 +25,24 @@ static int is_embedding(const char *name)
            strcmp(name, "model.embed_tokens.biases") == 0;
 }
 
+static int is_expert(const char *name)
+{
+    return strstr(name, ".mlp.experts.") != NULL || strstr(name, ".mlp.switch_mlp.") != NULL;
+}
+
 static double decode_bytes(rp_model *m)
 {
+    const rp_model_config *c = &m->cfg;
+    int n_exp = rp_config_int(c, "num_experts", rp_config_int(c, "num_local_experts", 0));
+    int top_k = rp_config_int(c, "num_experts_per_tok", rp_config_int(c, "experts_per_token", 0));
+    double active = n_exp > 0 && top_k > 0 && top_k <= n_exp ? (double)top_k / n_exp : 1.0;
     double total = 0.0, emb = 0.0;
     for (int i = 0; i < rp_st_count(m->st); i++) {
         const rp_st_tensor *t = rp_st_at(m->st, i);
         if (is_embedding(t->name))
             emb += (double)t->t.n_bytes;
+        else if (is_expert(t->name))
+            total += (double)t->t.n_bytes * active;
         else
             total += (double)t->t.n_bytes;
     }

@@ -98,13 +98,30 @@ float *rp_blk_f32(const rp_tensor *t)
 
 rp_tensor rp_blk_rows(const rp_tensor *t, int64_t r0, int64_t rows)
 {
-    RP_ASSERT(t->n_dims == 2 && r0 >= 0 && r0 + rows <= t->shape[0]);
-    size_t rb = rp_dtype_row_bytes(t->dtype, t->shape[1]);
+    RP_ASSERT(t->n_dims == 2 || t->n_dims == 3);
+    int64_t cols = t->shape[t->n_dims - 1],
+            total = t->n_dims == 3 ? t->shape[0] * t->shape[1] : t->shape[0];
+    RP_ASSERT(r0 >= 0 && r0 + rows <= total);
+    size_t rb = rp_dtype_row_bytes(t->dtype, cols);
     rp_tensor v = *t;
+    v.n_dims = 2;
     v.shape[0] = rows;
+    v.shape[1] = cols;
+    v.shape[2] = 0;
     v.data = (const char *)t->data + (size_t)r0 * rb;
     v.n_bytes = (size_t)rows * rb;
+    if (t->scales) { /* MLX: the groups of the rows go along */
+        size_t sb = (size_t)(cols / t->group_size) * (t->scale_dtype == RP_DT_F32 ? 4 : 2);
+        v.scales = (const char *)t->scales + (size_t)r0 * sb;
+        v.biases = (const char *)t->biases + (size_t)r0 * sb;
+    }
     return v;
+}
+
+rp_tensor rp_blk_expert(const rp_tensor *t, int64_t e)
+{
+    RP_ASSERT(t->n_dims == 3 && e >= 0 && e < t->shape[0]);
+    return rp_blk_rows(t, e * t->shape[1], t->shape[1]);
 }
 
 void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim)

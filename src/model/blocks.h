@@ -42,8 +42,11 @@ int64_t rp_blk_numel(const rp_tensor *t);
 float *rp_blk_falloc(size_t n);
 /* A new f32 copy of a whole tensor (small vectors: biases, conv kernels, A_log). */
 float *rp_blk_f32(const rp_tensor *t);
-/* Row r0..r0+rows of a 2-D tensor as a view (fused qkv / gate_up weights). */
+/* Row r0..r0+rows of a 2-D tensor as a 2-D view (fused qkv / gate_up weights); a 3-D stack
+ * [E][R][C] counts as E * R rows. MLX-quantized tensors keep their rows' scales and biases. */
 rp_tensor rp_blk_rows(const rp_tensor *t, int64_t r0, int64_t rows);
+/* Expert e of a 3-D stack [E][R][C] (switch_mlp / fused expert tensors) as a 2-D [R][C] view. */
+rp_tensor rp_blk_expert(const rp_tensor *t, int64_t e);
 
 /* y[t][i] += b[i]; b may be NULL. */
 void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim);

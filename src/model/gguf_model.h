@@ -1,23 +1,24 @@
 /* model/gguf_model.h - GGUF model files as checkpoints: metadata to a config, tensors to the
  * Hugging Face names the recipes bind.
  *
- * Architectures: general.architecture "llama" (Llama, Mistral), "qwen2", "qwen3". The
- * metadata ({arch}.embedding_length, .block_count, .feed_forward_length, .context_length,
- * .attention.head_count[_kv], .attention.key_length, .attention.layer_norm_rms_epsilon,
- * .rope.freq_base, .rope.dimension_count, .rope.scaling.*, tokenizer.ggml.bos/eos_token_id)
- * becomes a config.json object parsed by rp_model_config_parse. Tensor names map
- * token_embd -> model.embed_tokens, blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...,
- * output -> lm_head (absent: tied). ggml dims are reversed (ne[0] is the row length).
+ * Architectures (general.architecture, llama.cpp's names): "llama" (Llama, Mistral), "qwen2",
+ * "qwen3", "qwen3moe", "gemma3", "qwen35" (Qwen3.5 dense), "lfm2", "gpt-oss", "phi3"; any other
+ * is RP_ERR_UNSUPPORTED naming it. The metadata ({arch}.embedding_length, .block_count,
+ * .feed_forward_length, .context_length, .attention.head_count[_kv], .attention.key_length,
+ * .attention.layer_norm_rms_epsilon, .rope.freq_base, .rope.dimension_count, .rope.scaling.*,
+ * the families' expert_*, ssm.*, shortconv.*, full_attention_interval, sliding_window keys,
+ * tokenizer.ggml.bos/eos_token_id) becomes a config.json object parsed by
+ * rp_model_config_parse. Tensor names map token_embd -> model.embed_tokens,
+ * blk.N.attn_q -> model.layers.N.self_attn.q_proj, ..., output -> lm_head (absent: tied),
+ * per architecture where the HF names differ. ggml dims are reversed (ne[0] is the row).
  *
- * llama.cpp's converter permutes the rows of Q and K (and their biases) of "llama" models so
- * its interleaved RoPE matches HF's rotate-half: within each head, HF row a * hd/2 + i is
- * stored at 2i + a. Those rows are copied back into HF order at load (heap, owned by the st);
- * every other tensor is a view into the mmap'd file.
+ * What llama.cpp's converter changed is undone at load into heap copies owned by the st
+ * (every other tensor is a view into the mmap'd file): the Q/K row permutation of "llama"
+ * (its interleaved RoPE; within each head HF row a * hd/2 + i is stored at 2i + a), the
+ * 1 + w norm weights of gemma3 and qwen35, qwen35's -exp(A_log) and value-head order, MXFP4's
+ * nibble order. rope_freqs.weight (Llama 3.1+) becomes rope_parameters.freq_factors.
  *
- * Not yet: the rope_freqs.weight tensor of Llama 3.1+ files (RoPE frequency factors) is
- * ignored with a warning.
- *
- * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; any other is
+ * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4; any other is
  * RP_ERR_UNSUPPORTED naming the tensor and the type.
  *
  * Ownership: *st owns the GGUF mapping (closed by rp_st_close); *config is a new reference.

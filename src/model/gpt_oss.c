@@ -16,6 +16,8 @@
  * [16], two FP4 values a byte, low nibble first) and *_scales (U8 [E][out][in/32], E8M0),
  * out-major with gate_up's rows interleaved. Those are repacked at load into RP_DT_MXFP4 rows
  * (scale byte + 16 block bytes, 4.25 bits a weight), gate and up rows separated.
+ * Experts already split into out-major stacks (mlp.experts.{gate,up,down}_proj.weight, as a
+ * GGUF file's ffn_*_exps are mapped) are used in place, in whatever dtype they come.
  */
 #include <math.h>
 #include <string.h>
@@ -163,12 +165,52 @@ static rp_status bind_mxfp4_experts(rp_model *m, gptoss *s, int i, layer *L, rp_
     return RP_OK;
 }
 
+/* Experts already split and out-major, one stack per projection (a GGUF file's
+ * ffn_{gate,up,down}_exps, or mlx_lm's layout): mlp.experts.{gate,up}_proj.weight [E][I][D],
+ * down_proj.weight [E][D][I], any matmul dtype, with biases [E][I] / [E][D]; viewed, not
+ * copied. *found = 0 when the checkpoint has no such stacks. */
+static rp_status bind_split_experts(rp_model *m, gptoss *s, int i, layer *L, int *found,
+                                    rp_err *err)
+{
+    const char *p = rp_blk_prefix(m);
+    int64_t E = s->n_exp, I = s->I, D = m->cfg.dim;
+    const rp_tensor *g, *u, *d;
+    rp_status rc;
+    *found = 0;
+    if ((rc = rp_blk_tensor_nd(m, err, &g, 1, 3, (int64_t[]){E, I, D},
+                               "%slayers.%d.mlp.experts.gate_proj.weight", p, i)) ||
+        !g)
+        return rc;
+    *found = 1;
+    if ((rc = rp_blk_tensor_nd(m, err, &u, 0, 3, (int64_t[]){E, I, D},
+                               "%slayers.%d.mlp.experts.up_proj.weight", p, i)) ||
+        (rc = rp_blk_tensor_nd(m, err, &d, 0, 3, (int64_t[]){E, D, I},
+                               "%slayers.%d.mlp.experts.down_proj.weight", p, i)) ||
+        (rc = f32_of(m, err, &L->gate_b, E, I, "%slayers.%d.mlp.experts.gate_proj.bias", p, i)) ||
+        (rc = f32_of(m, err, &L->up_b, E, I, "%slayers.%d.mlp.experts.up_proj.bias", p, i)) ||
+        (rc = f32_of(m, err, &L->down_b, E, D, "%slayers.%d.mlp.experts.down_proj.bias", p, i)))
+        return rc;
+    L->gate = rp_calloc((size_t)E, sizeof(rp_tensor));
+    L->up = rp_calloc((size_t)E, sizeof(rp_tensor));
+    L->down = rp_calloc((size_t)E, sizeof(rp_tensor));
+    if (!L->gate || !L->up || !L->down) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (int64_t e = 0; e < E; e++) {
+        L->gate[e] = rp_blk_expert(g, e);
+        L->up[e] = rp_blk_expert(u, e);
+        L->down[e] = rp_blk_expert(d, e);
+    }
+    return RP_OK;
+}
+
 static rp_status bind_experts(rp_model *m, gptoss *s, int i, layer *L, rp_err *err)
 {
     const char *p = rp_blk_prefix(m);
     int E = s->n_exp, I = s->I, D = m->cfg.dim;
     const rp_tensor *gu, *dn, *gub;
     rp_status rc;
+    int split;
+    if ((rc = bind_split_experts(m, s, i, L, &split, err)) || split)
+        return rc;
     if ((rc = rp_blk_tensor(m, err, &gub, 0, E, 2 * I, "%slayers.%d.mlp.experts.gate_up_proj_bias",
                             p, i)) ||
         (rc = f32_of(m, err, &L->down_b, E, D, "%slayers.%d.mlp.experts.down_proj_bias", p, i)))

@@ -47,19 +47,25 @@ static rp_status bind_one(rp_st *st, rp_st_tensor *w, json_t *q, rp_err *err)
     if (gs != 32 && gs != 64 && gs != 128)
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "'%s': group size %d is not 32, 64 or 128",
                           w->name, gs);
-    if (w->t.n_dims != 2 || s->t.n_dims != 2 || b->t.n_dims != 2)
-        return rp_err_set(err, RP_ERR_INVALID, "quantized weight '%s' must be 2-D", w->name);
-    int64_t rows = w->t.shape[0], cols = w->t.shape[1] * 32 / bits;
-    if (s->t.shape[0] != rows || b->t.shape[0] != rows || s->t.shape[1] * gs != cols ||
-        b->t.shape[1] != s->t.shape[1])
+    int nd = w->t.n_dims;
+    if ((nd != 2 && nd != 3) || s->t.n_dims != nd || b->t.n_dims != nd)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "quantized weight '%s' must be 2-D (or a 3-D expert stack) like its "
+                          "scales and biases",
+                          w->name);
+    int64_t lead = nd == 3 ? w->t.shape[0] : 1, rows = w->t.shape[nd - 2],
+            cols = w->t.shape[nd - 1] * 32 / bits;
+    int same_lead = nd == 2 || (s->t.shape[0] == lead && b->t.shape[0] == lead);
+    if (!same_lead || s->t.shape[nd - 2] != rows || b->t.shape[nd - 2] != rows ||
+        s->t.shape[nd - 1] * gs != cols || b->t.shape[nd - 1] != s->t.shape[nd - 1])
         return rp_err_set(err, RP_ERR_INVALID,
                           "'%s' is [%lld, %lld] packed (%d-bit: %lld columns) but '%s' is "
                           "[%lld, %lld] (group size %d)",
-                          w->name, (long long)rows, (long long)w->t.shape[1], bits,
-                          (long long)cols, sname, (long long)s->t.shape[0],
-                          (long long)s->t.shape[1], gs);
+                          w->name, (long long)rows, (long long)w->t.shape[nd - 1], bits,
+                          (long long)cols, sname, (long long)s->t.shape[nd - 2],
+                          (long long)s->t.shape[nd - 1], gs);
     w->t.dtype = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8;
-    w->t.shape[1] = cols;
+    w->t.shape[nd - 1] = cols; /* a 3-D stack: [experts][rows][cols], groups per row */
     w->t.scales = s->t.data;
     w->t.biases = b->t.data;
     w->t.scale_dtype = s->t.dtype;

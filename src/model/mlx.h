@@ -8,7 +8,9 @@
  *
  * rp_mlx_bind turns every such weight in an open checkpoint into one RP_DT_MLX4/8 tensor of
  * logical shape [rows][cols] (its scales/biases entries are marked consumed: known = 0), so
- * the recipes bind quantized and float checkpoints through the same names.
+ * the recipes bind quantized and float checkpoints through the same names. Stacked experts
+ * (switch_mlp.*.weight U32 [E][rows][cols * B / 32] with scales [E][rows][cols / G]) become
+ * one 3-D tensor [E][rows][cols]; rp_blk_expert views one expert.
  *
  * Ownership: the tensors stay views into the checkpoint's maps.
  * Errors:    RP_ERR_INVALID (scales/biases missing or with shapes that do not match the

@@ -56,6 +56,8 @@ rp_status rp_quantize_write_st(const char *path, const rp_st_out *ts, int n, rp_
 
 typedef struct plan {
     const rp_st_tensor *src;
+    const rp_st_tensor **stack; /* n_stack per-expert sources of one switch_mlp stack, or NULL */
+    int n_stack;
     int part; /* 0: copy, 1: packed weight, 2: scales, 3: biases */
     char name[300];
 } plan;
@@ -92,32 +94,91 @@ static int write_part(void *vctx, int i, FILE *fp)
     qctx *c = vctx;
     const plan *p = &c->p[i];
     const rp_tensor *t = &p->src->t;
-    if (p->part == 0)
-        return fwrite(t->data, 1, t->n_bytes, fp) == t->n_bytes ? 0 : -1;
+    int n_src = p->stack ? p->n_stack : 1;
+    if (p->part == 0) {
+        for (int e = 0; e < n_src; e++) {
+            const rp_tensor *x = p->stack ? &p->stack[e]->t : t;
+            if (fwrite(x->data, 1, x->n_bytes, fp) != x->n_bytes)
+                return -1;
+        }
+        return 0;
+    }
     int64_t rows = t->shape[0], cols = t->shape[1], ng = cols / c->gs;
-    if (p->part == 2 || p->part == 3)
-        return write_scales(fp, p->part == 2 ? c->scales : c->biases, (size_t)(rows * ng),
-                            t->dtype);
-    if ((size_t)(rows * ng) > c->cap) {
+    size_t n_groups = (size_t)(rows * ng) * (size_t)n_src;
+    if (p->part == 2 || p->part == 3) /* of the weight written just before */
+        return write_scales(fp, p->part == 2 ? c->scales : c->biases, n_groups, t->dtype);
+    if (n_groups > c->cap) {
         rp_free(c->scales);
         rp_free(c->biases);
-        c->cap = (size_t)(rows * ng);
+        c->cap = n_groups;
         c->scales = rp_alloc(c->cap * sizeof(float));
         c->biases = rp_alloc(c->cap * sizeof(float));
     }
     float *row = rp_alloc(sizeof(float) * (size_t)cols);
     uint32_t *q = rp_alloc((size_t)cols * (size_t)c->bits / 8);
     int rc = row && q && c->scales && c->biases ? 0 : -1;
-    for (int64_t r = 0; r < rows && rc == 0; r++) {
-        rp_tensor_row_f32(t, r, row);
-        rp_quant_mlx_row(c->bits, c->gs, row, cols, q, c->scales + r * ng, c->biases + r * ng,
-                         t->dtype == RP_DT_BF16);
-        if (fwrite(q, 1, (size_t)cols * (size_t)c->bits / 8, fp) != (size_t)cols * c->bits / 8)
-            rc = -1;
+    for (int e = 0; e < n_src && rc == 0; e++) {
+        const rp_tensor *x = p->stack ? &p->stack[e]->t : t;
+        for (int64_t r = 0; r < rows && rc == 0; r++) {
+            size_t g = ((size_t)e * (size_t)rows + (size_t)r) * (size_t)ng;
+            rp_tensor_row_f32(x, r, row);
+            rp_quant_mlx_row(c->bits, c->gs, row, cols, q, c->scales + g, c->biases + g,
+                             x->dtype == RP_DT_BF16);
+            if (fwrite(q, 1, (size_t)cols * (size_t)c->bits / 8, fp) !=
+                (size_t)cols * c->bits / 8)
+                rc = -1;
+        }
     }
     rp_free(row);
     rp_free(q);
     return rc;
+}
+
+/* A per-expert tensor "<pre>.mlp.experts.<e>.<post>": *e and the offset of <post>; 0 if not. */
+static int expert_name(const char *name, int *e, size_t *pre_len, size_t *post_off)
+{
+    const char *at = strstr(name, ".mlp.experts.");
+    int len = 0;
+    if (!at || sscanf(at + 13, "%d.%n", e, &len) != 1 || !len)
+        return 0;
+    *pre_len = (size_t)(at - name);
+    *post_off = (size_t)(at + 13 - name) + (size_t)len;
+    return 1;
+}
+
+/* Expert 0 of a set stacks all of them (as mlx_lm's sanitize does for the MoE families):
+ * experts 0.. while present with the same dtype and shape. Returns the count (0: not a
+ * stack, the tensor stays alone), filling stack (caller frees). */
+static int expert_stack(const rp_st *st, const rp_st_tensor *t, const rp_st_tensor ***stack)
+{
+    int e;
+    size_t pre, post;
+    *stack = NULL;
+    if (t->t.n_dims != 2 || !expert_name(t->name, &e, &pre, &post) || e != 0)
+        return 0;
+    int n = 0, cap = 0;
+    const rp_st_tensor **v = NULL;
+    for (;; n++) {
+        char name[300];
+        snprintf(name, sizeof name, "%.*s.mlp.experts.%d.%s", (int)pre, t->name, n,
+                 t->name + post);
+        const rp_st_tensor *x = rp_st_find(st, name);
+        if (!x || x->t.dtype != t->t.dtype || x->t.n_dims != 2 ||
+            x->t.shape[0] != t->t.shape[0] || x->t.shape[1] != t->t.shape[1])
+            break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            const rp_st_tensor **nv = rp_realloc(v, sizeof *v * (size_t)cap);
+            if (!nv) {
+                rp_free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[n] = x;
+    }
+    *stack = v;
+    return n;
 }
 
 static int quantizable(const rp_st_tensor *t, int gs)
@@ -191,31 +252,60 @@ rp_status rp_quantize_dir(const char *src, const char *dst, int bits, int group_
     }
     for (int i = 0; i < n; i++) {
         const rp_st_tensor *t = rp_st_at(st, i);
+        const rp_st_tensor **stack = NULL;
+        int n_stack = expert_stack(st, t, &stack), e = 0;
+        size_t pre = 0, post = 0;
+        if (n_stack < 0) {
+            rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        if (!n_stack && t->t.n_dims == 2 && expert_name(t->name, &e, &pre, &post)) {
+            char first[300]; /* expert e > 0 of a stack: written with expert 0 */
+            snprintf(first, sizeof first, "%.*s.mlp.experts.0.%s", (int)pre, t->name,
+                     t->name + post);
+            const rp_st_tensor **s0;
+            int n0 = rp_st_find(st, first) ? expert_stack(st, rp_st_find(st, first), &s0) : 0;
+            if (n0 > 0)
+                rp_free(s0);
+            if (n0 > e)
+                continue;
+        }
+        char name[300]; /* the output's name: switch_mlp for a stack */
+        if (n_stack && expert_name(t->name, &e, &pre, &post))
+            snprintf(name, sizeof name, "%.*s.mlp.switch_mlp.%s", (int)pre, t->name,
+                     t->name + post);
+        else
+            snprintf(name, sizeof name, "%s", t->name);
+        int sd = n_stack ? 1 : 0; /* a stack's outputs have a leading expert dimension */
         if (!quantizable(t, group_size)) {
-            p[k] = (plan){.src = t, .part = 0};
-            snprintf(p[k].name, sizeof p[k].name, "%s", t->name);
-            outs[k] = (rp_st_out){.name = p[k].name, .dtype = t->dtype, .n_dims = t->t.n_dims,
-                                  .n_bytes = t->t.n_bytes};
-            memcpy(outs[k].shape, t->t.shape, sizeof outs[k].shape);
+            p[k] = (plan){.src = t, .stack = stack, .n_stack = n_stack, .part = 0};
+            snprintf(p[k].name, sizeof p[k].name, "%s", name);
+            outs[k] = (rp_st_out){.name = p[k].name, .dtype = t->dtype,
+                                  .n_dims = t->t.n_dims + sd,
+                                  .n_bytes = t->t.n_bytes * (size_t)(n_stack ? n_stack : 1)};
+            outs[k].shape[0] = n_stack;
+            memcpy(outs[k].shape + sd, t->t.shape, sizeof(int64_t) * (size_t)t->t.n_dims);
             k++;
             continue;
         }
-        int64_t rows = t->t.shape[0], cols = t->t.shape[1];
-        size_t base = strlen(t->name) - 7, es = t->t.dtype == RP_DT_F32 ? 4 : 2;
+        int64_t rows = t->t.shape[0], cols = t->t.shape[1], ns = n_stack ? n_stack : 1;
+        size_t base = strlen(name) - 7, es = t->t.dtype == RP_DT_F32 ? 4 : 2;
         static const char *const suffix[] = {"weight", "scales", "biases"};
         for (int part = 1; part <= 3; part++, k++) {
-            p[k] = (plan){.src = t, .part = part};
-            snprintf(p[k].name, sizeof p[k].name, "%.*s.%s", (int)base, t->name,
-                     suffix[part - 1]);
-            outs[k] = (rp_st_out){.name = p[k].name, .n_dims = 2, .shape = {rows, 0}};
+            /* the stack's list is owned by its first plan entry */
+            p[k] = (plan){.src = t, .stack = stack, .n_stack = n_stack, .part = part};
+            snprintf(p[k].name, sizeof p[k].name, "%.*s.%s", (int)base, name, suffix[part - 1]);
+            outs[k] = (rp_st_out){.name = p[k].name, .n_dims = 2 + sd, .shape = {ns, rows, 0}};
+            int64_t c1 = part == 1 ? cols * bits / 32 : cols / group_size;
+            outs[k].shape[0] = n_stack ? ns : rows;
+            outs[k].shape[1] = n_stack ? rows : c1;
+            outs[k].shape[2] = n_stack ? c1 : 0;
             if (part == 1) {
                 outs[k].dtype = "U32";
-                outs[k].shape[1] = cols * bits / 32;
-                outs[k].n_bytes = (size_t)(rows * cols * bits / 8);
+                outs[k].n_bytes = (size_t)(ns * rows * cols * bits / 8);
             } else {
                 outs[k].dtype = float_name(t->t.dtype);
-                outs[k].shape[1] = cols / group_size;
-                outs[k].n_bytes = (size_t)(rows * (cols / group_size)) * es;
+                outs[k].n_bytes = (size_t)(ns * rows * (cols / group_size)) * es;
             }
         }
     }
@@ -244,6 +334,9 @@ rp_status rp_quantize_dir(const char *src, const char *dst, int bits, int group_
 out:
     rp_free(c.scales);
     rp_free(c.biases);
+    for (int i = 0; p && outs && i < 3 * rp_st_count(st); i++)
+        if (p[i].stack && (i == 0 || p[i - 1].stack != p[i].stack))
+            rp_free((void *)p[i].stack);
     rp_free(p);
     rp_free(outs);
     rp_st_close(st);

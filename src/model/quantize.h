@@ -6,7 +6,10 @@
  * layers, the embedding and lm_head) as MLX affine `bits`-bit (U32 weight + scales + biases
  * in the source's float dtype), everything else copied; config.json gains "quantization" and
  * "quantization_config" {"group_size", "bits"}; every other file of the directory (tokenizer,
- * generation config, ...) is copied. This is the layout mlx_lm.convert -q writes.
+ * generation config, ...) is copied. Per-expert MoE weights "<p>.mlp.experts.<e>.<q>" (Qwen3-MoE,
+ * Qwen3.5-MoE) are stacked into "<p>.mlp.switch_mlp.<q>" [E][rows][cols] first, as mlx_lm's
+ * sanitize does; 3-D expert stacks in transformers' layout (gpt-oss) are copied unquantized.
+ * This is the layout mlx_lm.convert -q writes.
  *
  * Ownership: nothing kept. Threading: single-threaded, any thread.
  * Errors:    what opening the source names; RP_ERR_INVALID (bits not 4/8, bad group size),

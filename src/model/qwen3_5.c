@@ -9,7 +9,8 @@
  * logits, top num_experts_per_tok renormalised when norm_topk_prob, sum of weight * SwiGLU
  * expert, plus a shared SwiGLU expert scaled by sigmoid(shared_expert_gate h). Experts are
  * read per expert (experts.E.gate_proj...) or fused (experts.gate_up_proj [E][2I][D] with gate
- * rows first, experts.down_proj [E][D][I]) as row views, never copied.
+ * rows first, experts.down_proj [E][D][I]) or stacked as mlx_lm writes them
+ * (mlp.switch_mlp.{gate,up,down}_proj.weight [E][out][in]), as row views, never copied.
  *
  * Full attention: q_proj gives per head [q | gate] (2 * head_dim; just q when
  * attn_output_gate is false); q and k get a (1 + w) per-head norm, partial rotary
@@ -96,21 +97,24 @@ static rp_status bind_moe(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err)
         if ((rc = rp_blk_tensor_nd(m, err, &dn, 0, 3, (int64_t[]){E, D, I},
                                    "%slayers.%d.mlp.experts.down_proj", p, i)))
             return rc;
-        size_t gb = (size_t)rp_dtype_row_bytes(gu->dtype, D), db = rp_dtype_row_bytes(dn->dtype, I);
         for (int64_t e = 0; e < E; e++) {
-            const char *g0 = (const char *)gu->data + (size_t)(e * 2 * I) * gb;
-            L->ex_gate[e] = (rp_tensor){.dtype = gu->dtype,
-                                        .n_dims = 2,
-                                        .shape = {I, D},
-                                        .data = g0,
-                                        .n_bytes = (size_t)I * gb};
-            L->ex_up[e] = L->ex_gate[e];
-            L->ex_up[e].data = g0 + (size_t)I * gb;
-            L->ex_down[e] = (rp_tensor){.dtype = dn->dtype,
-                                        .n_dims = 2,
-                                        .shape = {D, I},
-                                        .data = (const char *)dn->data + (size_t)(e * D) * db,
-                                        .n_bytes = (size_t)D * db};
+            L->ex_gate[e] = rp_blk_rows(gu, e * 2 * I, I);
+            L->ex_up[e] = rp_blk_rows(gu, e * 2 * I + I, I);
+            L->ex_down[e] = rp_blk_expert(dn, e);
+        }
+    } else if ((rc = rp_blk_tensor_nd(m, err, &gu, 1, 3, (int64_t[]){E, I, D},
+                                      "%slayers.%d.mlp.switch_mlp.gate_proj.weight", p, i)) ||
+               gu) {
+        const rp_tensor *up;
+        if (rc || (rc = rp_blk_tensor_nd(m, err, &up, 0, 3, (int64_t[]){E, I, D},
+                                         "%slayers.%d.mlp.switch_mlp.up_proj.weight", p, i)) ||
+            (rc = rp_blk_tensor_nd(m, err, &dn, 0, 3, (int64_t[]){E, D, I},
+                                   "%slayers.%d.mlp.switch_mlp.down_proj.weight", p, i)))
+            return rc;
+        for (int64_t e = 0; e < E; e++) { /* MLX layout: one stack per projection */
+            L->ex_gate[e] = rp_blk_expert(gu, e);
+            L->ex_up[e] = rp_blk_expert(up, e);
+            L->ex_down[e] = rp_blk_expert(dn, e);
         }
     } else {
         for (int e = 0; e < E; e++) {

@@ -8,7 +8,9 @@
  *
  * Expert dispatch groups the chunk's tokens by expert: each expert gathers its tokens and runs
  * three matmuls over them, so in prefill an expert's weights are read once per chunk and in
- * decode only the k selected experts are read.
+ * decode only the k selected experts are read. Experts are per-expert tensors
+ * (mlp.experts.E.gate_proj.weight, transformers) or stacks [E][out][in]
+ * (mlp.switch_mlp.gate_proj.weight, what mlx_lm writes), viewed per expert.
  */
 #include <math.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 
 typedef struct expert {
     const rp_tensor *gate, *up, *down;
+    rp_tensor view[3]; /* stacked experts: this expert's slices of gate, up, down */
 } expert;
 
 typedef struct layer {
@@ -76,6 +79,27 @@ static rp_status bind_layer(rp_model *m, qmoe *s, int i, layer *L, rp_err *err)
     L->experts = rp_calloc((size_t)s->n_exp, sizeof(expert));
     if (!L->experts) return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     int64_t f = s->moe_ffn;
+    const rp_tensor *sg, *su, *sd; /* MLX layout: experts stacked in switch_mlp */
+    if ((rc = rp_blk_tensor_nd(m, err, &sg, 1, 3, (int64_t[]){s->n_exp, f, dim},
+                               "%slayers.%d.mlp.switch_mlp.gate_proj.weight", p, i)))
+        return rc;
+    if (sg) {
+        if ((rc = rp_blk_tensor_nd(m, err, &su, 0, 3, (int64_t[]){s->n_exp, f, dim},
+                                   "%slayers.%d.mlp.switch_mlp.up_proj.weight", p, i)) ||
+            (rc = rp_blk_tensor_nd(m, err, &sd, 0, 3, (int64_t[]){s->n_exp, dim, f},
+                                   "%slayers.%d.mlp.switch_mlp.down_proj.weight", p, i)))
+            return rc;
+        for (int e = 0; e < s->n_exp; e++) {
+            expert *E = &L->experts[e];
+            E->view[0] = rp_blk_expert(sg, e);
+            E->view[1] = rp_blk_expert(su, e);
+            E->view[2] = rp_blk_expert(sd, e);
+            E->gate = &E->view[0];
+            E->up = &E->view[1];
+            E->down = &E->view[2];
+        }
+        return RP_OK;
+    }
     for (int e = 0; e < s->n_exp; e++) {
         expert *E = &L->experts[e];
         if ((rc = rp_blk_tensor(m, err, &E->gate, 0, f, dim,

@@ -114,6 +114,31 @@ static rp_status read_factor_list(const rp_model_config *cfg, const char *key, f
     return RP_OK;
 }
 
+/* rope_parameters.freq_factors (what a GGUF's rope_freqs tensor holds, Llama 3.1+): one
+ * divisor per frequency, applied to the static frequencies. */
+static rp_status apply_freq_factors(rp_rope *r, const rp_model_config *cfg, rp_err *err)
+{
+    json_t *p = json_object_get(cfg->json, "rope_parameters");
+    json_t *a = json_is_object(p) ? json_object_get(p, "freq_factors") : NULL;
+    if (!a)
+        return RP_OK;
+    int n = r->rot_dim / 2;
+    if (!json_is_array(a) || (int)json_array_size(a) != n || r->dynamic) {
+        rp_rope_deinit(r);
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "rope freq_factors: %d numbers needed for a static rope type", n);
+    }
+    for (int i = 0; i < n; i++) {
+        double f = json_number_value(json_array_get(a, (size_t)i));
+        if (!(f > 0)) {
+            rp_rope_deinit(r);
+            return rp_err_set(err, RP_ERR_INVALID, "rope freq_factors[%d] is %g", i, f);
+        }
+        r->inv_freq[i] = (float)(r->inv_freq[i] / f);
+    }
+    return RP_OK;
+}
+
 rp_status rp_rope_init(rp_rope *r, const rp_model_config *cfg, int head_dim, rp_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -159,7 +184,7 @@ rp_status rp_rope_init(rp_rope *r, const rp_model_config *cfg, int head_dim, rp_
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "config.json: rope type '%s' is not supported",
                           t);
     }
-    return RP_OK;
+    return apply_freq_factors(r, cfg, err);
 }
 
 void rp_rope_update(rp_rope *r, int seq_len)
