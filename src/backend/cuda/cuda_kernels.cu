@@ -25,6 +25,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,13 +66,17 @@ extern "C" {
 /* RAPID_CUDA_PROFILE=1: every launcher waits for the GPU before and after its work and adds
  * the wall time to its kind; the table goes to stderr when the context is freed. Slows the
  * run (a synchronisation per op): for finding where the time goes, not for timing. */
-enum { P_MATVEC, P_GEMM, P_NORM, P_ROPE, P_ATTN, P_KV, P_ELEM, P_EMBED, P_GATHER, P_TOHOST,
-       P_STEP, P_COUNT };
-static const char *const g_prof_names[P_COUNT] = {"matvec",  "gemm",   "rmsnorm", "rope",
-                                                  "attention", "kv_store", "elementwise",
-                                                  "embed",   "gather", "to_host", "step"};
+enum { P_MATVEC, P_GEMM, P_TCGEMM, P_NORM, P_ROPE, P_ATTN, P_KV, P_ELEM, P_EMBED, P_GATHER,
+       P_TOHOST, P_STEP, P_SAMPLE, P_COUNT };
+static const char *const g_prof_names[P_COUNT] = {
+    "matvec", "gemm (cuBLASLt)", "gemm (tensor-core skinny)", "rmsnorm", "rope", "attention",
+    "kv_store", "elementwise", "embed", "gather", "to_host", "step", "argmax"};
 
-enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 128, ACH = 128, MV_WARPS = 8 };
+enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 512, ACH = 128, MV_WARPS = 8,
+       EV_CAP = 8192 };
+/* the tensor-core skinny GEMM (see its section) */
+enum { TC_WARPS = 4, TC_MT = 2, TC_ROWS = TC_WARPS * TC_MT * 16, TC_U = 2, TC_MAXN = 64,
+       TC_CNT = 8192 };
 
 typedef struct algo_entry {
     int dtype, n;
@@ -112,6 +117,13 @@ struct rp_cuda_ctx {
     uint64_t g_clock;
     long g_hits, g_builds;
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4 or 8 */
+    unsigned *tc_cnt; /* the skinny GEMM's split counters (TC_CNT, zero between launches) */
+    float *tc_part;   /* its split partials */
+    size_t tc_part_bytes;
+    int32_t *ids_host, *ids_dev; /* argmax results */
+    int ids_cap;
+    cudaEvent_t *ev; /* RAPID_CUDA_PROFILE=2: event pairs around each op, summed at syncs */
+    int *ev_kind, n_ev;
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
     char name[160];
@@ -124,20 +136,45 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* RAPID_CUDA_PROFILE=2: no synchronisation; an event pair on the stream around each op, the
+ * elapsed GPU times summed whenever the pool fills and at the end (what the GPU spent per op
+ * kind, launch gaps excluded). */
+static void ev_flush(rp_cuda_ctx *c)
+{
+    if (!c->n_ev)
+        return;
+    CK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < c->n_ev; i++) {
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, c->ev[2 * i], c->ev[2 * i + 1]));
+        c->prof_s[c->ev_kind[i]] += ms * 1e-3;
+        c->prof_n[c->ev_kind[i]]++;
+    }
+    c->n_ev = 0;
+}
+
 struct prof_scope {
     rp_cuda_ctx *c;
-    int kind;
+    int kind, slot;
     double t0;
-    prof_scope(rp_cuda_ctx *ctx, int k) : c(ctx), kind(k), t0(0)
+    prof_scope(rp_cuda_ctx *ctx, int k) : c(ctx), kind(k), slot(-1), t0(0)
     {
-        if (c->prof) {
+        if (c->prof == 2) {
+            if (c->n_ev == EV_CAP)
+                ev_flush(c);
+            slot = c->n_ev++;
+            c->ev_kind[slot] = k;
+            CK(cudaEventRecord(c->ev[2 * slot], c->stream));
+        } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             t0 = now_s();
         }
     }
     ~prof_scope()
     {
-        if (c->prof) {
+        if (c->prof == 2) {
+            CK(cudaEventRecord(c->ev[2 * slot + 1], c->stream));
+        } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             c->prof_s[kind] += now_s() - t0;
             c->prof_n[kind]++;
@@ -307,9 +344,27 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     c->sms = p.multiProcessorCount;
     const char *pe = getenv("RAPID_CUDA_PROFILE");
-    c->prof = pe && *pe && strcmp(pe, "0") != 0;
+    c->prof = pe && *pe && strcmp(pe, "0") != 0 ? (strcmp(pe, "2") == 0 ? 2 : 1) : 0;
+    if (c->prof == 2) {
+        c->ev = (cudaEvent_t *)rp_calloc(2 * EV_CAP, sizeof(cudaEvent_t));
+        c->ev_kind = (int *)rp_calloc(EV_CAP, sizeof(int));
+        if (!c->ev || !c->ev_kind) {
+            snprintf(err, err_len, "out of memory");
+            rp_cuda_ctx_free(c);
+            return NULL;
+        }
+        for (int i = 0; i < 2 * EV_CAP; i++)
+            CK(cudaEventCreate(&c->ev[i]));
+    }
+    if (cudaMalloc((void **)&c->tc_cnt, sizeof(unsigned) * TC_CNT) != cudaSuccess ||
+        cudaMemset(c->tc_cnt, 0, sizeof(unsigned) * TC_CNT) != cudaSuccess) {
+        snprintf(err, err_len, "CUDA GPU %d: no memory for the GEMM counters", device);
+        rp_cuda_ctx_free(c);
+        return NULL;
+    }
+    /* decode steps as CUDA graphs: on unless RAPID_CUDA_GRAPH=0 (or profiling) */
     const char *ge = getenv("RAPID_CUDA_GRAPH");
-    c->graphs = ge && strcmp(ge, "1") == 0 && !c->prof;
+    c->graphs = !(ge && strcmp(ge, "0") == 0) && !c->prof;
     if (c->graphs) {
         c->log = (rec_op *)rp_alloc_aligned(sizeof(rec_op) * LOG_CAP, RP_TAG_MODEL);
         c->gcache = (graph_entry *)rp_calloc(G_CACHE, sizeof(graph_entry));
@@ -344,17 +399,29 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
             cudaGraphExecDestroy(c->gcache[i].exec);
     rp_free(c->gcache);
     rp_free_aligned(c->log);
+    if (c->prof == 2)
+        ev_flush(c);
     if (c->prof) {
         double tot = 0;
         for (int k = 0; k < P_COUNT; k++)
             tot += c->prof_s[k];
-        fprintf(stderr, "cuda profile (synchronised per op): %.3f s in ops\n", tot);
+        fprintf(stderr, "cuda profile (%s): %.3f s in ops\n",
+                c->prof == 2 ? "GPU time per op, events" : "synchronised per op", tot);
         for (int k = 0; k < P_COUNT; k++)
             if (c->prof_n[k])
-                fprintf(stderr, "  %-12s %9.3f ms %8ld calls %8.1f us/call %5.1f%%\n",
+                fprintf(stderr, "  %-26s %9.3f ms %8ld calls %8.1f us/call %5.1f%%\n",
                         g_prof_names[k], c->prof_s[k] * 1e3, c->prof_n[k],
                         c->prof_s[k] * 1e6 / c->prof_n[k], 100.0 * c->prof_s[k] / tot);
     }
+    for (int i = 0; c->ev && i < 2 * EV_CAP; i++)
+        if (c->ev[i])
+            cudaEventDestroy(c->ev[i]);
+    rp_free(c->ev);
+    rp_free(c->ev_kind);
+    cudaFree(c->tc_cnt);
+    cudaFree(c->tc_part);
+    cudaFree(c->ids_dev);
+    cudaFreeHost(c->ids_host);
     if (c->lt)
         cublasLtDestroy(c->lt);
     cudaFree(c->ws);
@@ -866,11 +933,340 @@ static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, co
     plan_free(&p);
 }
 
+/* ---- matmul: tensor-core skinny GEMM (5..64 tokens, 16-bit weights) ------------------------
+ * Batched decode: y[t][r] = W[r] . x[t] for n <= 64 tokens, weights read once. x is rounded
+ * to the weight's 16-bit type first (one small kernel). A block of 4 warps owns 128 rows;
+ * each warp two 16-row tiles, against every token (n rounded up to 8-token tiles, the pad
+ * tokens repeat the last one and are not stored). mma.sync m16n8k16 with f32 accumulators.
+ * The dot product's order over k is free, so each lane loads 16 contiguous bytes of a row
+ * (and the same 16 bytes of x) and feeds them to two MMAs: in a 32-wide k chunk, logical k
+ * 2t+e / 2t+8+e of MMA j is physical 8t+4j+e / 8t+4j+2+e, for A and B alike. Grids with too
+ * few row blocks split k (blockIdx.y); each split writes f32 partials and the last block of
+ * a row block to finish (a self-resetting counter) sums them in split order: deterministic. */
+
+typedef struct tc_args {
+    const uint16_t *w[3];
+    float *y[3];
+    long r0[4]; /* stacked rows, as in mv_set (each matrix's rows a multiple of 16) */
+    long cols;  /* a multiple of 64 */
+    const uint16_t *x; /* [n][cols], 16-bit */
+    int n, splits;
+    long kspan; /* a multiple of 64 */
+    float *part; /* [splits][n][r0[3]] when splits > 1 */
+    unsigned *cnt;
+} tc_args;
+
+template <int DT>
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    if (DT == RP_CUDA_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t u4w(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* stacked row -> (matrix, local row) */
+__device__ __forceinline__ int tc_mat(const tc_args &a, long row)
+{
+    return (row >= a.r0[1]) + (row >= a.r0[2]);
+}
+
+template <int DT, int NT>
+__global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    long R = a.r0[3], cols = a.cols;
+    const uint4 *wp[TC_MT][2];
+    long trow[TC_MT]; /* first stacked row of each tile, -1 past the end */
+#pragma unroll
+    for (int mi = 0; mi < TC_MT; mi++) {
+        long row = ((long)blockIdx.x * (TC_WARPS * TC_MT) + warp * TC_MT + mi) * 16;
+        const uint16_t *base = a.w[0];
+        trow[mi] = -1;
+        if (row < R) {
+            int m = tc_mat(a, row);
+            base = a.w[m] + (row - a.r0[m]) * cols;
+            trow[mi] = row;
+        }
+        wp[mi][0] = (const uint4 *)(base + (long)g * cols + 8 * t);
+        wp[mi][1] = (const uint4 *)(base + (long)(g + 8) * cols + 8 * t);
+    }
+    const uint4 *xp[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        int tok = min(nt * 8 + g, a.n - 1);
+        xp[nt] = (const uint4 *)(a.x + (long)tok * cols + 8 * t);
+    }
+    float acc[TC_MT][NT][4];
+#pragma unroll
+    for (int mi = 0; mi < TC_MT; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mi][nt][e] = 0.0f;
+    long k0 = (long)blockIdx.y * a.kspan, k1 = min(k0 + a.kspan, cols);
+    for (long k = k0; k < k1; k += 32 * TC_U) {
+        long kv = k / 8; /* in uint4 */
+        uint4 wa[TC_U][TC_MT][2], xb[TC_U][NT];
+#pragma unroll
+        for (int u = 0; u < TC_U; u++)
+#pragma unroll
+            for (int mi = 0; mi < TC_MT; mi++) {
+                wa[u][mi][0] = ld_stream(wp[mi][0] + kv + 4 * u);
+                wa[u][mi][1] = ld_stream(wp[mi][1] + kv + 4 * u);
+            }
+#pragma unroll
+        for (int u = 0; u < TC_U; u++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                xb[u][nt] = __ldg(xp[nt] + kv + 4 * u);
+#pragma unroll
+        for (int u = 0; u < TC_U; u++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int mi = 0; mi < TC_MT; mi++) {
+                    uint32_t af[4] = {u4w(wa[u][mi][0], 2 * j), u4w(wa[u][mi][1], 2 * j),
+                                      u4w(wa[u][mi][0], 2 * j + 1), u4w(wa[u][mi][1], 2 * j + 1)};
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+                        mma16816<DT>(acc[mi][nt], af, u4w(xb[u][nt], 2 * j),
+                                     u4w(xb[u][nt], 2 * j + 1));
+                }
+    }
+    if (a.splits == 1) {
+#pragma unroll
+        for (int mi = 0; mi < TC_MT; mi++) {
+            if (trow[mi] < 0)
+                continue;
+            int m = tc_mat(a, trow[mi]);
+            long rows = a.r0[m + 1] - a.r0[m], lr = trow[mi] - a.r0[m];
+            float *y = a.y[m];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int tok = nt * 8 + 2 * t + (e & 1);
+                    if (tok < a.n)
+                        y[(long)tok * rows + lr + g + (e >> 1) * 8] = acc[mi][nt][e];
+                }
+        }
+        return;
+    }
+    float *part = a.part + (long)blockIdx.y * a.n * R;
+#pragma unroll
+    for (int mi = 0; mi < TC_MT; mi++) {
+        if (trow[mi] < 0)
+            continue;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int tok = nt * 8 + 2 * t + (e & 1);
+                if (tok < a.n)
+                    part[(long)tok * R + trow[mi] + g + (e >> 1) * 8] = acc[mi][nt][e];
+            }
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned last;
+    if (threadIdx.x == 0) {
+        unsigned old = atomicAdd(&a.cnt[blockIdx.x], 1u);
+        last = old == (unsigned)a.splits - 1;
+        if (last)
+            a.cnt[blockIdx.x] = 0; /* every split has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    long rb = (long)blockIdx.x * TC_ROWS;
+    for (int i = threadIdx.x; i < TC_ROWS * a.n; i += TC_WARPS * 32) {
+        int tok = i / TC_ROWS;
+        long r = rb + i % TC_ROWS;
+        if (r >= R)
+            continue;
+        float s = 0.0f;
+        for (int sp = 0; sp < a.splits; sp++)
+            s += __ldcg(a.part + ((long)sp * a.n + tok) * R + r);
+        int m = tc_mat(a, r);
+        a.y[m][(long)tok * (a.r0[m + 1] - a.r0[m]) + r - a.r0[m]] = s;
+    }
+}
+
+/* The shapes the kernel takes: 16-bit weights, rows multiples of 16, cols of 64, aligned. */
+static int tc_ok(int dt, long rows, long cols, const void *w)
+{
+    return (dt == RP_CUDA_BF16 || dt == RP_CUDA_F16) && rows % 16 == 0 && rows >= 16 &&
+           cols % 64 == 0 && (uintptr_t)w % 16 == 0;
+}
+
+/* x [n][cols] f32 -> the 16-bit scratch c->xh (queued), returned. */
+static const uint16_t *tc_round(rp_cuda_ctx *c, int dt, const float *x, int n, long cols)
+{
+    long ne = (long)n * cols;
+    void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
+    int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
+    LAUNCH(c, {
+        if (dt == RP_CUDA_BF16)
+            round_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(x, (__nv_bfloat16 *)xh, ne);
+        else
+            round_kernel<__half><<<blocks, 256, 0, c->stream>>>(x, (__half *)xh, ne);
+        LAUNCHED();
+    });
+    return (const uint16_t *)xh;
+}
+
+template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim3 grid)
+{
+    dim3 block(TC_WARPS * 32);
+    int nt = (a.n + 7) / 8;
+    LAUNCH(c, {
+        switch (nt) {
+        case 1: tc_gemm_kernel<DT, 1><<<grid, block, 0, c->stream>>>(a); break;
+        case 2: tc_gemm_kernel<DT, 2><<<grid, block, 0, c->stream>>>(a); break;
+        case 3: tc_gemm_kernel<DT, 3><<<grid, block, 0, c->stream>>>(a); break;
+        case 4: tc_gemm_kernel<DT, 4><<<grid, block, 0, c->stream>>>(a); break;
+        case 5: tc_gemm_kernel<DT, 5><<<grid, block, 0, c->stream>>>(a); break;
+        case 6: tc_gemm_kernel<DT, 6><<<grid, block, 0, c->stream>>>(a); break;
+        case 7: tc_gemm_kernel<DT, 7><<<grid, block, 0, c->stream>>>(a); break;
+        default: tc_gemm_kernel<DT, 8><<<grid, block, 0, c->stream>>>(a); break;
+        }
+        LAUNCHED();
+    });
+}
+
+/* n matrices (n <= 3, stacked as in mv_set) over the same x: one conversion, one launch. */
+static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, const long *rows,
+                    long cols, const float *x, int n, float *const *y)
+{
+    tc_args a;
+    memset(&a, 0, sizeof a);
+    long r = 0;
+    for (int i = 0; i < 3; i++) {
+        a.r0[i] = r;
+        if (i < n_mat) {
+            a.w[i] = (const uint16_t *)w[i];
+            a.y[i] = y[i];
+            r += rows[i];
+        }
+    }
+    a.r0[3] = r;
+    for (int i = n_mat; i < 3; i++)
+        a.r0[i] = r;
+    a.cols = cols;
+    a.n = n;
+    a.x = tc_round(c, dt, x, n, cols);
+    long rb = (r + TC_ROWS - 1) / TC_ROWS, target = 3L * c->sms;
+    long s = rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256;
+    if (s > smax)
+        s = smax;
+    if (s < 1 || rb > TC_CNT)
+        s = 1;
+    a.kspan = ((cols + s - 1) / s + 63) / 64 * 64;
+    a.splits = (int)((cols + a.kspan - 1) / a.kspan);
+    a.cnt = c->tc_cnt;
+    if (a.splits > 1)
+        a.part = (float *)grow(c, (void **)&c->tc_part, &c->tc_part_bytes,
+                               sizeof(float) * (size_t)a.splits * n * r);
+    dim3 grid((unsigned)rb, (unsigned)a.splits);
+    if (dt == RP_CUDA_BF16)
+        tc_launch_dt<RP_CUDA_BF16>(c, a, grid);
+    else
+        tc_launch_dt<RP_CUDA_F16>(c, a, grid);
+}
+
+/* ---- sampler: greedy argmax on the GPU ----------------------------------------------------- */
+
+/* One block per row: the largest value, the lowest index among equals (as the CPU's loop). */
+__global__ void argmax_kernel(const float *__restrict__ x, long n, int vec, int32_t *out)
+{
+    const float *r = x + (long)blockIdx.x * n;
+    float best = -INFINITY;
+    int bi = INT_MAX;
+    if (vec) {
+        const float4 *r4 = (const float4 *)r;
+        for (long i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            float4 v = r4[i];
+            float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (bi == INT_MAX || e[k] > best)
+                    best = e[k], bi = (int)(4 * i + k);
+        }
+    } else {
+        for (long i = threadIdx.x; i < n; i += blockDim.x)
+            if (bi == INT_MAX || r[i] > best)
+                best = r[i], bi = (int)i;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != INT_MAX && (bi == INT_MAX || ob > best || (ob == best && oi < bi)))
+            best = ob, bi = oi;
+    }
+    __shared__ float sb[32];
+    __shared__ int si[32];
+    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    if (lane == 0)
+        sb[wid] = best, si[wid] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < nw; w++)
+            if (si[w] != INT_MAX && (bi == INT_MAX || sb[w] > best || (sb[w] == best && si[w] < bi)))
+                best = sb[w], bi = si[w];
+        out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+    }
+}
+
+extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t *out)
+{
+    prof_scope ps(c, P_SAMPLE);
+    if (n_rows > c->ids_cap) {
+        rec_break(c);
+        CK(cudaStreamSynchronize(c->stream));
+        cudaFreeHost(c->ids_host);
+        cudaFree(c->ids_dev);
+        c->ids_cap = n_rows < 1024 ? 1024 : n_rows;
+        CK(cudaMallocHost((void **)&c->ids_host, sizeof(int32_t) * c->ids_cap));
+        CK(cudaMalloc((void **)&c->ids_dev, sizeof(int32_t) * c->ids_cap));
+    }
+    int vec = n % 4 == 0 && (uintptr_t)x % 16 == 0;
+    int32_t *d = c->ids_dev, *h = c->ids_host;
+    LAUNCH(c, {
+        argmax_kernel<<<n_rows, 1024, 0, c->stream>>>(x, n, vec, d);
+        LAUNCHED();
+        CK(cudaMemcpyAsync(h, d, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, c->stream));
+    });
+    rec_finish(c);
+    CK(cudaStreamSynchronize(c->stream));
+    memcpy(out, c->ids_host, sizeof(int32_t) * n_rows);
+    c->ring_off = 0;
+}
+
 extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,
                                const float *x, int n, float *y)
 {
-    prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
     int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
+    if (n > 4 && n <= TC_MAXN && tc_ok(dt, rows, cols, w)) {
+        prof_scope ps(c, P_TCGEMM);
+        tc_gemm(c, dt, 1, &w, &rows, cols, x, n, &y);
+        return;
+    }
+    prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
     if (n > 4 && aligned) {
         rec_break(c); /* cuBLASLt (and its first-use tuning) stays out of graphs */
         if (dt == RP_CUDA_F32) {
@@ -905,6 +1301,14 @@ extern "C" void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dt, const voi
                                  const long *rows, long cols, const float *x, int n_tok,
                                  float *const *y)
 {
+    int tc = n_tok > 4 && n_tok <= TC_MAXN && n <= 3;
+    for (int i = 0; i < n && tc; i++)
+        tc = dt[i] == dt[0] && tc_ok(dt[i], rows[i], cols, w[i]);
+    if (tc) {
+        prof_scope ps(c, P_TCGEMM);
+        tc_gemm(c, dt[0], n, w, rows, cols, x, n_tok, y);
+        return;
+    }
     int fuse = n_tok <= 4 && n <= 3;
     for (int i = 0; i < n && fuse; i++)
         fuse = dt[i] == dt[0] && mv_vec_ok(dt[i], cols, w[i], x);
@@ -1222,7 +1626,7 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
     CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
                        c->stream));
     CK(cudaEventRecord(c->tok_ev, c->stream));
-    c->rec = c->graphs && n <= 4;
+    c->rec = c->graphs && n <= TC_MAXN;
     c->rec_dirty = 0;
 }
 
