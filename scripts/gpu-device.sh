@@ -2,10 +2,11 @@
 # The device side of a GPU run (a machine with an NVIDIA GPU but without the project's -dev
 # packages): takes a bundle made by scripts/gpu-bundle.sh, runs from the repository root.
 #   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
-#   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), also with graphs off
+#   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
+#            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
-#            `rapid serve --device cuda` when node is there, and a curl check of both APIs
+#            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
 #            (plain and streaming) either way
 # usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [profile]
 #        [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
@@ -19,12 +20,13 @@ cp "$B"/scripts/*.sh scripts/ 2>/dev/null
 cp "$B"/scripts/bench/*.py scripts/bench/ 2>/dev/null
 for f in "$B"/lib/*; do
   [ -e "$f" ] || continue
-  if ldconfig -p | grep -q " $(basename "$f") "; then rm -f "$f"; fi
+  if ldconfig -p | grep -q "^[[:space:]]$(basename "$f") "; then rm -f "$f"; fi
 done
 lt=$(ldconfig -p | awk '/libcublasLt\.so\.13 /{print $NF; exit}')
 [ -n "$lt" ] || lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
 export RAPID_LIBS="$B/lib${lt:+:$(dirname "$lt")}"
-export LD_LIBRARY_PATH="$RAPID_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "bundled libraries this machine lacks: $(ls "$B/lib" | tr '\n' ' ')"
+rapid() { LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" "$@"; }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; echo "node: $(command -v node)"; } |
   tee "$out/device.txt"
 model=${RAPID_BENCH_MODEL:-/dev/shm/rapid-llama3-8b-bf16}
@@ -37,14 +39,15 @@ fi
 if [[ $what == *" bench "* ]]; then
   echo "== bench =="
   scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | tee "$out/bench.log"
-  RAPID_CUDA_GRAPH=0 timeout 100 "$B/bin/rapid" bench --model "$model" --device cuda --prompt 512 \
-    --gen 128 --streams 1,64 2>&1 | sed 's/^/graphs off: /' | tee -a "$out/bench.log"
+  RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0 timeout 100 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" \
+    bench --model "$model" --device cuda --prompt 512 --gen 128 --streams 64 2>&1 |
+    sed 's/^/pdl+fuse off: /' | tee -a "$out/bench.log"
 fi
 if [[ $what == *" profile "* ]]; then
   echo "== profile =="
-  RAPID_CUDA_PROFILE=2 "$B/bin/rapid" bench --model "$model" --device cuda --prompt 16 --gen 64 \
+  RAPID_CUDA_PROFILE=2 rapid bench --model "$model" --device cuda --prompt 16 --gen 64 \
     2>&1 | tee "$out/profile1.log"
-  RAPID_CUDA_PROFILE=2 "$B/bin/rapid" bench --model "$model" --device cuda --prompt 16 --gen 32 \
+  RAPID_CUDA_PROFILE=2 rapid bench --model "$model" --device cuda --prompt 16 --gen 32 \
     --streams 64 2>&1 | tee "$out/profile64.log"
 fi
 if [[ $what == *" server "* ]]; then
@@ -56,14 +59,15 @@ if [[ $what == *" server "* ]]; then
   [ -f "$cache/tiny-llama-v1/model.safetensors" ] || [ ! -d "$tok" ] ||
     python3 tests/integration/make_tiny_model.py "$cache/tiny-llama-v1" "$tok"
   if command -v node >/dev/null && [ -d "$cache/npm-sdk" ]; then
-    RAPID="$B/bin/rapid" RP_SOURCE_DIR=$PWD RAPID_TEST_CACHE=$cache RAPID_DEVICE=cuda \
+    LD_LIBRARY_PATH="$RAPID_LIBS" RAPID="$B/bin/rapid" RP_SOURCE_DIR=$PWD RAPID_TEST_CACHE=$cache RAPID_DEVICE=cuda \
       node --test --test-reporter=spec tests/integration/10-openai.test.mjs \
       tests/integration/20-anthropic.test.mjs 2>&1 | tee "$out/server.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   else
     echo "node not on this machine: SDK client tests not run (curl check only)" | tee "$out/server.log"
   fi
-  "$B/bin/rapid" serve "$cache/tiny-llama-v1" --device cuda --port 18437 >"$out/serve.log" 2>&1 &
+  RAPID_DEVICE=cuda LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" serve "$cache/tiny-llama-v1" \
+    --port 18437 >"$out/serve.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf http://127.0.0.1:18437/health >/dev/null && break; sleep 0.2; done
   u=http://127.0.0.1:18437

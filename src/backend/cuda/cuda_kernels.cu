@@ -75,8 +75,18 @@ static const char *const g_prof_names[P_COUNT] = {
 enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 512, ACH = 128, MV_WARPS = 8,
        EV_CAP = 8192 };
 /* the tensor-core skinny GEMM (see its section) */
-enum { TC_WARPS = 4, TC_MT = 2, TC_ROWS = TC_WARPS * TC_MT * 16, TC_U = 2, TC_MAXN = 64,
-       TC_CNT = 8192 };
+enum { TC_WARPS = 4, TC_MT = 2, TC_ROWS = TC_WARPS * TC_MT * 16, TC_U = 2, TC_MAXN = 64 };
+
+enum { PEND_NONE, PEND_ADD, PEND_ROPE };
+typedef struct pend_op {
+    int kind, off; /* off: RAPID_CUDA_FUSE=0 */
+    float *y;        /* add: y += x over n; rope: the tensor */
+    const float *x;
+    long n;
+    int heads, n_tok, head_dim, half, neox;
+    const int32_t *pos;
+    float attn_factor;
+} pend_op;
 
 typedef struct algo_entry {
     int dtype, n;
@@ -117,7 +127,8 @@ struct rp_cuda_ctx {
     uint64_t g_clock;
     long g_hits, g_builds;
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4 or 8 */
-    unsigned *tc_cnt; /* the skinny GEMM's split counters (TC_CNT, zero between launches) */
+    struct pend_op *pend; /* the deferred op (kind 0: none) */
+    int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
     int32_t *ids_host, *ids_dev; /* argmax results */
@@ -153,12 +164,18 @@ static void ev_flush(rp_cuda_ctx *c)
     c->n_ev = 0;
 }
 
+/* Launches the deferred op, if any (see "deferred ops" below). Every launcher starts with
+ * it (through prof_scope), except those that may fuse with the deferred op. */
+static void pend_flush(rp_cuda_ctx *c);
+
 struct prof_scope {
     rp_cuda_ctx *c;
     int kind, slot;
     double t0;
-    prof_scope(rp_cuda_ctx *ctx, int k) : c(ctx), kind(k), slot(-1), t0(0)
+    prof_scope(rp_cuda_ctx *ctx, int k, int flush = 1) : c(ctx), kind(k), slot(-1), t0(0)
     {
+        if (flush)
+            pend_flush(c);
         if (c->prof == 2) {
             if (c->n_ev == EV_CAP)
                 ev_flush(c);
@@ -356,12 +373,16 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
         for (int i = 0; i < 2 * EV_CAP; i++)
             CK(cudaEventCreate(&c->ev[i]));
     }
-    if (cudaMalloc((void **)&c->tc_cnt, sizeof(unsigned) * TC_CNT) != cudaSuccess ||
-        cudaMemset(c->tc_cnt, 0, sizeof(unsigned) * TC_CNT) != cudaSuccess) {
-        snprintf(err, err_len, "CUDA GPU %d: no memory for the GEMM counters", device);
+    const char *pd = getenv("RAPID_CUDA_PDL");
+    c->pdl = !(pd && strcmp(pd, "0") == 0);
+    c->pend = (pend_op *)rp_calloc(1, sizeof(pend_op));
+    if (!c->pend) {
+        snprintf(err, err_len, "out of memory");
         rp_cuda_ctx_free(c);
         return NULL;
     }
+    const char *fe = getenv("RAPID_CUDA_FUSE");
+    c->pend->off = fe && strcmp(fe, "0") == 0;
     /* decode steps as CUDA graphs: on unless RAPID_CUDA_GRAPH=0 (or profiling) */
     const char *ge = getenv("RAPID_CUDA_GRAPH");
     c->graphs = !(ge && strcmp(ge, "0") == 0) && !c->prof;
@@ -385,6 +406,8 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
 {
     if (!c)
         return;
+    if (c->pend)
+        pend_flush(c);
     if (c->rec) {
         c->rec_dirty = 1;
         rec_finish(c);
@@ -418,7 +441,7 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
             cudaEventDestroy(c->ev[i]);
     rp_free(c->ev);
     rp_free(c->ev_kind);
-    cudaFree(c->tc_cnt);
+    rp_free(c->pend);
     cudaFree(c->tc_part);
     cudaFree(c->ids_dev);
     cudaFreeHost(c->ids_host);
@@ -464,6 +487,7 @@ extern "C" void rp_cuda_free(rp_cuda_ctx *c, void *p)
 {
     if (!p)
         return;
+    pend_flush(c);
     rec_break(c);
     CK(cudaStreamSynchronize(c->stream));
     CK(cudaFree(p));
@@ -473,6 +497,7 @@ extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_
 {
     /* straight from the mmap (pageable); on the stream, so later kernels are ordered after
      * it, and waited for, so the source may go away */
+    pend_flush(c);
     rec_break(c);
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
     CK(cudaStreamSynchronize(c->stream));
@@ -510,6 +535,7 @@ static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
         abort();
     }
     if (c->ring_off + a > RING_BYTES) {
+        pend_flush(c);
         rec_break(c);
         CK(cudaStreamSynchronize(c->stream));
         c->ring_off = 0;
@@ -525,6 +551,7 @@ static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
 static void *grow(rp_cuda_ctx *c, void **p, size_t *have, size_t need)
 {
     if (need > *have) {
+        pend_flush(c);
         rec_break(c);
         CK(cudaStreamSynchronize(c->stream));
         CK(cudaFree(*p));
@@ -611,6 +638,38 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* ---- programmatic dependent launch -------------------------------------------------------
+ * A kernel launched through pdl_launch may start while the previous kernel of the stream is
+ * still draining; it must call pdl_wait() before it reads anything that kernel wrote (and
+ * before it writes anything). Our matvec / GEMM kernels issue their first weight loads
+ * first: the weights never change, so the ramp of one kernel hides under the tail of the
+ * previous one. The kernel after a pdl_launch is a plain launch (it waits for all of it). */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename... P, typename... A>
+static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
+{
+    if (!pdl) {
+        k<<<grid, block, 0, s>>>(args...);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
 /* ---- matmul: decode matvec --------------------------------------------------------------- */
 
 template <int DT, int NT>
@@ -661,15 +720,22 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
     long i = lane;
+    bool waited = false;
     for (; i + 32 * (U - 1) < nv; i += 32 * U) { /* U loads in flight per lane */
         uint4 u[U];
 #pragma unroll
         for (int k = 0; k < U; k++)
             u[k] = ld_stream(wr + i + 32 * k);
+        if (!waited) { /* the weights are constant: only x waits for the previous kernel */
+            pdl_wait();
+            waited = true;
+        }
 #pragma unroll
         for (int k = 0; k < U; k++)
             mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
     }
+    if (!waited)
+        pdl_wait();
     for (; i < nv; i += 32)
         mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
     float *y = set.y[m];
@@ -711,16 +777,16 @@ template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long
                                          const float *x, int n)
 {
     dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
-    int u8 = c->mv_unroll == 8 && n == 1;
+    int u8 = c->mv_unroll == 8 && n == 1, pdl = c->pdl;
     LAUNCH(c, {
         if (u8)
-            matvec_kernel<DT, 1, 8><<<grid, block, 0, c->stream>>>(set, cols, x);
+            pdl_launch(pdl, matvec_kernel<DT, 1, 8>, grid, block, c->stream, set, cols, x);
         else
             switch (n) {
-            case 1: matvec_kernel<DT, 1, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-            case 2: matvec_kernel<DT, 2, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-            case 3: matvec_kernel<DT, 3, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-            default: matvec_kernel<DT, 4, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            case 1: pdl_launch(pdl, matvec_kernel<DT, 1, 4>, grid, block, c->stream, set, cols, x); break;
+            case 2: pdl_launch(pdl, matvec_kernel<DT, 2, 4>, grid, block, c->stream, set, cols, x); break;
+            case 3: pdl_launch(pdl, matvec_kernel<DT, 3, 4>, grid, block, c->stream, set, cols, x); break;
+            default: pdl_launch(pdl, matvec_kernel<DT, 4, 4>, grid, block, c->stream, set, cols, x); break;
             }
         LAUNCHED();
     });
@@ -941,8 +1007,10 @@ static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, co
  * The dot product's order over k is free, so each lane loads 16 contiguous bytes of a row
  * (and the same 16 bytes of x) and feeds them to two MMAs: in a 32-wide k chunk, logical k
  * 2t+e / 2t+8+e of MMA j is physical 8t+4j+e / 8t+4j+2+e, for A and B alike. Grids with too
- * few row blocks split k (blockIdx.y); each split writes f32 partials and the last block of
- * a row block to finish (a self-resetting counter) sums them in split order: deterministic. */
+ * few row blocks split k (blockIdx.y); each split writes f32 partials and a second kernel
+ * sums them in split order (deterministic). Both are launched with programmatic dependent
+ * launch (see pdl_launch): the weight loads of the first k chunk are issued before waiting
+ * for the previous kernel's output. */
 
 typedef struct tc_args {
     const uint16_t *w[3];
@@ -953,7 +1021,6 @@ typedef struct tc_args {
     int n, splits;
     long kspan; /* a multiple of 64 */
     float *part; /* [splits][n][r0[3]] when splits > 1 */
-    unsigned *cnt;
 } tc_args;
 
 template <int DT>
@@ -1017,6 +1084,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
             for (int e = 0; e < 4; e++)
                 acc[mi][nt][e] = 0.0f;
     long k0 = (long)blockIdx.y * a.kspan, k1 = min(k0 + a.kspan, cols);
+    bool waited = false;
     for (long k = k0; k < k1; k += 32 * TC_U) {
         long kv = k / 8; /* in uint4 */
         uint4 wa[TC_U][TC_MT][2], xb[TC_U][NT];
@@ -1027,6 +1095,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
                 wa[u][mi][0] = ld_stream(wp[mi][0] + kv + 4 * u);
                 wa[u][mi][1] = ld_stream(wp[mi][1] + kv + 4 * u);
             }
+        if (!waited) { /* weights are constant: only x waits for the previous kernel */
+            pdl_wait();
+            waited = true;
+        }
 #pragma unroll
         for (int u = 0; u < TC_U; u++)
 #pragma unroll
@@ -1079,31 +1151,24 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
                     part[(long)tok * R + trow[mi] + g + (e >> 1) * 8] = acc[mi][nt][e];
             }
     }
-    __threadfence();
-    __syncthreads();
-    __shared__ unsigned last;
-    if (threadIdx.x == 0) {
-        unsigned old = atomicAdd(&a.cnt[blockIdx.x], 1u);
-        last = old == (unsigned)a.splits - 1;
-        if (last)
-            a.cnt[blockIdx.x] = 0; /* every split has arrived: ready for the next launch */
-    }
-    __syncthreads();
-    if (!last)
+}
+
+/* y = the sum of the splits' partials, in split order (deterministic); 4 rows per thread
+ * (a matrix's rows are a multiple of 16, so the 4 stay in one matrix). */
+__global__ void tc_reduce_kernel(tc_args a)
+{
+    long R = a.r0[3], q = (long)blockIdx.x * blockDim.x + threadIdx.x, nq = R / 4 * a.n;
+    if (q >= nq)
         return;
-    __threadfence();
-    long rb = (long)blockIdx.x * TC_ROWS;
-    for (int i = threadIdx.x; i < TC_ROWS * a.n; i += TC_WARPS * 32) {
-        int tok = i / TC_ROWS;
-        long r = rb + i % TC_ROWS;
-        if (r >= R)
-            continue;
-        float s = 0.0f;
-        for (int sp = 0; sp < a.splits; sp++)
-            s += __ldcg(a.part + ((long)sp * a.n + tok) * R + r);
-        int m = tc_mat(a, r);
-        a.y[m][(long)tok * (a.r0[m + 1] - a.r0[m]) + r - a.r0[m]] = s;
+    int tok = (int)(q / (R / 4));
+    long r = (q % (R / 4)) * 4;
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp = 0; sp < a.splits; sp++) {
+        float4 v = __ldcg((const float4 *)(a.part + ((long)sp * a.n + tok) * R + r));
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
     }
+    int m = tc_mat(a, r);
+    *(float4 *)(a.y[m] + (long)tok * (a.r0[m + 1] - a.r0[m]) + r - a.r0[m]) = s;
 }
 
 /* The shapes the kernel takes: 16-bit weights, rows multiples of 16, cols of 64, aligned. */
@@ -1132,18 +1197,22 @@ static const uint16_t *tc_round(rp_cuda_ctx *c, int dt, const float *x, int n, l
 template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim3 grid)
 {
     dim3 block(TC_WARPS * 32);
-    int nt = (a.n + 7) / 8;
+    int nt = (a.n + 7) / 8, pdl = c->pdl;
+    long nq = a.r0[3] / 4 * a.n;
+    unsigned rblocks = (unsigned)((nq + 255) / 256);
     LAUNCH(c, {
         switch (nt) {
-        case 1: tc_gemm_kernel<DT, 1><<<grid, block, 0, c->stream>>>(a); break;
-        case 2: tc_gemm_kernel<DT, 2><<<grid, block, 0, c->stream>>>(a); break;
-        case 3: tc_gemm_kernel<DT, 3><<<grid, block, 0, c->stream>>>(a); break;
-        case 4: tc_gemm_kernel<DT, 4><<<grid, block, 0, c->stream>>>(a); break;
-        case 5: tc_gemm_kernel<DT, 5><<<grid, block, 0, c->stream>>>(a); break;
-        case 6: tc_gemm_kernel<DT, 6><<<grid, block, 0, c->stream>>>(a); break;
-        case 7: tc_gemm_kernel<DT, 7><<<grid, block, 0, c->stream>>>(a); break;
-        default: tc_gemm_kernel<DT, 8><<<grid, block, 0, c->stream>>>(a); break;
+        case 1: pdl_launch(pdl, tc_gemm_kernel<DT, 1>, grid, block, c->stream, a); break;
+        case 2: pdl_launch(pdl, tc_gemm_kernel<DT, 2>, grid, block, c->stream, a); break;
+        case 3: pdl_launch(pdl, tc_gemm_kernel<DT, 3>, grid, block, c->stream, a); break;
+        case 4: pdl_launch(pdl, tc_gemm_kernel<DT, 4>, grid, block, c->stream, a); break;
+        case 5: pdl_launch(pdl, tc_gemm_kernel<DT, 5>, grid, block, c->stream, a); break;
+        case 6: pdl_launch(pdl, tc_gemm_kernel<DT, 6>, grid, block, c->stream, a); break;
+        case 7: pdl_launch(pdl, tc_gemm_kernel<DT, 7>, grid, block, c->stream, a); break;
+        default: pdl_launch(pdl, tc_gemm_kernel<DT, 8>, grid, block, c->stream, a); break;
         }
+        if (a.splits > 1) /* a plain launch: waits for every split */
+            tc_reduce_kernel<<<rblocks, 256, 0, c->stream>>>(a);
         LAUNCHED();
     });
 }
@@ -1173,11 +1242,10 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     long s = rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256;
     if (s > smax)
         s = smax;
-    if (s < 1 || rb > TC_CNT)
+    if (s < 1)
         s = 1;
     a.kspan = ((cols + s - 1) / s + 63) / 64 * 64;
     a.splits = (int)((cols + a.kspan - 1) / a.kspan);
-    a.cnt = c->tc_cnt;
     if (a.splits > 1)
         a.part = (float *)grow(c, (void **)&c->tc_part, &c->tc_part_bytes,
                                sizeof(float) * (size_t)a.splits * n * r);
@@ -1261,7 +1329,7 @@ extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows,
                                const float *x, int n, float *y)
 {
     int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-    if (n > 4 && n <= TC_MAXN && tc_ok(dt, rows, cols, w)) {
+    if (n > 4 && n <= TC_MAXN && tc_ok(dt, rows, cols, w) && (uintptr_t)y % 16 == 0) {
         prof_scope ps(c, P_TCGEMM);
         tc_gemm(c, dt, 1, &w, &rows, cols, x, n, &y);
         return;
@@ -1303,7 +1371,7 @@ extern "C" void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dt, const voi
 {
     int tc = n_tok > 4 && n_tok <= TC_MAXN && n <= 3;
     for (int i = 0; i < n && tc; i++)
-        tc = dt[i] == dt[0] && tc_ok(dt[i], rows[i], cols, w[i]);
+        tc = dt[i] == dt[0] && tc_ok(dt[i], rows[i], cols, w[i]) && (uintptr_t)y[i] % 16 == 0;
     if (tc) {
         prof_scope ps(c, P_TCGEMM);
         tc_gemm(c, dt[0], n, w, rows, cols, x, n_tok, y);
@@ -1412,12 +1480,61 @@ __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int 
     }
 }
 
+/* x += a, then out = rmsnorm(x) (the residual add of one block and the norm of the next) */
+__global__ void add_rmsnorm4_kernel(float *out, float *x, const float *a, const float *w, int dim,
+                                    float eps, int add_one)
+{
+    __shared__ float red[32];
+    float4 *xr = (float4 *)(x + (long)blockIdx.x * dim);
+    const float4 *ar = (const float4 *)(a + (long)blockIdx.x * dim);
+    float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
+    int n4 = dim / 4;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i], d = ar[i];
+        v.x += d.x, v.y += d.y, v.z += d.z, v.w += d.w;
+        xr[i] = v;
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i]; /* this thread's own store */
+        v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
+        if (w) {
+            float4 g = ((const float4 *)w)[i];
+            if (add_one)
+                g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
+            v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
+        }
+        orow[i] = v;
+    }
+}
+
 extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w,
                                 int n_rows, int dim, float eps, int add_one)
 {
-    prof_scope ps(c, P_NORM);
-    if (dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
-        (uintptr_t)w % 16 == 0) {
+    prof_scope ps(c, P_NORM, 0);
+    int vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
+              (uintptr_t)w % 16 == 0;
+    pend_op *pd = c->pend;
+    if (pd->kind == PEND_ADD && vec && pd->y == x && pd->n == (long)n_rows * dim &&
+        (uintptr_t)pd->x % 16 == 0) { /* residual add + norm: one kernel (out may be the
+                                        * added tensor: each element is read, then written,
+                                        * by the same thread) */
+        pd->kind = PEND_NONE;
+        float *xy = pd->y;
+        const float *a = pd->x;
+        int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
+        LAUNCH(c, {
+            add_rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, xy, a, w, dim, eps,
+                                                                   add_one);
+            LAUNCHED();
+        });
+        return;
+    }
+    pend_flush(c);
+    if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
             rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
@@ -1433,18 +1550,20 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
     LAUNCHED();
 }
 
-__global__ void rope_kernel(float *x, int n_heads, int head_dim, int half,
+/* x1 [n_tok][h1][head_dim] and x2 [n_tok][h2][head_dim] (h2 may be 0): q and k in one launch */
+__global__ void rope_kernel(float *x1, int h1, float *x2, int h2, int head_dim, int half,
                             const rp_cuda_tok *toks, const int32_t *pos, const float *inv,
                             float attn_factor, int neox)
 {
     int t = blockIdx.x;
     int p = pos ? pos[t] : toks[t].pos;
-    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < n_heads * half;
+    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < (h1 + h2) * half;
          idx += gridDim.y * blockDim.x) {
         int h = idx / half, i = idx % half;
         float ang = (float)p * inv[i];
         float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
-        float *v = x + ((long)t * n_heads + h) * head_dim;
+        float *v = h < h1 ? x1 + ((long)t * h1 + h) * head_dim
+                          : x2 + ((long)t * h2 + h - h1) * head_dim;
         int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
         float a = v[ia], b = v[ib];
         v[ia] = a * cs - b * sn;
@@ -1452,13 +1571,28 @@ __global__ void rope_kernel(float *x, int n_heads, int head_dim, int half,
     }
 }
 
+static void rope_launch(rp_cuda_ctx *c, float *x1, int h1, float *x2, int h2, int n_tok,
+                        int head_dim, int half, const int32_t *pos_dev, float attn_factor,
+                        int neox)
+{
+    int threads = 128, per_tok = ((h1 + h2) * half + threads - 1) / threads;
+    const rp_cuda_tok *td = c->tok_dev;
+    const float *inv = c->inv_dev;
+    LAUNCH(c, {
+        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
+            x1, h1, x2, h2, head_dim, half, td, pos_dev, inv, attn_factor, neox);
+        LAUNCHED();
+    });
+}
+
 extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, int head_dim,
                              int rot_dim, const int32_t *pos, const float *inv_freq,
                              float attn_factor, int neox)
 {
-    prof_scope ps(c, P_ROPE);
+    prof_scope ps(c, P_ROPE, 0);
     int half = rot_dim / 2;
     if (half != c->n_inv || memcmp(inv_freq, c->inv_host, sizeof(float) * half) != 0) {
+        pend_flush(c); /* a deferred rope holds the old buffer */
         rec_break(c); /* recorded ropes hold the old buffer */
         CK(cudaStreamSynchronize(c->stream)); /* rare: a new context length or first call */
         rp_free(c->inv_host);
@@ -1479,14 +1613,29 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
     if (!(n_tok == c->n_tok && c->pos_host &&
           memcmp(pos, c->pos_host, sizeof(int32_t) * n_tok) == 0))
         pos_dev = (const int32_t *)stage(c, pos, sizeof(int32_t) * n_tok);
-    int threads = 128, per_tok = (n_heads * half + threads - 1) / threads;
-    const rp_cuda_tok *td = c->tok_dev;
-    const float *inv = c->inv_dev;
-    LAUNCH(c, {
-        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
-            x, n_heads, head_dim, half, td, pos_dev, inv, attn_factor, neox);
-        LAUNCHED();
-    });
+    pend_op *pd = c->pend;
+    if (pd->kind == PEND_ROPE && pd->n_tok == n_tok && pd->head_dim == head_dim &&
+        pd->half == half && pd->pos == pos_dev && pd->attn_factor == attn_factor &&
+        pd->neox == neox && pd->y != x) { /* q then k: one launch */
+        pd->kind = PEND_NONE;
+        rope_launch(c, pd->y, pd->heads, x, n_heads, n_tok, head_dim, half, pos_dev,
+                    attn_factor, neox);
+        return;
+    }
+    pend_flush(c);
+    if (pd->off) {
+        rope_launch(c, x, n_heads, NULL, 0, n_tok, head_dim, half, pos_dev, attn_factor, neox);
+        return;
+    }
+    pd->kind = PEND_ROPE;
+    pd->y = x;
+    pd->heads = n_heads;
+    pd->n_tok = n_tok;
+    pd->head_dim = head_dim;
+    pd->half = half;
+    pd->pos = pos_dev;
+    pd->attn_factor = attn_factor;
+    pd->neox = neox;
 }
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
@@ -1527,14 +1676,45 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
     });
 }
 
-extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
+static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 {
-    prof_scope ps(c, P_ELEM);
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
         add_kernel<<<nb, 256, 0, c->stream>>>(y, x, n);
         LAUNCHED();
     });
+}
+
+extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
+{
+    prof_scope ps(c, P_ELEM); /* flushes the deferred op */
+    if (c->pend->off) {
+        add_launch(c, y, x, n);
+        return;
+    }
+    c->pend->kind = PEND_ADD; /* a following rmsnorm of y takes it in */
+    c->pend->y = y;
+    c->pend->x = x;
+    c->pend->n = n;
+}
+
+/* ---- deferred ops --------------------------------------------------------------------------
+ * A residual add and a RoPE are held back one op: an rmsnorm of the added tensor right after
+ * the add runs both in one kernel (add_rmsnorm4_kernel), and a RoPE right after a RoPE with
+ * the same positions (q, then k) runs both in one launch. Anything else launches the held op
+ * first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
+static void pend_flush(rp_cuda_ctx *c)
+{
+    pend_op *pd = c->pend;
+    if (!pd || pd->kind == PEND_NONE)
+        return;
+    int k = pd->kind;
+    pd->kind = PEND_NONE;
+    if (k == PEND_ADD)
+        add_launch(c, pd->y, pd->x, pd->n);
+    else
+        rope_launch(c, pd->y, pd->heads, NULL, 0, pd->n_tok, pd->head_dim, pd->half, pd->pos,
+                    pd->attn_factor, pd->neox);
 }
 
 extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n_tok, int dim)
@@ -1849,6 +2029,7 @@ __global__ void fill_kernel(uint32_t *p, long n)
 extern "C" double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps)
 {
     n &= ~(size_t)4095;
+    pend_flush(c);
     rec_break(c);
     void *buf = rp_cuda_malloc(c, n + 256);
     if (!buf)
