@@ -4,6 +4,9 @@
 #   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
 #   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
+#   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC_U=2, ...)
+#   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
+#            of rapid_gpu_check's kernel checks (ncu.csv)
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -43,6 +46,23 @@ if [[ $what == *" bench "* ]]; then
     bench --model "$model" --device cuda --prompt 512 --gen 128 --streams 64 2>&1 |
     sed 's/^/pdl+fuse off: /' | tee -a "$out/bench.log"
 fi
+if [[ $what == *" variants "* ]]; then
+  echo "== variants =="
+  for v in "RAPID_CUDA_TC_U=2" "RAPID_CUDA_MV_UNROLL=8" "RAPID_CUDA_PDL=0"; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 16 --gen 64 --streams 16,64 2>&1 | grep -E "^decode|^streams" |
+      sed "s/^/$v: /" | tee -a "$out/variants.log"
+  done
+fi
+if [[ $what == *" ncu "* ]]; then
+  echo "== ncu =="
+  nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 200 "$nc" --clock-control none \
+    -k regex:'matvec_kernel|tc_gemm_kernel|tc_reduce_kernel' --launch-count 60 --csv --page raw \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+    "$B/bin/rapid_gpu_check" kernels >"$out/ncu.csv" 2>"$out/ncu.err"
+  echo "ncu rc $? ($(wc -l <"$out/ncu.csv") lines)"
+fi
 if [[ $what == *" profile "* ]]; then
   echo "== profile =="
   RAPID_CUDA_PROFILE=2 rapid bench --model "$model" --device cuda --prompt 16 --gen 64 \
@@ -73,13 +93,13 @@ if [[ $what == *" server "* ]]; then
   u=http://127.0.0.1:18437
   {
     echo "-- openai chat"; curl -s $u/v1/chat/completions -H 'content-type: application/json' \
-      -d '{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0}'
+      -d '{"model":"default","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0}'
     echo; echo "-- openai chat stream"; curl -sN $u/v1/chat/completions -H 'content-type: application/json' \
-      -d '{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}'
+      -d '{"model":"default","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}'
     echo "-- anthropic messages"; curl -s $u/v1/messages -H 'content-type: application/json' \
-      -d '{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
+      -d '{"model":"default","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
     echo; echo "-- anthropic messages stream"; curl -sN $u/v1/messages -H 'content-type: application/json' \
-      -d '{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
+      -d '{"model":"default","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
   } 2>&1 | tee "$out/curl.log"
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null

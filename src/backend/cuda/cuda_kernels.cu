@@ -75,7 +75,7 @@ static const char *const g_prof_names[P_COUNT] = {
 enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 512, ACH = 128, MV_WARPS = 8,
        EV_CAP = 8192 };
 /* the tensor-core skinny GEMM (see its section) */
-enum { TC_WARPS = 4, TC_MT = 2, TC_ROWS = TC_WARPS * TC_MT * 16, TC_U = 2, TC_MAXN = 64 };
+enum { TC_WARPS = 4, TC_MT = 2, TC_ROWS = TC_WARPS * TC_MT * 16, TC_MAXN = 64 };
 
 enum { PEND_NONE, PEND_ADD, PEND_ROPE };
 typedef struct pend_op {
@@ -128,6 +128,7 @@ struct rp_cuda_ctx {
     long g_hits, g_builds;
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4 or 8 */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
+    int tc_u; /* RAPID_CUDA_TC_U=2: the skinny GEMM's short-run variant (for comparison) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
@@ -375,6 +376,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *pd = getenv("RAPID_CUDA_PDL");
     c->pdl = !(pd && strcmp(pd, "0") == 0);
+    const char *tu = getenv("RAPID_CUDA_TC_U");
+    c->tc_u = tu && strcmp(tu, "2") == 0 ? 2 : 0;
     c->pend = (pend_op *)rp_calloc(1, sizeof(pend_op));
     if (!c->pend) {
         snprintf(err, err_len, "out of memory");
@@ -1004,9 +1007,11 @@ static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, co
  * to the weight's 16-bit type first (one small kernel). A block of 4 warps owns 128 rows;
  * each warp two 16-row tiles, against every token (n rounded up to 8-token tiles, the pad
  * tokens repeat the last one and are not stored). mma.sync m16n8k16 with f32 accumulators.
- * The dot product's order over k is free, so each lane loads 16 contiguous bytes of a row
- * (and the same 16 bytes of x) and feeds them to two MMAs: in a 32-wide k chunk, logical k
- * 2t+e / 2t+8+e of MMA j is physical 8t+4j+e / 8t+4j+2+e, for A and B alike. Grids with too
+ * The dot product's order over k is free, so each lane loads 16-byte pieces of a row (and
+ * the same pieces of x) and feeds each to two MMAs: in an iteration over k .. k + 32U, lane t
+ * holds pieces p = tU + u (u < U), and for MMA j of piece u logical k 2t+e / 2t+8+e is
+ * physical k + 8p + 4j + e / k + 8p + 4j + 2 + e, for A and B alike (the 4 lanes of a row
+ * read 64U contiguous bytes per iteration: long runs per DRAM row). Grids with too
  * few row blocks split k (blockIdx.y); each split writes f32 partials and a second kernel
  * sums them in split order (deterministic). Both are launched with programmatic dependent
  * launch (see pdl_launch): the weight loads of the first k chunk are issued before waiting
@@ -1049,7 +1054,26 @@ __device__ __forceinline__ int tc_mat(const tc_args &a, long row)
     return (row >= a.r0[1]) + (row >= a.r0[2]);
 }
 
+/* One 32-wide k chunk of both MMAs (j) for the warp's tiles: w[mi][h] are the 16 bytes of
+ * rows g / g+8, xv[nt] those of token g of each 8-token tile, at the same physical k. */
 template <int DT, int NT>
+__device__ __forceinline__ void tc_step(float (*acc)[NT][4], const uint4 (*w)[2], const uint4 *xv)
+{
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int mi = 0; mi < TC_MT; mi++) {
+            uint32_t af[4] = {u4w(w[mi][0], 2 * j), u4w(w[mi][1], 2 * j), u4w(w[mi][0], 2 * j + 1),
+                              u4w(w[mi][1], 2 * j + 1)};
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                mma16816<DT>(acc[mi][nt], af, u4w(xv[nt], 2 * j), u4w(xv[nt], 2 * j + 1));
+        }
+}
+
+/* U chunks per iteration; lane t of a row reads U consecutive 16-byte pieces (64 U
+ * contiguous bytes per row and iteration across the row's 4 lanes). */
+template <int DT, int NT, int U>
 __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1066,14 +1090,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
             base = a.w[m] + (row - a.r0[m]) * cols;
             trow[mi] = row;
         }
-        wp[mi][0] = (const uint4 *)(base + (long)g * cols + 8 * t);
-        wp[mi][1] = (const uint4 *)(base + (long)(g + 8) * cols + 8 * t);
+        wp[mi][0] = (const uint4 *)(base + (long)g * cols);
+        wp[mi][1] = (const uint4 *)(base + (long)(g + 8) * cols);
     }
     const uint4 *xp[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         int tok = min(nt * 8 + g, a.n - 1);
-        xp[nt] = (const uint4 *)(a.x + (long)tok * cols + 8 * t);
+        xp[nt] = (const uint4 *)(a.x + (long)tok * cols);
     }
     float acc[TC_MT][NT][4];
 #pragma unroll
@@ -1083,40 +1107,47 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mi][nt][e] = 0.0f;
-    long k0 = (long)blockIdx.y * a.kspan, k1 = min(k0 + a.kspan, cols);
+    long k = (long)blockIdx.y * a.kspan, k1 = min(k + a.kspan, cols);
     bool waited = false;
-    for (long k = k0; k < k1; k += 32 * TC_U) {
-        long kv = k / 8; /* in uint4 */
-        uint4 wa[TC_U][TC_MT][2], xb[TC_U][NT];
+    for (; k + 32 * U <= k1; k += 32 * U) {
+        long kv = k / 8 + t * U; /* this lane's first piece, in uint4 */
+        uint4 wa[U][TC_MT][2];
 #pragma unroll
-        for (int u = 0; u < TC_U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
             for (int mi = 0; mi < TC_MT; mi++) {
-                wa[u][mi][0] = ld_stream(wp[mi][0] + kv + 4 * u);
-                wa[u][mi][1] = ld_stream(wp[mi][1] + kv + 4 * u);
+                wa[u][mi][0] = ld_stream(wp[mi][0] + kv + u);
+                wa[u][mi][1] = ld_stream(wp[mi][1] + kv + u);
             }
         if (!waited) { /* weights are constant: only x waits for the previous kernel */
             pdl_wait();
             waited = true;
         }
 #pragma unroll
-        for (int u = 0; u < TC_U; u++)
+        for (int u = 0; u < U; u++) {
+            uint4 xv[NT];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
-                xb[u][nt] = __ldg(xp[nt] + kv + 4 * u);
+                xv[nt] = __ldg(xp[nt] + kv + u);
+            tc_step<DT, NT>(acc, wa[u], xv);
+        }
+    }
+    for (; k < k1; k += 32) { /* the split's last chunks: one piece per lane */
+        long kv = k / 8 + t;
+        uint4 wa[TC_MT][2], xv[NT];
 #pragma unroll
-        for (int u = 0; u < TC_U; u++)
+        for (int mi = 0; mi < TC_MT; mi++) {
+            wa[mi][0] = ld_stream(wp[mi][0] + kv);
+            wa[mi][1] = ld_stream(wp[mi][1] + kv);
+        }
+        if (!waited) {
+            pdl_wait();
+            waited = true;
+        }
 #pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int mi = 0; mi < TC_MT; mi++) {
-                    uint32_t af[4] = {u4w(wa[u][mi][0], 2 * j), u4w(wa[u][mi][1], 2 * j),
-                                      u4w(wa[u][mi][0], 2 * j + 1), u4w(wa[u][mi][1], 2 * j + 1)};
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-                        mma16816<DT>(acc[mi][nt], af, u4w(xb[u][nt], 2 * j),
-                                     u4w(xb[u][nt], 2 * j + 1));
-                }
+        for (int nt = 0; nt < NT; nt++)
+            xv[nt] = __ldg(xp[nt] + kv);
+        tc_step<DT, NT>(acc, wa, xv);
     }
     if (a.splits == 1) {
 #pragma unroll
@@ -1197,24 +1228,38 @@ static const uint16_t *tc_round(rp_cuda_ctx *c, int dt, const float *x, int n, l
 template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim3 grid)
 {
     dim3 block(TC_WARPS * 32);
-    int nt = (a.n + 7) / 8, pdl = c->pdl;
+    int nt = (a.n + 7) / 8, pdl = c->pdl, u2 = c->tc_u == 2;
     long nq = a.r0[3] / 4 * a.n;
     unsigned rblocks = (unsigned)((nq + 255) / 256);
+#define TCK(N, U) pdl_launch(pdl, tc_gemm_kernel<DT, N, U>, grid, block, c->stream, a)
     LAUNCH(c, {
-        switch (nt) {
-        case 1: pdl_launch(pdl, tc_gemm_kernel<DT, 1>, grid, block, c->stream, a); break;
-        case 2: pdl_launch(pdl, tc_gemm_kernel<DT, 2>, grid, block, c->stream, a); break;
-        case 3: pdl_launch(pdl, tc_gemm_kernel<DT, 3>, grid, block, c->stream, a); break;
-        case 4: pdl_launch(pdl, tc_gemm_kernel<DT, 4>, grid, block, c->stream, a); break;
-        case 5: pdl_launch(pdl, tc_gemm_kernel<DT, 5>, grid, block, c->stream, a); break;
-        case 6: pdl_launch(pdl, tc_gemm_kernel<DT, 6>, grid, block, c->stream, a); break;
-        case 7: pdl_launch(pdl, tc_gemm_kernel<DT, 7>, grid, block, c->stream, a); break;
-        default: pdl_launch(pdl, tc_gemm_kernel<DT, 8>, grid, block, c->stream, a); break;
-        }
+        if (u2) /* RAPID_CUDA_TC_U=2: 128 contiguous bytes per row and iteration */
+            switch (nt) {
+            case 1: TCK(1, 2); break;
+            case 2: TCK(2, 2); break;
+            case 3: TCK(3, 2); break;
+            case 4: TCK(4, 2); break;
+            case 5: TCK(5, 2); break;
+            case 6: TCK(6, 2); break;
+            case 7: TCK(7, 2); break;
+            default: TCK(8, 2); break;
+            }
+        else /* 512 bytes (<= 32 tokens), 256 bytes (more) */
+            switch (nt) {
+            case 1: TCK(1, 8); break;
+            case 2: TCK(2, 8); break;
+            case 3: TCK(3, 8); break;
+            case 4: TCK(4, 8); break;
+            case 5: TCK(5, 4); break;
+            case 6: TCK(6, 4); break;
+            case 7: TCK(7, 4); break;
+            default: TCK(8, 4); break;
+            }
         if (a.splits > 1) /* a plain launch: waits for every split */
             tc_reduce_kernel<<<rblocks, 256, 0, c->stream>>>(a);
         LAUNCHED();
     });
+#undef TCK
 }
 
 /* n matrices (n <= 3, stacked as in mv_set) over the same x: one conversion, one launch. */
