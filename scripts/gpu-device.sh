@@ -4,7 +4,8 @@
 #   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
 #   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
-#   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC_U=2, ...)
+#   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
+#            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
 #            of rapid_gpu_check's kernel checks (ncu.csv)
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
@@ -48,7 +49,12 @@ if [[ $what == *" bench "* ]]; then
 fi
 if [[ $what == *" variants "* ]]; then
   echo "== variants =="
-  for v in "RAPID_CUDA_TC_U=2" "RAPID_CUDA_MV_UNROLL=8" "RAPID_CUDA_PDL=0"; do
+  for v in RAPID_CUDA_TC=2,2 RAPID_CUDA_TC=2,4 RAPID_CUDA_TC=1,4; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid_gpu_check" kernels | tail -1 | sed "s/^/$v: /" |
+      tee -a "$out/variants.log"
+  done
+  for v in RAPID_CUDA_TC=1,2 RAPID_CUDA_TC=2,2 RAPID_CUDA_TC=2,4 RAPID_CUDA_TC=1,4 \
+           RAPID_CUDA_MV_UNROLL=4 RAPID_CUDA_MV_UNROLL=16 RAPID_CUDA_FUSE=0; do
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 16 --gen 64 --streams 16,64 2>&1 | grep -E "^decode|^streams" |
       sed "s/^/$v: /" | tee -a "$out/variants.log"

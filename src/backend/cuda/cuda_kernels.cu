@@ -75,7 +75,7 @@ static const char *const g_prof_names[P_COUNT] = {
 enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 512, ACH = 128, MV_WARPS = 8,
        EV_CAP = 8192 };
 /* the tensor-core skinny GEMM (see its section) */
-enum { TC_WARPS = 4, TC_MT = 2, TC_ROWS = TC_WARPS * TC_MT * 16, TC_MAXN = 64 };
+enum { TC_WARPS = 4, TC_MAXN = 64 };
 
 enum { PEND_NONE, PEND_ADD, PEND_ROPE };
 typedef struct pend_op {
@@ -126,9 +126,10 @@ struct rp_cuda_ctx {
     struct graph_entry *gcache;
     uint64_t g_clock;
     long g_hits, g_builds;
-    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4 or 8 */
+    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8 (default), 16 */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
-    int tc_u; /* RAPID_CUDA_TC_U=2: the skinny GEMM's short-run variant (for comparison) */
+    int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
+                      * (RAPID_CUDA_TC=MT,U: 1,2 (default), 2,2, 2,4 or 1,4; bf16 only) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
@@ -376,8 +377,10 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *pd = getenv("RAPID_CUDA_PDL");
     c->pdl = !(pd && strcmp(pd, "0") == 0);
-    const char *tu = getenv("RAPID_CUDA_TC_U");
-    c->tc_u = tu && strcmp(tu, "2") == 0 ? 2 : 0;
+    const char *tv = getenv("RAPID_CUDA_TC");
+    c->tc_mt = 1, c->tc_u = 2;
+    if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
+        c->tc_mt = tv[0] - '0', c->tc_u = tv[2] - '0';
     c->pend = (pend_op *)rp_calloc(1, sizeof(pend_op));
     if (!c->pend) {
         snprintf(err, err_len, "out of memory");
@@ -399,7 +402,7 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
         }
     }
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
-    c->mv_unroll = ue && strcmp(ue, "8") == 0 ? 8 : 4;
+    c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "16") == 0 ? 16 : 8;
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -780,9 +783,11 @@ template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long
                                          const float *x, int n)
 {
     dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
-    int u8 = c->mv_unroll == 8 && n == 1, pdl = c->pdl;
+    int u8 = c->mv_unroll == 8 && n == 1, u16 = c->mv_unroll == 16 && n == 1, pdl = c->pdl;
     LAUNCH(c, {
-        if (u8)
+        if (u16)
+            pdl_launch(pdl, matvec_kernel<DT, 1, 16>, grid, block, c->stream, set, cols, x);
+        else if (u8)
             pdl_launch(pdl, matvec_kernel<DT, 1, 8>, grid, block, c->stream, set, cols, x);
         else
             switch (n) {
@@ -1056,13 +1061,13 @@ __device__ __forceinline__ int tc_mat(const tc_args &a, long row)
 
 /* One 32-wide k chunk of both MMAs (j) for the warp's tiles: w[mi][h] are the 16 bytes of
  * rows g / g+8, xv[nt] those of token g of each 8-token tile, at the same physical k. */
-template <int DT, int NT>
+template <int DT, int NT, int MT>
 __device__ __forceinline__ void tc_step(float (*acc)[NT][4], const uint4 (*w)[2], const uint4 *xv)
 {
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
-        for (int mi = 0; mi < TC_MT; mi++) {
+        for (int mi = 0; mi < MT; mi++) {
             uint32_t af[4] = {u4w(w[mi][0], 2 * j), u4w(w[mi][1], 2 * j), u4w(w[mi][0], 2 * j + 1),
                               u4w(w[mi][1], 2 * j + 1)};
 #pragma unroll
@@ -1071,18 +1076,19 @@ __device__ __forceinline__ void tc_step(float (*acc)[NT][4], const uint4 (*w)[2]
         }
 }
 
-/* U chunks per iteration; lane t of a row reads U consecutive 16-byte pieces (64 U
+/* MT 16-row tiles per warp (MT = 1: fewer registers, more warps per SM), U chunks per
+ * iteration; lane t of a row reads U consecutive 16-byte pieces (64 U
  * contiguous bytes per row and iteration across the row's 4 lanes). */
-template <int DT, int NT, int U>
-__global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
+template <int DT, int NT, int U, int MT>
+__global__ void __launch_bounds__(TC_WARPS * 32, MT == 1 ? 4 : 1) tc_gemm_kernel(tc_args a)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     long R = a.r0[3], cols = a.cols;
-    const uint4 *wp[TC_MT][2];
-    long trow[TC_MT]; /* first stacked row of each tile, -1 past the end */
+    const uint4 *wp[MT][2];
+    long trow[MT]; /* first stacked row of each tile, -1 past the end */
 #pragma unroll
-    for (int mi = 0; mi < TC_MT; mi++) {
-        long row = ((long)blockIdx.x * (TC_WARPS * TC_MT) + warp * TC_MT + mi) * 16;
+    for (int mi = 0; mi < MT; mi++) {
+        long row = ((long)blockIdx.x * (TC_WARPS * MT) + warp * MT + mi) * 16;
         const uint16_t *base = a.w[0];
         trow[mi] = -1;
         if (row < R) {
@@ -1099,9 +1105,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
         int tok = min(nt * 8 + g, a.n - 1);
         xp[nt] = (const uint4 *)(a.x + (long)tok * cols);
     }
-    float acc[TC_MT][NT][4];
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int mi = 0; mi < TC_MT; mi++)
+    for (int mi = 0; mi < MT; mi++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -1111,11 +1117,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
     bool waited = false;
     for (; k + 32 * U <= k1; k += 32 * U) {
         long kv = k / 8 + t * U; /* this lane's first piece, in uint4 */
-        uint4 wa[U][TC_MT][2];
+        uint4 wa[U][MT][2];
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int mi = 0; mi < TC_MT; mi++) {
+            for (int mi = 0; mi < MT; mi++) {
                 wa[u][mi][0] = ld_stream(wp[mi][0] + kv + u);
                 wa[u][mi][1] = ld_stream(wp[mi][1] + kv + u);
             }
@@ -1129,14 +1135,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
                 xv[nt] = __ldg(xp[nt] + kv + u);
-            tc_step<DT, NT>(acc, wa[u], xv);
+            tc_step<DT, NT, MT>(acc, wa[u], xv);
         }
     }
     for (; k < k1; k += 32) { /* the split's last chunks: one piece per lane */
         long kv = k / 8 + t;
-        uint4 wa[TC_MT][2], xv[NT];
+        uint4 wa[MT][2], xv[NT];
 #pragma unroll
-        for (int mi = 0; mi < TC_MT; mi++) {
+        for (int mi = 0; mi < MT; mi++) {
             wa[mi][0] = ld_stream(wp[mi][0] + kv);
             wa[mi][1] = ld_stream(wp[mi][1] + kv);
         }
@@ -1147,11 +1153,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
             xv[nt] = __ldg(xp[nt] + kv);
-        tc_step<DT, NT>(acc, wa, xv);
+        tc_step<DT, NT, MT>(acc, wa, xv);
     }
     if (a.splits == 1) {
 #pragma unroll
-        for (int mi = 0; mi < TC_MT; mi++) {
+        for (int mi = 0; mi < MT; mi++) {
             if (trow[mi] < 0)
                 continue;
             int m = tc_mat(a, trow[mi]);
@@ -1170,7 +1176,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) tc_gemm_kernel(tc_args a)
     }
     float *part = a.part + (long)blockIdx.y * a.n * R;
 #pragma unroll
-    for (int mi = 0; mi < TC_MT; mi++) {
+    for (int mi = 0; mi < MT; mi++) {
         if (trow[mi] < 0)
             continue;
 #pragma unroll
@@ -1225,41 +1231,45 @@ static const uint16_t *tc_round(rp_cuda_ctx *c, int dt, const float *x, int n, l
     return (const uint16_t *)xh;
 }
 
-template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim3 grid)
+/* the kernel for 8N-token tiles in variant v (see tc_launch_dt) */
+template <int DT, int N>
+static void tc_go(int v, int pdl, dim3 grid, dim3 block, cudaStream_t st, const tc_args &a)
+{
+    if constexpr (DT == RP_CUDA_F16) {
+        pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 1>, grid, block, st, a);
+    } else {
+        switch (v) {
+        case 1: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 2>, grid, block, st, a); break;
+        case 2: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 2>, grid, block, st, a); break;
+        case 3: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 1>, grid, block, st, a); break;
+        default: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 1>, grid, block, st, a); break;
+        }
+    }
+}
+
+template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim3 grid, int mt,
+                                           int u)
 {
     dim3 block(TC_WARPS * 32);
-    int nt = (a.n + 7) / 8, pdl = c->pdl, u2 = c->tc_u == 2;
+    int nt = (a.n + 7) / 8, pdl = c->pdl;
     long nq = a.r0[3] / 4 * a.n;
     unsigned rblocks = (unsigned)((nq + 255) / 256);
-#define TCK(N, U) pdl_launch(pdl, tc_gemm_kernel<DT, N, U>, grid, block, c->stream, a)
+    int v = mt == 2 ? (u == 2 ? 1 : 2) : (u == 4 ? 3 : 0);
     LAUNCH(c, {
-        if (u2) /* RAPID_CUDA_TC_U=2: 128 contiguous bytes per row and iteration */
-            switch (nt) {
-            case 1: TCK(1, 2); break;
-            case 2: TCK(2, 2); break;
-            case 3: TCK(3, 2); break;
-            case 4: TCK(4, 2); break;
-            case 5: TCK(5, 2); break;
-            case 6: TCK(6, 2); break;
-            case 7: TCK(7, 2); break;
-            default: TCK(8, 2); break;
-            }
-        else /* 512 bytes (<= 32 tokens), 256 bytes (more) */
-            switch (nt) {
-            case 1: TCK(1, 8); break;
-            case 2: TCK(2, 8); break;
-            case 3: TCK(3, 8); break;
-            case 4: TCK(4, 8); break;
-            case 5: TCK(5, 4); break;
-            case 6: TCK(6, 4); break;
-            case 7: TCK(7, 4); break;
-            default: TCK(8, 4); break;
-            }
+        switch (nt) {
+        case 1: tc_go<DT, 1>(v, pdl, grid, block, c->stream, a); break;
+        case 2: tc_go<DT, 2>(v, pdl, grid, block, c->stream, a); break;
+        case 3: tc_go<DT, 3>(v, pdl, grid, block, c->stream, a); break;
+        case 4: tc_go<DT, 4>(v, pdl, grid, block, c->stream, a); break;
+        case 5: tc_go<DT, 5>(v, pdl, grid, block, c->stream, a); break;
+        case 6: tc_go<DT, 6>(v, pdl, grid, block, c->stream, a); break;
+        case 7: tc_go<DT, 7>(v, pdl, grid, block, c->stream, a); break;
+        default: tc_go<DT, 8>(v, pdl, grid, block, c->stream, a); break;
+        }
         if (a.splits > 1) /* a plain launch: waits for every split */
             tc_reduce_kernel<<<rblocks, 256, 0, c->stream>>>(a);
         LAUNCHED();
     });
-#undef TCK
 }
 
 /* n matrices (n <= 3, stacked as in mv_set) over the same x: one conversion, one launch. */
@@ -1283,7 +1293,9 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     a.cols = cols;
     a.n = n;
     a.x = tc_round(c, dt, x, n, cols);
-    long rb = (r + TC_ROWS - 1) / TC_ROWS, target = 3L * c->sms;
+    int mt = c->tc_mt, u = c->tc_u;
+    long rows_blk = TC_WARPS * 16L * mt;
+    long rb = (r + rows_blk - 1) / rows_blk, target = (mt == 1 ? 8L : 3L) * c->sms;
     long s = rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256;
     if (s > smax)
         s = smax;
@@ -1296,9 +1308,9 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
                                sizeof(float) * (size_t)a.splits * n * r);
     dim3 grid((unsigned)rb, (unsigned)a.splits);
     if (dt == RP_CUDA_BF16)
-        tc_launch_dt<RP_CUDA_BF16>(c, a, grid);
+        tc_launch_dt<RP_CUDA_BF16>(c, a, grid, mt, u);
     else
-        tc_launch_dt<RP_CUDA_F16>(c, a, grid);
+        tc_launch_dt<RP_CUDA_F16>(c, a, grid, 1, 2);
 }
 
 /* ---- sampler: greedy argmax on the GPU ----------------------------------------------------- */
