@@ -126,10 +126,10 @@ struct rp_cuda_ctx {
     struct graph_entry *gcache;
     uint64_t g_clock;
     long g_hits, g_builds;
-    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8 (default), 16 */
+    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8, 16 (default) */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
-                      * (RAPID_CUDA_TC=MT,U: 1,2 (default), 2,2, 2,4 or 1,4; bf16 only) */
+                      * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
@@ -378,7 +378,7 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *pd = getenv("RAPID_CUDA_PDL");
     c->pdl = !(pd && strcmp(pd, "0") == 0);
     const char *tv = getenv("RAPID_CUDA_TC");
-    c->tc_mt = 1, c->tc_u = 2;
+    c->tc_mt = 2, c->tc_u = 2; /* the fastest at 16 and 64 streams on the H200 (NOTES.md) */
     if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
         c->tc_mt = tv[0] - '0', c->tc_u = tv[2] - '0';
     c->pend = (pend_op *)rp_calloc(1, sizeof(pend_op));
@@ -402,7 +402,7 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
         }
     }
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
-    c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "16") == 0 ? 16 : 8;
+    c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -846,6 +846,7 @@ template <> __device__ __forceinline__ __half from_f32(float v) { return __float
 
 template <typename T> __global__ void round_kernel(const float *__restrict__ x, T *out, long n)
 {
+    pdl_wait(); /* (a no-op unless launched through pdl_launch) */
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         out[i] = from_f32<T>(x[i]);
@@ -1194,6 +1195,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, MT == 1 ? 4 : 1) tc_gemm_kernel
  * (a matrix's rows are a multiple of 16, so the 4 stay in one matrix). */
 __global__ void tc_reduce_kernel(tc_args a)
 {
+    pdl_wait(); /* launched early (PDL): its ramp hides under the GEMM's tail */
     long R = a.r0[3], q = (long)blockIdx.x * blockDim.x + threadIdx.x, nq = R / 4 * a.n;
     if (q >= nq)
         return;
@@ -1221,11 +1223,14 @@ static const uint16_t *tc_round(rp_cuda_ctx *c, int dt, const float *x, int n, l
     long ne = (long)n * cols;
     void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
     int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
+    int pdl = c->pdl;
     LAUNCH(c, {
         if (dt == RP_CUDA_BF16)
-            round_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(x, (__nv_bfloat16 *)xh, ne);
+            pdl_launch(pdl, round_kernel<__nv_bfloat16>, dim3(blocks), dim3(256), c->stream, x,
+                       (__nv_bfloat16 *)xh, ne);
         else
-            round_kernel<__half><<<blocks, 256, 0, c->stream>>>(x, (__half *)xh, ne);
+            pdl_launch(pdl, round_kernel<__half>, dim3(blocks), dim3(256), c->stream, x,
+                       (__half *)xh, ne);
         LAUNCHED();
     });
     return (const uint16_t *)xh;
@@ -1266,8 +1271,8 @@ template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim
         case 7: tc_go<DT, 7>(v, pdl, grid, block, c->stream, a); break;
         default: tc_go<DT, 8>(v, pdl, grid, block, c->stream, a); break;
         }
-        if (a.splits > 1) /* a plain launch: waits for every split */
-            tc_reduce_kernel<<<rblocks, 256, 0, c->stream>>>(a);
+        if (a.splits > 1) /* waits (pdl_wait) for every split */
+            pdl_launch(pdl, tc_reduce_kernel, dim3(rblocks), dim3(256), c->stream, a);
         LAUNCHED();
     });
 }
@@ -1295,8 +1300,9 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     a.x = tc_round(c, dt, x, n, cols);
     int mt = c->tc_mt, u = c->tc_u;
     long rows_blk = TC_WARPS * 16L * mt;
-    long rb = (r + rows_blk - 1) / rows_blk, target = (mt == 1 ? 8L : 3L) * c->sms;
-    long s = rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256;
+    long rb = (r + rows_blk - 1) / rows_blk, target = (mt == 1 ? 6L : 3L) * c->sms;
+    long s = 2 * rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256; /* split only
+                                                     * grids far from filling the GPU */
     if (s > smax)
         s = smax;
     if (s < 1)
