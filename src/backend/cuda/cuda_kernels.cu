@@ -1,9 +1,10 @@
 /* backend/cuda/cuda_kernels.cu - kernels and launchers of the CUDA backend (CUDA C++).
  *
  * Design notes:
- *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, four
+ *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
- *     x (f32) comes through the read-only cache. Larger batches (prefill, batched decode) go
+ *     x (f32) comes through the read-only cache. 5..64 tokens of 16-bit weights (batched
+ *     decode) go to the tensor-core skinny GEMM below. Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
@@ -18,8 +19,13 @@
  *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
  *     synchronises first). The step's token table and RoPE's inv_freq have their own device
  *     buffers, re-uploaded only when they change.
- *  4. RAPID_CUDA_GRAPH=1 (opt-in): decode steps of <= 4 tokens are recorded and replayed
- *     as CUDA graphs (see "CUDA graphs for decode steps" below).
+ *  4. Decode steps of <= 64 tokens are recorded and replayed as CUDA graphs (see "CUDA
+ *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
+ *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
+ *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
+ *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
+ * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_MV_UNROLL=4|8|16,
+ * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -202,7 +208,7 @@ struct prof_scope {
 };
 
 /* ---- CUDA graphs for decode steps ---------------------------------------------------------
- * With graphs on, the launches of a step of at most 4 tokens (from rp_cuda_step to the
+ * With graphs on, the launches of a step of at most 64 tokens (from rp_cuda_step to the
  * logits copy) are recorded instead of run: each as a closure of its arguments by value.
  * At the logits copy the closures' bytes are hashed; a step whose hash was seen before
  * replays that step's instantiated graph, otherwise the closures run under stream capture
