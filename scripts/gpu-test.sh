@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests of the CUDA backend, for a machine with an NVIDIA GPU (CI has none and never runs
 # this). Builds BUILD_DIR with CUDA unless it already holds the binaries, then:
-#   1. rapid_gpu_check: every dense fixture on the GPU against transformers' logits
+#   1. rapid_gpu_check: the skinny GEMM / matvec / argmax kernels at the Llama-3-8B shapes
+#      against a host reference, then every dense fixture on the GPU against transformers' logits
 #      (f32 weights: 1e-3; bf16: 0.25, and 0.2 against the CPU on the same bf16 weights),
 #      a 3-sequence batched step, and greedy tokens equal to the CPU's and transformers'
 #   2. the CLI: `rapid generate --device cuda` prints the same ids as `--device cpu`, and
@@ -16,8 +17,10 @@ fi
 if [ -n "${RAPID_LIBS:-}" ]; then export LD_LIBRARY_PATH="$RAPID_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 export RP_SOURCE_DIR=$PWD
 status=0
-echo "== rapid_gpu_check (fixtures on the GPU) =="
+echo "== rapid_gpu_check (kernels at the 8B shapes, fixtures on the GPU; decode graphs on) =="
 "$build/rapid_gpu_check" || status=1
+echo "== rapid_gpu_check fixtures with RAPID_CUDA_GRAPH=0 (every step eager) =="
+for f in llama_gqa qwen3 mistral; do RAPID_CUDA_GRAPH=0 "$build/rapid_gpu_check" $f | tail -1 | grep -q " 0 failed" || { echo "FAIL  eager $f"; status=1; }; done
 
 echo "== CLI with --device cuda =="
 fx=tests/golden/models/llama_gqa

@@ -161,6 +161,23 @@ void rp_op_attention_step(rp_backend *b, int layer, const rp_step_attn *a)
     b->vt->attention_step(b, layer, a);
 }
 
+void rp_op_argmax_rows(rp_backend *b, const float *x, int n_rows, int n, int32_t *out)
+{
+    if (b->vt->argmax_rows) {
+        b->vt->argmax_rows(b, x, n_rows, n, out);
+        return;
+    }
+    RP_ASSERT(b->host_buffers);
+    for (int r = 0; r < n_rows; r++) {
+        const float *row = x + (size_t)r * (size_t)n;
+        int32_t best = 0;
+        for (int i = 1; i < n; i++)
+            if (row[i] > row[best])
+                best = i;
+        out[r] = best;
+    }
+}
+
 #ifndef RP_HAVE_CUDA
 rp_status rp_backend_new_cuda(int device, double mem_fraction, rp_backend **out, rp_err *err)
 {

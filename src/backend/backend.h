@@ -209,6 +209,11 @@ void rp_op_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, i
 void rp_op_gather_rows(rp_backend *b, float *dst, const float *src, const int32_t *rows, int n,
                        int dim);
 
+/* out[i] = argmax of row i of x [n_rows][n] (the lowest index among equal maxima), for the
+ * greedy sampler: on CUDA only the ids come back to the host, not the rows. out is a host
+ * array; waits for the queued ops. */
+void rp_op_argmax_rows(rp_backend *b, const float *x, int n_rows, int n, int32_t *out);
+
 /* out[i] = silu(gate[i]) * up[i] for n elements. */
 void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
 /* y[i] += x[i] */

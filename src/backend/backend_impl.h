@@ -35,6 +35,8 @@ typedef struct rp_backend_vt {
     void (*step_begin)(rp_backend *b, const rp_step_seq *seqs, int n_seqs);
     void (*kv_store)(rp_backend *b, int layer, const float *k, const float *v, int kv_dim);
     void (*attention_step)(rp_backend *b, int layer, const rp_step_attn *a);
+    /* (optional) rp_op_argmax_rows; NULL: the plain loop over host buffers (backend.c) */
+    void (*argmax_rows)(rp_backend *b, const float *x, int n_rows, int n, int32_t *out);
 } rp_backend_vt;
 
 struct rp_backend {

@@ -78,6 +78,7 @@ struct rp_engine {
     rp_kv **b_kv;
     uint8_t *b_want;
     slot **b_row_slot; /* slot of each logits row */
+    int32_t *b_greedy; /* argmax of each row, when every row is greedy (rp_batch.argmax) */
     float *logits;     /* max_batch rows */
 };
 
@@ -257,7 +258,7 @@ static int build_batch(rp_engine *e, int *n_rows)
 }
 
 /* After a step: sample each row's next token, emit it, retire finished sequences. */
-static void consume_rows(rp_engine *e, int n_rows)
+static void consume_rows(rp_engine *e, int n_rows, const int32_t *greedy)
 {
     size_t vocab = (size_t)rp_model_get_info(e->model)->vocab_size;
     for (int i = 0; i < n_rows; i++) {
@@ -266,8 +267,9 @@ static void consume_rows(rp_engine *e, int n_rows)
         sl->phase = SLOT_DECODE;
         rp_event ev = {.kind = RP_EV_TOKEN, .request_id = r->id};
         int n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
-        ev.token = rp_sampler_sample(sl->sampler, e->logits + (size_t)i * vocab, n_top,
-                                     &ev.logprob, ev.top_ids, ev.top_logprobs);
+        ev.token = greedy ? greedy[i]
+                          : rp_sampler_sample(sl->sampler, e->logits + (size_t)i * vocab, n_top,
+                                              &ev.logprob, ev.top_ids, ev.top_logprobs);
         ev.n_top = n_top > 0 ? n_top : 0;
         if (is_stop(e, r, ev.token)) {
             slot_finish(e, sl, RP_FINISH_STOP, ev.token, NULL);
@@ -304,7 +306,11 @@ static int step(rp_engine *e)
     int n_rows, n = build_batch(e, &n_rows);
     if (n == 0)
         return 0;
-    rp_batch b = {.n_tok = n, .ids = e->b_ids, .kv = e->b_kv, .want_logits = e->b_want};
+    int greedy = n_rows > 0; /* every row greedy, no logprobs: the argmax on the backend */
+    for (int i = 0; i < n_rows && greedy; i++)
+        greedy = e->b_row_slot[i]->req->n_top < 0 && rp_sampler_greedy(e->b_row_slot[i]->sampler);
+    rp_batch b = {.n_tok = n, .ids = e->b_ids, .kv = e->b_kv, .want_logits = e->b_want,
+                  .argmax = greedy ? e->b_greedy : NULL};
     rp_err err = {0};
     if (rp_model_eval_batch(e->model, &b, e->logits, &err) != RP_OK) {
         RP_ERROR("forward step failed: %s", err.msg);
@@ -318,7 +324,7 @@ static int step(rp_engine *e)
     pthread_mutex_lock(&e->mu);
     e->stats.n_steps++;
     pthread_mutex_unlock(&e->mu);
-    consume_rows(e, n_rows);
+    consume_rows(e, n_rows, b.argmax);
     return 1;
 }
 
@@ -395,8 +401,10 @@ static rp_status alloc_buffers(rp_engine *e, rp_err *err)
     e->b_kv = rp_alloc(sizeof(rp_kv *) * (size_t)max);
     e->b_want = rp_alloc((size_t)max);
     e->b_row_slot = rp_alloc(sizeof(slot *) * (size_t)max);
+    e->b_greedy = rp_alloc(sizeof(int32_t) * (size_t)max);
     e->logits = rp_alloc_aligned(sizeof(float) * vocab * (size_t)e->n_slots, RP_TAG_MODEL);
-    if (!e->slots || !e->b_ids || !e->b_kv || !e->b_want || !e->b_row_slot || !e->logits)
+    if (!e->slots || !e->b_ids || !e->b_kv || !e->b_want || !e->b_row_slot || !e->b_greedy ||
+        !e->logits)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < e->n_slots; i++) {
         rp_status rc = rp_kv_new(e->model, e->ctx, &e->slots[i].kv, err);
@@ -464,6 +472,7 @@ void rp_engine_free(rp_engine *e)
     rp_free(e->b_kv);
     rp_free(e->b_want);
     rp_free(e->b_row_slot);
+    rp_free(e->b_greedy);
     rp_free_aligned(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

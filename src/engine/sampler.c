@@ -87,6 +87,13 @@ void rp_sampler_accept(rp_sampler *s, int32_t token, int generated)
         s->count_gen[token]++;
 }
 
+int rp_sampler_greedy(const rp_sampler *s)
+{
+    const rp_sampling *p = &s->prm;
+    return p->temperature <= 0 && !(p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) &&
+           p->presence_penalty == 0 && p->frequency_penalty == 0;
+}
+
 static void apply_penalties(rp_sampler *s, float *logits)
 {
     const rp_sampling *p = &s->prm;

@@ -25,6 +25,10 @@ void rp_sampler_free(rp_sampler *s);
 /* Records a token as seen (prompt tokens with generated = 0). */
 void rp_sampler_accept(rp_sampler *s, int32_t token, int generated);
 
+/* 1 when the pick is the plain argmax of the logits (temperature 0, no penalties), which a
+ * backend may then take without the logits leaving it (rp_op_argmax_rows). */
+int rp_sampler_greedy(const rp_sampler *s);
+
 /* Picks the next token; logits are modified in place (penalties). When n_top >= 0, fills
  * *logprob with the chosen token's log-probability and the n_top best alternatives. */
 int32_t rp_sampler_sample(rp_sampler *s, float *logits, int n_top, float *logprob,

@@ -317,11 +317,18 @@ static void mlp_block(rp_model *m, llama *s, int l, int n)
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
 }
 
-/* logits rows of the first n rows of s->x, into the caller's host array. */
-static void final_logits(rp_model *m, llama *s, int n, float *logits)
+/* logits rows of the first n rows of s->x, into the caller's host array (or, with argmax,
+ * only each row's argmax). */
+static void final_logits(rp_model *m, llama *s, int n, float *logits, int32_t *argmax)
 {
     rp_model_config *c = &m->cfg;
     rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n, c->dim, c->norm_eps, 0);
+    if (argmax) {
+        float *dst = rp_backend_host_buffers(m->be) ? logits : s->logits;
+        rp_op_matmul(m->be, s->lm_head, s->h, n, dst);
+        rp_op_argmax_rows(m->be, dst, n, c->vocab_size, argmax);
+        return;
+    }
     if (rp_backend_host_buffers(m->be)) {
         rp_op_matmul(m->be, s->lm_head, s->h, n, logits);
         return;
@@ -365,7 +372,7 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
             rows[n_rows++] = t;
     if (n_rows > 0) {
         rp_op_gather_rows(m->be, s->x, s->x, rows, n_rows, c->dim);
-        final_logits(m, s, n_rows, logits);
+        final_logits(m, s, n_rows, logits, b->argmax);
     }
     (void)err;
     return RP_OK;
@@ -387,7 +394,7 @@ static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n
         rp_status rc = llama_forward_batch(m, &b, NULL, err);
         if (rc || !logits)
             return rc;
-        final_logits(m, s, n, logits);
+        final_logits(m, s, n, logits, NULL);
         return RP_OK;
     }
     if (logits && n_logits > 0)
@@ -405,4 +412,5 @@ const rp_arch rp_arch_llama = {
     .forward_batch = llama_forward_batch,
     .kv_init = llama_kv_init,
     .kv_deinit = llama_kv_deinit,
+    .batch_argmax = 1,
 };

@@ -291,14 +291,35 @@ static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
     return RP_OK;
 }
 
+/* rp_batch.argmax from host logits rows, for the architectures that leave it to us. */
+static void argmax_host(const rp_batch *b, const float *logits, size_t vocab)
+{
+    int rows = 0;
+    for (int i = 0; i < b->n_tok; i++)
+        rows += b->want_logits && b->want_logits[i];
+    for (int r = 0; r < rows; r++) {
+        const float *x = logits + (size_t)r * vocab;
+        int32_t best = 0;
+        for (size_t i = 1; i < vocab; i++)
+            if (x[i] > x[best])
+                best = (int32_t)i;
+        b->argmax[r] = best;
+    }
+}
+
 rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_err *err)
 {
     rp_status rc = check_batch(m, b, err);
     if (rc)
         return rc;
-    if (m->arch->forward_batch)
-        return m->arch->forward_batch(m, b, logits, err);
     size_t vocab = (size_t)m->info.vocab_size;
+    if (m->arch->forward_batch) {
+        rc = m->arch->forward_batch(m, b, logits, err);
+        if (rc || !b->argmax || m->arch->batch_argmax)
+            return rc;
+        argmax_host(b, logits, vocab);
+        return RP_OK;
+    }
     int row = 0;
     for (int i = 0; i < b->n_tok;) { /* one sequence's run at a time */
         int j = i;
@@ -312,6 +333,8 @@ rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_
         row += want;
         i = j;
     }
+    if (b->argmax)
+        argmax_host(b, logits, vocab);
     return RP_OK;
 }
 

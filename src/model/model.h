@@ -112,6 +112,10 @@ typedef struct rp_batch {
     const int32_t *ids;
     rp_kv *const *kv;
     const uint8_t *want_logits;
+    /* (optional) the greedy sampler: when set, argmax[r] receives the argmax of logits row r
+     * and the logits array is scratch (its contents unspecified); on CUDA only the ids
+     * leave the GPU. */
+    int32_t *argmax;
 } rp_batch;
 
 /* Largest n_tok rp_model_eval_batch takes. */

@@ -30,6 +30,7 @@ typedef struct rp_arch {
     rp_status (*kv_init)(rp_model *m, rp_kv *kv, rp_err *err);
     void (*kv_deinit)(rp_kv *kv);
     int recurrent; /* 1: kv_init sets kv->rec (hybrids) */
+    int batch_argmax; /* 1: forward_batch fills rp_batch.argmax itself */
 } rp_arch;
 
 struct rp_model {

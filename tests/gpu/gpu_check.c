@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/alloc.h"
+#include "base/half.h"
 #include "engine/engine.h"
 #include "fixture_util.h"
 #include "model/model.h"
@@ -206,12 +208,141 @@ static void run_fixture(const char *name)
     fixture_free(&f);
 }
 
+/* ---- kernel checks at the 8B model's shapes (the fixtures are too small to reach them) ---- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+/* y = W x on the GPU for n tokens (one matrix, or three stacked through rp_op_matmul_n)
+ * against a double-precision host reference on x rounded to bf16, as the GPU's GEMM does
+ * (n <= 4: the matvec keeps x f32; the difference is far below the tolerance). */
+static void gemm_check(rp_backend *be, int n_mat, const long *rows, long cols, int n)
+{
+    rp_err err = {0};
+    rp_tensor w[3], wd[3], xt, xd;
+    uint16_t *wh[3] = {0};
+    float *x = rp_alloc(sizeof(float) * (size_t)n * cols), *y[3] = {0}, *yd[3] = {0};
+    for (long i = 0; i < (long)n * cols; i++)
+        x[i] = frand();
+    xt = (rp_tensor){.dtype = RP_DT_F32, .n_dims = 2, .shape = {n, cols}, .data = x,
+                     .n_bytes = sizeof(float) * (size_t)n * cols};
+    int ok = rp_backend_weight(be, &xt, &xd, &err) == RP_OK;
+    for (int m = 0; m < n_mat && ok; m++) {
+        wh[m] = rp_alloc(sizeof(uint16_t) * (size_t)rows[m] * cols);
+        for (long i = 0; i < rows[m] * cols; i++)
+            wh[m][i] = rp_f32_to_bf16(frand() * 0.05f);
+        w[m] = (rp_tensor){.dtype = RP_DT_BF16, .n_dims = 2, .shape = {rows[m], cols},
+                           .data = wh[m], .n_bytes = sizeof(uint16_t) * (size_t)rows[m] * cols};
+        ok = rp_backend_weight(be, &w[m], &wd[m], &err) == RP_OK;
+        yd[m] = rp_backend_buf_alloc(be, sizeof(float) * (size_t)n * rows[m], 0);
+        y[m] = rp_alloc(sizeof(float) * (size_t)n * rows[m]);
+        ok = ok && yd[m] && y[m];
+    }
+    double worst = INFINITY;
+    if (ok) {
+        const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
+        for (int rep = 0; rep < 2; rep++) { /* twice: the split counters must reset */
+            if (n_mat == 1)
+                rp_op_matmul(be, &wd[0], xd.data, n, yd[0]);
+            else
+                rp_op_matmul_n(be, n_mat, wp, xd.data, n, yd);
+        }
+        worst = 0;
+        for (int m = 0; m < n_mat; m++) {
+            rp_backend_to_host(be, y[m], yd[m], sizeof(float) * (size_t)n * rows[m]);
+            for (int t = 0; t < n; t++)
+                for (long r = 0; r < rows[m]; r += r % 128 < 17 ? 1 : rows[m] / 256 + 1) {
+                    double ref = 0;
+                    for (long k = 0; k < cols; k++) {
+                        float xv = x[(long)t * cols + k];
+                        if (n > 4)
+                            xv = rp_bf16_to_f32(rp_f32_to_bf16(xv));
+                        ref += (double)rp_bf16_to_f32(wh[m][r * cols + k]) * xv;
+                    }
+                    double d = fabs(ref - y[m][(long)t * rows[m] + r]);
+                    worst = d > worst ? d : worst;
+                }
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "bf16 %s %ldx%ld n=%d", n_mat > 1 ? "matmul_n" : "matmul",
+             rows[0], cols, n);
+    check(worst <= 2e-3, "gemm", what, worst, 2e-3);
+    for (int m = 0; m < n_mat; m++) {
+        rp_free(wh[m]);
+        rp_free(y[m]);
+        rp_backend_buf_free(be, yd[m]);
+    }
+    rp_free(x);
+}
+
+static void argmax_check(rp_backend *be)
+{
+    enum { ROWS = 5, V = 128256 };
+    rp_err err = {0};
+    float *x = rp_alloc(sizeof(float) * ROWS * V);
+    int32_t want[ROWS], got[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        for (int i = 0; i < V; i++)
+            x[(size_t)r * V + i] = frand();
+        want[r] = (int32_t)((r * 40009 + 17) % V);
+        x[(size_t)r * V + want[r]] = 2.0f;
+        if (r == 1) /* a tie: the lower index wins */
+            x[(size_t)r * V + want[r] + 5] = 2.0f;
+        if (r == 2) { /* and one in front of it */
+            x[(size_t)r * V + 3] = 2.0f;
+            want[r] = 3;
+        }
+    }
+    rp_tensor t = {.dtype = RP_DT_F32, .n_dims = 2, .shape = {ROWS, V}, .data = x,
+                   .n_bytes = sizeof(float) * ROWS * V}, td;
+    int bad = ROWS;
+    if (rp_backend_weight(be, &t, &td, &err) == RP_OK) {
+        rp_op_argmax_rows(be, td.data, ROWS, V, got);
+        bad = 0;
+        for (int r = 0; r < ROWS; r++)
+            bad += got[r] != want[r];
+    }
+    check(bad == 0, "argmax", "5 rows of 128256, ties to the lowest", bad, 0);
+    rp_free(x);
+}
+
+static void kernel_checks(void)
+{
+    rp_backend *be = NULL;
+    rp_err err = {0};
+    if (rp_backend_new_cuda(0, 0.5, &be, &err)) {
+        printf("FAIL cuda backend: %s\n", err.msg);
+        g_fail++;
+        return;
+    }
+    const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
+               down[1] = {4096}, head[1] = {65536};
+    const int ns[] = {1, 4, 5, 16, 33, 64};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        gemm_check(be, 3, qkv, 4096, ns[i]);
+        gemm_check(be, 1, o, 4096, ns[i]);
+    }
+    gemm_check(be, 2, gu, 4096, 64);
+    gemm_check(be, 1, down, 14336, 16);
+    gemm_check(be, 1, down, 14336, 64);
+    gemm_check(be, 1, head, 4096, 24);
+    argmax_check(be);
+    rp_backend_free(be);
+}
+
 int main(int argc, char **argv)
 {
     if (rp_backend_cuda_devices() <= 0) {
         printf("FAIL: no CUDA GPU found\n");
         return 1;
     }
+    if (argc < 2 || strcmp(argv[1], "kernels") == 0)
+        kernel_checks();
     for (size_t i = 0; i < sizeof g_dense / sizeof *g_dense; i++)
         if (argc < 2 || strcmp(argv[1], g_dense[i]) == 0)
             run_fixture(g_dense[i]);

@@ -275,6 +275,11 @@ static void cuda_attention_step(rp_backend *bk, int layer, const rp_step_attn *a
                       a->scale, a->window);
 }
 
+static void cuda_argmax_rows(rp_backend *bk, const float *x, int n_rows, int n, int32_t *out)
+{
+    rp_cuda_argmax(CB(bk)->ctx, x, n_rows, n, out);
+}
+
 static const rp_backend_vt g_cuda_vt = {
     .destroy = cuda_destroy,
     .buf_alloc = cuda_buf_alloc,
@@ -295,4 +300,5 @@ static const rp_backend_vt g_cuda_vt = {
     .step_begin = cuda_step_begin,
     .kv_store = cuda_kv_store,
     .attention_step = cuda_attention_step,
+    .argmax_rows = cuda_argmax_rows,
 };

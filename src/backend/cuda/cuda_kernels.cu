@@ -1,9 +1,10 @@
 /* backend/cuda/cuda_kernels.cu - kernels and launchers of the CUDA backend (CUDA C++).
  *
  * Design notes:
- *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, four
+ *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
- *     x (f32) comes through the read-only cache. Larger batches (prefill, batched decode) go
+ *     x (f32) comes through the read-only cache. 5..64 tokens of 16-bit weights (batched
+ *     decode) go to the tensor-core skinny GEMM below. Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
@@ -18,13 +19,19 @@
  *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
  *     synchronises first). The step's token table and RoPE's inv_freq have their own device
  *     buffers, re-uploaded only when they change.
- *  4. RAPID_CUDA_GRAPH=1 (opt-in): decode steps of <= 4 tokens are recorded and replayed
- *     as CUDA graphs (see "CUDA graphs for decode steps" below).
+ *  4. Decode steps of <= 64 tokens are recorded and replayed as CUDA graphs (see "CUDA
+ *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
+ *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
+ *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
+ *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
+ * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_MV_UNROLL=4|8|16,
+ * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,13 +72,27 @@ extern "C" {
 /* RAPID_CUDA_PROFILE=1: every launcher waits for the GPU before and after its work and adds
  * the wall time to its kind; the table goes to stderr when the context is freed. Slows the
  * run (a synchronisation per op): for finding where the time goes, not for timing. */
-enum { P_MATVEC, P_GEMM, P_NORM, P_ROPE, P_ATTN, P_KV, P_ELEM, P_EMBED, P_GATHER, P_TOHOST,
-       P_STEP, P_COUNT };
-static const char *const g_prof_names[P_COUNT] = {"matvec",  "gemm",   "rmsnorm", "rope",
-                                                  "attention", "kv_store", "elementwise",
-                                                  "embed",   "gather", "to_host", "step"};
+enum { P_MATVEC, P_GEMM, P_TCGEMM, P_NORM, P_ROPE, P_ATTN, P_KV, P_ELEM, P_EMBED, P_GATHER,
+       P_TOHOST, P_STEP, P_SAMPLE, P_COUNT };
+static const char *const g_prof_names[P_COUNT] = {
+    "matvec", "gemm (cuBLASLt)", "gemm (tensor-core skinny)", "rmsnorm", "rope", "attention",
+    "kv_store", "elementwise", "embed", "gather", "to_host", "step", "argmax"};
 
-enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 128, ACH = 128, MV_WARPS = 8 };
+enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 512, ACH = 128, MV_WARPS = 8,
+       EV_CAP = 8192 };
+/* the tensor-core skinny GEMM (see its section) */
+enum { TC_WARPS = 4, TC_MAXN = 64 };
+
+enum { PEND_NONE, PEND_ADD, PEND_ROPE };
+typedef struct pend_op {
+    int kind, off; /* off: RAPID_CUDA_FUSE=0 */
+    float *y;        /* add: y += x over n; rope: the tensor */
+    const float *x;
+    long n;
+    int heads, n_tok, head_dim, half, neox;
+    const int32_t *pos;
+    float attn_factor;
+} pend_op;
 
 typedef struct algo_entry {
     int dtype, n;
@@ -111,7 +132,17 @@ struct rp_cuda_ctx {
     struct graph_entry *gcache;
     uint64_t g_clock;
     long g_hits, g_builds;
-    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4 or 8 */
+    int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8, 16 (default) */
+    struct pend_op *pend; /* the deferred op (kind 0: none) */
+    int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
+                      * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
+    int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
+    float *tc_part;   /* its split partials */
+    size_t tc_part_bytes;
+    int32_t *ids_host, *ids_dev; /* argmax results */
+    int ids_cap;
+    cudaEvent_t *ev; /* RAPID_CUDA_PROFILE=2: event pairs around each op, summed at syncs */
+    int *ev_kind, n_ev;
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
     char name[160];
@@ -124,20 +155,51 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* RAPID_CUDA_PROFILE=2: no synchronisation; an event pair on the stream around each op, the
+ * elapsed GPU times summed whenever the pool fills and at the end (what the GPU spent per op
+ * kind, launch gaps excluded). */
+static void ev_flush(rp_cuda_ctx *c)
+{
+    if (!c->n_ev)
+        return;
+    CK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < c->n_ev; i++) {
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, c->ev[2 * i], c->ev[2 * i + 1]));
+        c->prof_s[c->ev_kind[i]] += ms * 1e-3;
+        c->prof_n[c->ev_kind[i]]++;
+    }
+    c->n_ev = 0;
+}
+
+/* Launches the deferred op, if any (see "deferred ops" below). Every launcher starts with
+ * it (through prof_scope), except those that may fuse with the deferred op. */
+static void pend_flush(rp_cuda_ctx *c);
+
 struct prof_scope {
     rp_cuda_ctx *c;
-    int kind;
+    int kind, slot;
     double t0;
-    prof_scope(rp_cuda_ctx *ctx, int k) : c(ctx), kind(k), t0(0)
+    prof_scope(rp_cuda_ctx *ctx, int k, int flush = 1) : c(ctx), kind(k), slot(-1), t0(0)
     {
-        if (c->prof) {
+        if (flush)
+            pend_flush(c);
+        if (c->prof == 2) {
+            if (c->n_ev == EV_CAP)
+                ev_flush(c);
+            slot = c->n_ev++;
+            c->ev_kind[slot] = k;
+            CK(cudaEventRecord(c->ev[2 * slot], c->stream));
+        } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             t0 = now_s();
         }
     }
     ~prof_scope()
     {
-        if (c->prof) {
+        if (c->prof == 2) {
+            CK(cudaEventRecord(c->ev[2 * slot + 1], c->stream));
+        } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             c->prof_s[kind] += now_s() - t0;
             c->prof_n[kind]++;
@@ -146,7 +208,7 @@ struct prof_scope {
 };
 
 /* ---- CUDA graphs for decode steps ---------------------------------------------------------
- * With graphs on, the launches of a step of at most 4 tokens (from rp_cuda_step to the
+ * With graphs on, the launches of a step of at most 64 tokens (from rp_cuda_step to the
  * logits copy) are recorded instead of run: each as a closure of its arguments by value.
  * At the logits copy the closures' bytes are hashed; a step whose hash was seen before
  * replays that step's instantiated graph, otherwise the closures run under stream capture
@@ -307,9 +369,35 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     c->sms = p.multiProcessorCount;
     const char *pe = getenv("RAPID_CUDA_PROFILE");
-    c->prof = pe && *pe && strcmp(pe, "0") != 0;
+    c->prof = pe && *pe && strcmp(pe, "0") != 0 ? (strcmp(pe, "2") == 0 ? 2 : 1) : 0;
+    if (c->prof == 2) {
+        c->ev = (cudaEvent_t *)rp_calloc(2 * EV_CAP, sizeof(cudaEvent_t));
+        c->ev_kind = (int *)rp_calloc(EV_CAP, sizeof(int));
+        if (!c->ev || !c->ev_kind) {
+            snprintf(err, err_len, "out of memory");
+            rp_cuda_ctx_free(c);
+            return NULL;
+        }
+        for (int i = 0; i < 2 * EV_CAP; i++)
+            CK(cudaEventCreate(&c->ev[i]));
+    }
+    const char *pd = getenv("RAPID_CUDA_PDL");
+    c->pdl = !(pd && strcmp(pd, "0") == 0);
+    const char *tv = getenv("RAPID_CUDA_TC");
+    c->tc_mt = 2, c->tc_u = 2; /* the fastest at 16 and 64 streams on the H200 (NOTES.md) */
+    if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
+        c->tc_mt = tv[0] - '0', c->tc_u = tv[2] - '0';
+    c->pend = (pend_op *)rp_calloc(1, sizeof(pend_op));
+    if (!c->pend) {
+        snprintf(err, err_len, "out of memory");
+        rp_cuda_ctx_free(c);
+        return NULL;
+    }
+    const char *fe = getenv("RAPID_CUDA_FUSE");
+    c->pend->off = fe && strcmp(fe, "0") == 0;
+    /* decode steps as CUDA graphs: on unless RAPID_CUDA_GRAPH=0 (or profiling) */
     const char *ge = getenv("RAPID_CUDA_GRAPH");
-    c->graphs = ge && strcmp(ge, "1") == 0 && !c->prof;
+    c->graphs = !(ge && strcmp(ge, "0") == 0) && !c->prof;
     if (c->graphs) {
         c->log = (rec_op *)rp_alloc_aligned(sizeof(rec_op) * LOG_CAP, RP_TAG_MODEL);
         c->gcache = (graph_entry *)rp_calloc(G_CACHE, sizeof(graph_entry));
@@ -320,7 +408,7 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
         }
     }
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
-    c->mv_unroll = ue && strcmp(ue, "8") == 0 ? 8 : 4;
+    c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -330,6 +418,8 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
 {
     if (!c)
         return;
+    if (c->pend)
+        pend_flush(c);
     if (c->rec) {
         c->rec_dirty = 1;
         rec_finish(c);
@@ -344,17 +434,29 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
             cudaGraphExecDestroy(c->gcache[i].exec);
     rp_free(c->gcache);
     rp_free_aligned(c->log);
+    if (c->prof == 2)
+        ev_flush(c);
     if (c->prof) {
         double tot = 0;
         for (int k = 0; k < P_COUNT; k++)
             tot += c->prof_s[k];
-        fprintf(stderr, "cuda profile (synchronised per op): %.3f s in ops\n", tot);
+        fprintf(stderr, "cuda profile (%s): %.3f s in ops\n",
+                c->prof == 2 ? "GPU time per op, events" : "synchronised per op", tot);
         for (int k = 0; k < P_COUNT; k++)
             if (c->prof_n[k])
-                fprintf(stderr, "  %-12s %9.3f ms %8ld calls %8.1f us/call %5.1f%%\n",
+                fprintf(stderr, "  %-26s %9.3f ms %8ld calls %8.1f us/call %5.1f%%\n",
                         g_prof_names[k], c->prof_s[k] * 1e3, c->prof_n[k],
                         c->prof_s[k] * 1e6 / c->prof_n[k], 100.0 * c->prof_s[k] / tot);
     }
+    for (int i = 0; c->ev && i < 2 * EV_CAP; i++)
+        if (c->ev[i])
+            cudaEventDestroy(c->ev[i]);
+    rp_free(c->ev);
+    rp_free(c->ev_kind);
+    rp_free(c->pend);
+    cudaFree(c->tc_part);
+    cudaFree(c->ids_dev);
+    cudaFreeHost(c->ids_host);
     if (c->lt)
         cublasLtDestroy(c->lt);
     cudaFree(c->ws);
@@ -397,6 +499,7 @@ extern "C" void rp_cuda_free(rp_cuda_ctx *c, void *p)
 {
     if (!p)
         return;
+    pend_flush(c);
     rec_break(c);
     CK(cudaStreamSynchronize(c->stream));
     CK(cudaFree(p));
@@ -406,6 +509,7 @@ extern "C" void rp_cuda_upload(rp_cuda_ctx *c, void *dst, const void *src, size_
 {
     /* straight from the mmap (pageable); on the stream, so later kernels are ordered after
      * it, and waited for, so the source may go away */
+    pend_flush(c);
     rec_break(c);
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
     CK(cudaStreamSynchronize(c->stream));
@@ -443,6 +547,7 @@ static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
         abort();
     }
     if (c->ring_off + a > RING_BYTES) {
+        pend_flush(c);
         rec_break(c);
         CK(cudaStreamSynchronize(c->stream));
         c->ring_off = 0;
@@ -458,6 +563,7 @@ static void *stage(rp_cuda_ctx *c, const void *src, size_t n)
 static void *grow(rp_cuda_ctx *c, void **p, size_t *have, size_t need)
 {
     if (need > *have) {
+        pend_flush(c);
         rec_break(c);
         CK(cudaStreamSynchronize(c->stream));
         CK(cudaFree(*p));
@@ -544,6 +650,38 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* ---- programmatic dependent launch -------------------------------------------------------
+ * A kernel launched through pdl_launch may start while the previous kernel of the stream is
+ * still draining; it must call pdl_wait() before it reads anything that kernel wrote (and
+ * before it writes anything). Our matvec / GEMM kernels issue their first weight loads
+ * first: the weights never change, so the ramp of one kernel hides under the tail of the
+ * previous one. The kernel after a pdl_launch is a plain launch (it waits for all of it). */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename... P, typename... A>
+static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
+{
+    if (!pdl) {
+        k<<<grid, block, 0, s>>>(args...);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
 /* ---- matmul: decode matvec --------------------------------------------------------------- */
 
 template <int DT, int NT>
@@ -594,15 +732,22 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
     long i = lane;
+    bool waited = false;
     for (; i + 32 * (U - 1) < nv; i += 32 * U) { /* U loads in flight per lane */
         uint4 u[U];
 #pragma unroll
         for (int k = 0; k < U; k++)
             u[k] = ld_stream(wr + i + 32 * k);
+        if (!waited) { /* the weights are constant: only x waits for the previous kernel */
+            pdl_wait();
+            waited = true;
+        }
 #pragma unroll
         for (int k = 0; k < U; k++)
             mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
     }
+    if (!waited)
+        pdl_wait();
     for (; i < nv; i += 32)
         mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
     float *y = set.y[m];
@@ -644,16 +789,18 @@ template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long
                                          const float *x, int n)
 {
     dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
-    int u8 = c->mv_unroll == 8 && n == 1;
+    int u8 = c->mv_unroll == 8 && n == 1, u16 = c->mv_unroll == 16 && n == 1, pdl = c->pdl;
     LAUNCH(c, {
-        if (u8)
-            matvec_kernel<DT, 1, 8><<<grid, block, 0, c->stream>>>(set, cols, x);
+        if (u16)
+            pdl_launch(pdl, matvec_kernel<DT, 1, 16>, grid, block, c->stream, set, cols, x);
+        else if (u8)
+            pdl_launch(pdl, matvec_kernel<DT, 1, 8>, grid, block, c->stream, set, cols, x);
         else
             switch (n) {
-            case 1: matvec_kernel<DT, 1, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-            case 2: matvec_kernel<DT, 2, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-            case 3: matvec_kernel<DT, 3, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
-            default: matvec_kernel<DT, 4, 4><<<grid, block, 0, c->stream>>>(set, cols, x); break;
+            case 1: pdl_launch(pdl, matvec_kernel<DT, 1, 4>, grid, block, c->stream, set, cols, x); break;
+            case 2: pdl_launch(pdl, matvec_kernel<DT, 2, 4>, grid, block, c->stream, set, cols, x); break;
+            case 3: pdl_launch(pdl, matvec_kernel<DT, 3, 4>, grid, block, c->stream, set, cols, x); break;
+            default: pdl_launch(pdl, matvec_kernel<DT, 4, 4>, grid, block, c->stream, set, cols, x); break;
             }
         LAUNCHED();
     });
@@ -705,6 +852,7 @@ template <> __device__ __forceinline__ __half from_f32(float v) { return __float
 
 template <typename T> __global__ void round_kernel(const float *__restrict__ x, T *out, long n)
 {
+    pdl_wait(); /* (a no-op unless launched through pdl_launch) */
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         out[i] = from_f32<T>(x[i]);
@@ -866,11 +1014,396 @@ static void gemm(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols, co
     plan_free(&p);
 }
 
+/* ---- matmul: tensor-core skinny GEMM (5..64 tokens, 16-bit weights) ------------------------
+ * Batched decode: y[t][r] = W[r] . x[t] for n <= 64 tokens, weights read once. x is rounded
+ * to the weight's 16-bit type first (one small kernel). A block of 4 warps owns 128 rows;
+ * each warp two 16-row tiles, against every token (n rounded up to 8-token tiles, the pad
+ * tokens repeat the last one and are not stored). mma.sync m16n8k16 with f32 accumulators.
+ * The dot product's order over k is free, so each lane loads 16-byte pieces of a row (and
+ * the same pieces of x) and feeds each to two MMAs: in an iteration over k .. k + 32U, lane t
+ * holds pieces p = tU + u (u < U), and for MMA j of piece u logical k 2t+e / 2t+8+e is
+ * physical k + 8p + 4j + e / k + 8p + 4j + 2 + e, for A and B alike (the 4 lanes of a row
+ * read 64U contiguous bytes per iteration: long runs per DRAM row). Grids with too
+ * few row blocks split k (blockIdx.y); each split writes f32 partials and a second kernel
+ * sums them in split order (deterministic). Both are launched with programmatic dependent
+ * launch (see pdl_launch): the weight loads of the first k chunk are issued before waiting
+ * for the previous kernel's output. */
+
+typedef struct tc_args {
+    const uint16_t *w[3];
+    float *y[3];
+    long r0[4]; /* stacked rows, as in mv_set (each matrix's rows a multiple of 16) */
+    long cols;  /* a multiple of 64 */
+    const uint16_t *x; /* [n][cols], 16-bit */
+    int n, splits;
+    long kspan; /* a multiple of 64 */
+    float *part; /* [splits][n][r0[3]] when splits > 1 */
+} tc_args;
+
+template <int DT>
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    if (DT == RP_CUDA_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t u4w(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* stacked row -> (matrix, local row) */
+__device__ __forceinline__ int tc_mat(const tc_args &a, long row)
+{
+    return (row >= a.r0[1]) + (row >= a.r0[2]);
+}
+
+/* One 32-wide k chunk of both MMAs (j) for the warp's tiles: w[mi][h] are the 16 bytes of
+ * rows g / g+8, xv[nt] those of token g of each 8-token tile, at the same physical k. */
+template <int DT, int NT, int MT>
+__device__ __forceinline__ void tc_step(float (*acc)[NT][4], const uint4 (*w)[2], const uint4 *xv)
+{
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+            uint32_t af[4] = {u4w(w[mi][0], 2 * j), u4w(w[mi][1], 2 * j), u4w(w[mi][0], 2 * j + 1),
+                              u4w(w[mi][1], 2 * j + 1)};
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                mma16816<DT>(acc[mi][nt], af, u4w(xv[nt], 2 * j), u4w(xv[nt], 2 * j + 1));
+        }
+}
+
+/* MT 16-row tiles per warp (MT = 1: fewer registers, more warps per SM), U chunks per
+ * iteration; lane t of a row reads U consecutive 16-byte pieces (64 U
+ * contiguous bytes per row and iteration across the row's 4 lanes). */
+template <int DT, int NT, int U, int MT>
+__global__ void __launch_bounds__(TC_WARPS * 32, MT == 1 ? 4 : 1) tc_gemm_kernel(tc_args a)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    long R = a.r0[3], cols = a.cols;
+    const uint4 *wp[MT][2];
+    long trow[MT]; /* first stacked row of each tile, -1 past the end */
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++) {
+        long row = ((long)blockIdx.x * (TC_WARPS * MT) + warp * MT + mi) * 16;
+        const uint16_t *base = a.w[0];
+        trow[mi] = -1;
+        if (row < R) {
+            int m = tc_mat(a, row);
+            base = a.w[m] + (row - a.r0[m]) * cols;
+            trow[mi] = row;
+        }
+        wp[mi][0] = (const uint4 *)(base + (long)g * cols);
+        wp[mi][1] = (const uint4 *)(base + (long)(g + 8) * cols);
+    }
+    const uint4 *xp[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        int tok = min(nt * 8 + g, a.n - 1);
+        xp[nt] = (const uint4 *)(a.x + (long)tok * cols);
+    }
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mi][nt][e] = 0.0f;
+    long k = (long)blockIdx.y * a.kspan, k1 = min(k + a.kspan, cols);
+    bool waited = false;
+    for (; k + 32 * U <= k1; k += 32 * U) {
+        long kv = k / 8 + t * U; /* this lane's first piece, in uint4 */
+        uint4 wa[U][MT][2];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                wa[u][mi][0] = ld_stream(wp[mi][0] + kv + u);
+                wa[u][mi][1] = ld_stream(wp[mi][1] + kv + u);
+            }
+        if (!waited) { /* weights are constant: only x waits for the previous kernel */
+            pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint4 xv[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                xv[nt] = __ldg(xp[nt] + kv + u);
+            tc_step<DT, NT, MT>(acc, wa[u], xv);
+        }
+    }
+    for (; k < k1; k += 32) { /* the split's last chunks: one piece per lane */
+        long kv = k / 8 + t;
+        uint4 wa[MT][2], xv[NT];
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+            wa[mi][0] = ld_stream(wp[mi][0] + kv);
+            wa[mi][1] = ld_stream(wp[mi][1] + kv);
+        }
+        if (!waited) {
+            pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+            xv[nt] = __ldg(xp[nt] + kv);
+        tc_step<DT, NT, MT>(acc, wa, xv);
+    }
+    if (a.splits == 1) {
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+            if (trow[mi] < 0)
+                continue;
+            int m = tc_mat(a, trow[mi]);
+            long rows = a.r0[m + 1] - a.r0[m], lr = trow[mi] - a.r0[m];
+            float *y = a.y[m];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int tok = nt * 8 + 2 * t + (e & 1);
+                    if (tok < a.n)
+                        y[(long)tok * rows + lr + g + (e >> 1) * 8] = acc[mi][nt][e];
+                }
+        }
+        return;
+    }
+    float *part = a.part + (long)blockIdx.y * a.n * R;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++) {
+        if (trow[mi] < 0)
+            continue;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int tok = nt * 8 + 2 * t + (e & 1);
+                if (tok < a.n)
+                    part[(long)tok * R + trow[mi] + g + (e >> 1) * 8] = acc[mi][nt][e];
+            }
+    }
+}
+
+/* y = the sum of the splits' partials, in split order (deterministic); 4 rows per thread
+ * (a matrix's rows are a multiple of 16, so the 4 stay in one matrix). */
+__global__ void tc_reduce_kernel(tc_args a)
+{
+    pdl_wait(); /* launched early (PDL): its ramp hides under the GEMM's tail */
+    long R = a.r0[3], q = (long)blockIdx.x * blockDim.x + threadIdx.x, nq = R / 4 * a.n;
+    if (q >= nq)
+        return;
+    int tok = (int)(q / (R / 4));
+    long r = (q % (R / 4)) * 4;
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp = 0; sp < a.splits; sp++) {
+        float4 v = __ldcg((const float4 *)(a.part + ((long)sp * a.n + tok) * R + r));
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+    int m = tc_mat(a, r);
+    *(float4 *)(a.y[m] + (long)tok * (a.r0[m + 1] - a.r0[m]) + r - a.r0[m]) = s;
+}
+
+/* The shapes the kernel takes: 16-bit weights, rows multiples of 16, cols of 64, aligned. */
+static int tc_ok(int dt, long rows, long cols, const void *w)
+{
+    return (dt == RP_CUDA_BF16 || dt == RP_CUDA_F16) && rows % 16 == 0 && rows >= 16 &&
+           cols % 64 == 0 && (uintptr_t)w % 16 == 0;
+}
+
+/* x [n][cols] f32 -> the 16-bit scratch c->xh (queued), returned. */
+static const uint16_t *tc_round(rp_cuda_ctx *c, int dt, const float *x, int n, long cols)
+{
+    long ne = (long)n * cols;
+    void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
+    int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
+    int pdl = c->pdl;
+    LAUNCH(c, {
+        if (dt == RP_CUDA_BF16)
+            pdl_launch(pdl, round_kernel<__nv_bfloat16>, dim3(blocks), dim3(256), c->stream, x,
+                       (__nv_bfloat16 *)xh, ne);
+        else
+            pdl_launch(pdl, round_kernel<__half>, dim3(blocks), dim3(256), c->stream, x,
+                       (__half *)xh, ne);
+        LAUNCHED();
+    });
+    return (const uint16_t *)xh;
+}
+
+/* the kernel for 8N-token tiles in variant v (see tc_launch_dt) */
+template <int DT, int N>
+static void tc_go(int v, int pdl, dim3 grid, dim3 block, cudaStream_t st, const tc_args &a)
+{
+    if constexpr (DT == RP_CUDA_F16) {
+        pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 1>, grid, block, st, a);
+    } else {
+        switch (v) {
+        case 1: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 2>, grid, block, st, a); break;
+        case 2: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 2>, grid, block, st, a); break;
+        case 3: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 1>, grid, block, st, a); break;
+        default: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 1>, grid, block, st, a); break;
+        }
+    }
+}
+
+template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim3 grid, int mt,
+                                           int u)
+{
+    dim3 block(TC_WARPS * 32);
+    int nt = (a.n + 7) / 8, pdl = c->pdl;
+    long nq = a.r0[3] / 4 * a.n;
+    unsigned rblocks = (unsigned)((nq + 255) / 256);
+    int v = mt == 2 ? (u == 2 ? 1 : 2) : (u == 4 ? 3 : 0);
+    LAUNCH(c, {
+        switch (nt) {
+        case 1: tc_go<DT, 1>(v, pdl, grid, block, c->stream, a); break;
+        case 2: tc_go<DT, 2>(v, pdl, grid, block, c->stream, a); break;
+        case 3: tc_go<DT, 3>(v, pdl, grid, block, c->stream, a); break;
+        case 4: tc_go<DT, 4>(v, pdl, grid, block, c->stream, a); break;
+        case 5: tc_go<DT, 5>(v, pdl, grid, block, c->stream, a); break;
+        case 6: tc_go<DT, 6>(v, pdl, grid, block, c->stream, a); break;
+        case 7: tc_go<DT, 7>(v, pdl, grid, block, c->stream, a); break;
+        default: tc_go<DT, 8>(v, pdl, grid, block, c->stream, a); break;
+        }
+        if (a.splits > 1) /* waits (pdl_wait) for every split */
+            pdl_launch(pdl, tc_reduce_kernel, dim3(rblocks), dim3(256), c->stream, a);
+        LAUNCHED();
+    });
+}
+
+/* n matrices (n <= 3, stacked as in mv_set) over the same x: one conversion, one launch. */
+static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, const long *rows,
+                    long cols, const float *x, int n, float *const *y)
+{
+    tc_args a;
+    memset(&a, 0, sizeof a);
+    long r = 0;
+    for (int i = 0; i < 3; i++) {
+        a.r0[i] = r;
+        if (i < n_mat) {
+            a.w[i] = (const uint16_t *)w[i];
+            a.y[i] = y[i];
+            r += rows[i];
+        }
+    }
+    a.r0[3] = r;
+    for (int i = n_mat; i < 3; i++)
+        a.r0[i] = r;
+    a.cols = cols;
+    a.n = n;
+    a.x = tc_round(c, dt, x, n, cols);
+    int mt = c->tc_mt, u = c->tc_u;
+    long rows_blk = TC_WARPS * 16L * mt;
+    long rb = (r + rows_blk - 1) / rows_blk, target = (mt == 1 ? 6L : 3L) * c->sms;
+    long s = 2 * rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256; /* split only
+                                                     * grids far from filling the GPU */
+    if (s > smax)
+        s = smax;
+    if (s < 1)
+        s = 1;
+    a.kspan = ((cols + s - 1) / s + 63) / 64 * 64;
+    a.splits = (int)((cols + a.kspan - 1) / a.kspan);
+    if (a.splits > 1)
+        a.part = (float *)grow(c, (void **)&c->tc_part, &c->tc_part_bytes,
+                               sizeof(float) * (size_t)a.splits * n * r);
+    dim3 grid((unsigned)rb, (unsigned)a.splits);
+    if (dt == RP_CUDA_BF16)
+        tc_launch_dt<RP_CUDA_BF16>(c, a, grid, mt, u);
+    else
+        tc_launch_dt<RP_CUDA_F16>(c, a, grid, 1, 2);
+}
+
+/* ---- sampler: greedy argmax on the GPU ----------------------------------------------------- */
+
+/* One block per row: the largest value, the lowest index among equals (as the CPU's loop). */
+__global__ void argmax_kernel(const float *__restrict__ x, long n, int vec, int32_t *out)
+{
+    const float *r = x + (long)blockIdx.x * n;
+    float best = -INFINITY;
+    int bi = INT_MAX;
+    if (vec) {
+        const float4 *r4 = (const float4 *)r;
+        for (long i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            float4 v = r4[i];
+            float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (bi == INT_MAX || e[k] > best)
+                    best = e[k], bi = (int)(4 * i + k);
+        }
+    } else {
+        for (long i = threadIdx.x; i < n; i += blockDim.x)
+            if (bi == INT_MAX || r[i] > best)
+                best = r[i], bi = (int)i;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != INT_MAX && (bi == INT_MAX || ob > best || (ob == best && oi < bi)))
+            best = ob, bi = oi;
+    }
+    __shared__ float sb[32];
+    __shared__ int si[32];
+    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    if (lane == 0)
+        sb[wid] = best, si[wid] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < nw; w++)
+            if (si[w] != INT_MAX && (bi == INT_MAX || sb[w] > best || (sb[w] == best && si[w] < bi)))
+                best = sb[w], bi = si[w];
+        out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+    }
+}
+
+extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t *out)
+{
+    prof_scope ps(c, P_SAMPLE);
+    if (n_rows > c->ids_cap) {
+        rec_break(c);
+        CK(cudaStreamSynchronize(c->stream));
+        cudaFreeHost(c->ids_host);
+        cudaFree(c->ids_dev);
+        c->ids_cap = n_rows < 1024 ? 1024 : n_rows;
+        CK(cudaMallocHost((void **)&c->ids_host, sizeof(int32_t) * c->ids_cap));
+        CK(cudaMalloc((void **)&c->ids_dev, sizeof(int32_t) * c->ids_cap));
+    }
+    int vec = n % 4 == 0 && (uintptr_t)x % 16 == 0;
+    int32_t *d = c->ids_dev, *h = c->ids_host;
+    LAUNCH(c, {
+        argmax_kernel<<<n_rows, 1024, 0, c->stream>>>(x, n, vec, d);
+        LAUNCHED();
+        CK(cudaMemcpyAsync(h, d, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, c->stream));
+    });
+    rec_finish(c);
+    CK(cudaStreamSynchronize(c->stream));
+    memcpy(out, c->ids_host, sizeof(int32_t) * n_rows);
+    c->ring_off = 0;
+}
+
 extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,
                                const float *x, int n, float *y)
 {
-    prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
     int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
+    if (n > 4 && n <= TC_MAXN && tc_ok(dt, rows, cols, w) && (uintptr_t)y % 16 == 0) {
+        prof_scope ps(c, P_TCGEMM);
+        tc_gemm(c, dt, 1, &w, &rows, cols, x, n, &y);
+        return;
+    }
+    prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
     if (n > 4 && aligned) {
         rec_break(c); /* cuBLASLt (and its first-use tuning) stays out of graphs */
         if (dt == RP_CUDA_F32) {
@@ -905,6 +1438,14 @@ extern "C" void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dt, const voi
                                  const long *rows, long cols, const float *x, int n_tok,
                                  float *const *y)
 {
+    int tc = n_tok > 4 && n_tok <= TC_MAXN && n <= 3;
+    for (int i = 0; i < n && tc; i++)
+        tc = dt[i] == dt[0] && tc_ok(dt[i], rows[i], cols, w[i]) && (uintptr_t)y[i] % 16 == 0;
+    if (tc) {
+        prof_scope ps(c, P_TCGEMM);
+        tc_gemm(c, dt[0], n, w, rows, cols, x, n_tok, y);
+        return;
+    }
     int fuse = n_tok <= 4 && n <= 3;
     for (int i = 0; i < n && fuse; i++)
         fuse = dt[i] == dt[0] && mv_vec_ok(dt[i], cols, w[i], x);
@@ -1008,12 +1549,61 @@ __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int 
     }
 }
 
+/* x += a, then out = rmsnorm(x) (the residual add of one block and the norm of the next) */
+__global__ void add_rmsnorm4_kernel(float *out, float *x, const float *a, const float *w, int dim,
+                                    float eps, int add_one)
+{
+    __shared__ float red[32];
+    float4 *xr = (float4 *)(x + (long)blockIdx.x * dim);
+    const float4 *ar = (const float4 *)(a + (long)blockIdx.x * dim);
+    float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
+    int n4 = dim / 4;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i], d = ar[i];
+        v.x += d.x, v.y += d.y, v.z += d.z, v.w += d.w;
+        xr[i] = v;
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = xr[i]; /* this thread's own store */
+        v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
+        if (w) {
+            float4 g = ((const float4 *)w)[i];
+            if (add_one)
+                g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
+            v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
+        }
+        orow[i] = v;
+    }
+}
+
 extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w,
                                 int n_rows, int dim, float eps, int add_one)
 {
-    prof_scope ps(c, P_NORM);
-    if (dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
-        (uintptr_t)w % 16 == 0) {
+    prof_scope ps(c, P_NORM, 0);
+    int vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
+              (uintptr_t)w % 16 == 0;
+    pend_op *pd = c->pend;
+    if (pd->kind == PEND_ADD && vec && pd->y == x && pd->n == (long)n_rows * dim &&
+        (uintptr_t)pd->x % 16 == 0) { /* residual add + norm: one kernel (out may be the
+                                        * added tensor: each element is read, then written,
+                                        * by the same thread) */
+        pd->kind = PEND_NONE;
+        float *xy = pd->y;
+        const float *a = pd->x;
+        int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
+        LAUNCH(c, {
+            add_rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, xy, a, w, dim, eps,
+                                                                   add_one);
+            LAUNCHED();
+        });
+        return;
+    }
+    pend_flush(c);
+    if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
             rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
@@ -1029,18 +1619,20 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
     LAUNCHED();
 }
 
-__global__ void rope_kernel(float *x, int n_heads, int head_dim, int half,
+/* x1 [n_tok][h1][head_dim] and x2 [n_tok][h2][head_dim] (h2 may be 0): q and k in one launch */
+__global__ void rope_kernel(float *x1, int h1, float *x2, int h2, int head_dim, int half,
                             const rp_cuda_tok *toks, const int32_t *pos, const float *inv,
                             float attn_factor, int neox)
 {
     int t = blockIdx.x;
     int p = pos ? pos[t] : toks[t].pos;
-    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < n_heads * half;
+    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < (h1 + h2) * half;
          idx += gridDim.y * blockDim.x) {
         int h = idx / half, i = idx % half;
         float ang = (float)p * inv[i];
         float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
-        float *v = x + ((long)t * n_heads + h) * head_dim;
+        float *v = h < h1 ? x1 + ((long)t * h1 + h) * head_dim
+                          : x2 + ((long)t * h2 + h - h1) * head_dim;
         int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
         float a = v[ia], b = v[ib];
         v[ia] = a * cs - b * sn;
@@ -1048,13 +1640,28 @@ __global__ void rope_kernel(float *x, int n_heads, int head_dim, int half,
     }
 }
 
+static void rope_launch(rp_cuda_ctx *c, float *x1, int h1, float *x2, int h2, int n_tok,
+                        int head_dim, int half, const int32_t *pos_dev, float attn_factor,
+                        int neox)
+{
+    int threads = 128, per_tok = ((h1 + h2) * half + threads - 1) / threads;
+    const rp_cuda_tok *td = c->tok_dev;
+    const float *inv = c->inv_dev;
+    LAUNCH(c, {
+        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
+            x1, h1, x2, h2, head_dim, half, td, pos_dev, inv, attn_factor, neox);
+        LAUNCHED();
+    });
+}
+
 extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, int head_dim,
                              int rot_dim, const int32_t *pos, const float *inv_freq,
                              float attn_factor, int neox)
 {
-    prof_scope ps(c, P_ROPE);
+    prof_scope ps(c, P_ROPE, 0);
     int half = rot_dim / 2;
     if (half != c->n_inv || memcmp(inv_freq, c->inv_host, sizeof(float) * half) != 0) {
+        pend_flush(c); /* a deferred rope holds the old buffer */
         rec_break(c); /* recorded ropes hold the old buffer */
         CK(cudaStreamSynchronize(c->stream)); /* rare: a new context length or first call */
         rp_free(c->inv_host);
@@ -1075,14 +1682,29 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
     if (!(n_tok == c->n_tok && c->pos_host &&
           memcmp(pos, c->pos_host, sizeof(int32_t) * n_tok) == 0))
         pos_dev = (const int32_t *)stage(c, pos, sizeof(int32_t) * n_tok);
-    int threads = 128, per_tok = (n_heads * half + threads - 1) / threads;
-    const rp_cuda_tok *td = c->tok_dev;
-    const float *inv = c->inv_dev;
-    LAUNCH(c, {
-        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
-            x, n_heads, head_dim, half, td, pos_dev, inv, attn_factor, neox);
-        LAUNCHED();
-    });
+    pend_op *pd = c->pend;
+    if (pd->kind == PEND_ROPE && pd->n_tok == n_tok && pd->head_dim == head_dim &&
+        pd->half == half && pd->pos == pos_dev && pd->attn_factor == attn_factor &&
+        pd->neox == neox && pd->y != x) { /* q then k: one launch */
+        pd->kind = PEND_NONE;
+        rope_launch(c, pd->y, pd->heads, x, n_heads, n_tok, head_dim, half, pos_dev,
+                    attn_factor, neox);
+        return;
+    }
+    pend_flush(c);
+    if (pd->off) {
+        rope_launch(c, x, n_heads, NULL, 0, n_tok, head_dim, half, pos_dev, attn_factor, neox);
+        return;
+    }
+    pd->kind = PEND_ROPE;
+    pd->y = x;
+    pd->heads = n_heads;
+    pd->n_tok = n_tok;
+    pd->head_dim = head_dim;
+    pd->half = half;
+    pd->pos = pos_dev;
+    pd->attn_factor = attn_factor;
+    pd->neox = neox;
 }
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
@@ -1123,14 +1745,45 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
     });
 }
 
-extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
+static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 {
-    prof_scope ps(c, P_ELEM);
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
         add_kernel<<<nb, 256, 0, c->stream>>>(y, x, n);
         LAUNCHED();
     });
+}
+
+extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
+{
+    prof_scope ps(c, P_ELEM); /* flushes the deferred op */
+    if (c->pend->off) {
+        add_launch(c, y, x, n);
+        return;
+    }
+    c->pend->kind = PEND_ADD; /* a following rmsnorm of y takes it in */
+    c->pend->y = y;
+    c->pend->x = x;
+    c->pend->n = n;
+}
+
+/* ---- deferred ops --------------------------------------------------------------------------
+ * A residual add and a RoPE are held back one op: an rmsnorm of the added tensor right after
+ * the add runs both in one kernel (add_rmsnorm4_kernel), and a RoPE right after a RoPE with
+ * the same positions (q, then k) runs both in one launch. Anything else launches the held op
+ * first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
+static void pend_flush(rp_cuda_ctx *c)
+{
+    pend_op *pd = c->pend;
+    if (!pd || pd->kind == PEND_NONE)
+        return;
+    int k = pd->kind;
+    pd->kind = PEND_NONE;
+    if (k == PEND_ADD)
+        add_launch(c, pd->y, pd->x, pd->n);
+    else
+        rope_launch(c, pd->y, pd->heads, NULL, 0, pd->n_tok, pd->head_dim, pd->half, pd->pos,
+                    pd->attn_factor, pd->neox);
 }
 
 extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n_tok, int dim)
@@ -1222,7 +1875,7 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
     CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
                        c->stream));
     CK(cudaEventRecord(c->tok_ev, c->stream));
-    c->rec = c->graphs && n <= 4;
+    c->rec = c->graphs && n <= TC_MAXN;
     c->rec_dirty = 0;
 }
 
@@ -1445,6 +2098,7 @@ __global__ void fill_kernel(uint32_t *p, long n)
 extern "C" double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps)
 {
     n &= ~(size_t)4095;
+    pend_flush(c);
     rec_break(c);
     void *buf = rp_cuda_malloc(c, n + 256);
     if (!buf)

