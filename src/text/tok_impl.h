@@ -95,6 +95,8 @@ typedef struct tk_pattern {
     char *lit; /* literal string (when re == NULL) */
     size_t lit_len;
     pcre2_code *re;
+    int fast; /* a known pre-tokenizer regex with a hand-written ASCII matcher (pretok.c) */
+    int fast_digits;
 } tk_pattern;
 
 typedef struct tk_norm {
@@ -308,6 +310,9 @@ int tk_pre_has_bytelevel(const tk_pre *p);
 /* Next match of p in s[pos..n): 1 with [*ms, *me), 0 when none (md: match data for regexes). */
 int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
                     size_t pos, size_t *ms, size_t *me);
+/* The same with PCRE2 only, never the hand-written matcher (the tests compare the two). */
+int tk_pattern_next_pcre(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
+                         size_t pos, size_t *ms, size_t *me);
 /* The regex when the whole pre-tokenizer is one Isolated split by it (encode's fast path:
  * matches go straight to the model), else NULL. */
 const tk_pattern *tk_pre_single_regex(const tk_pre *p);
