@@ -4,6 +4,7 @@
  * and Unicode properties; the one translation needed is \s, which Oniguruma defines as
  * Unicode White_Space (NEL and NBSP included) and PCRE2 does not quite.
  */
+#include <limits.h>
 #include <string.h>
 #include <utf8proc.h>
 
@@ -305,6 +306,18 @@ static long fast_o200k(const char *s, size_t n, size_t pos)
     return fast_space(s, n, pos);
 }
 
+const char *tk_fast_regex(int i)
+{
+    return i >= 0 && (size_t)i < RP_ARRAY_LEN(k_fast) ? k_fast[i].re : NULL;
+}
+
+long tk_pattern_fast(const tk_pattern *p, const char *s, size_t n, size_t pos)
+{
+    if (!p->fast || pos >= n || n > (size_t)LONG_MAX)
+        return -1;
+    return p->fast == FAST_A ? fast_a(s, n, pos, p->fast_digits) : fast_o200k(s, n, pos);
+}
+
 rp_status tk_pattern_compile(tk_pattern *p, const char *regex, rp_err *err)
 {
     rp_buf b = {0};
@@ -360,8 +373,8 @@ int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, si
         }
         return 0;
     }
-    if (p->fast && pos < n) {
-        long e = p->fast == FAST_A ? fast_a(s, n, pos, p->fast_digits) : fast_o200k(s, n, pos);
+    if (p->fast) {
+        long e = tk_pattern_fast(p, s, n, pos);
         if (e > 0) {
             *ms = pos;
             *me = (size_t)e;

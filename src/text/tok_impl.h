@@ -310,6 +310,11 @@ int tk_pre_has_bytelevel(const tk_pre *p);
 /* Next match of p in s[pos..n): 1 with [*ms, *me), 0 when none (md: match data for regexes). */
 int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
                     size_t pos, size_t *ms, size_t *me);
+/* The i-th regex that has a hand-written matcher (for the tests), NULL past the last. */
+const char *tk_fast_regex(int i);
+/* The hand-written matcher alone: the end of the match at pos (these patterns match at
+ * every position), or -1 when it cannot decide (a non-ASCII character, or p has none). */
+long tk_pattern_fast(const tk_pattern *p, const char *s, size_t n, size_t pos);
 /* The same with PCRE2 only, never the hand-written matcher (the tests compare the two). */
 int tk_pattern_next_pcre(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
                          size_t pos, size_t *ms, size_t *me);
