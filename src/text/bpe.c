@@ -911,6 +911,9 @@ rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s
     return model_piece(tok, sc, s + start, n - start, out);
 }
 
+static rp_status model_piece_h(const rp_tokenizer *tok, tk_scratch *sc, const char *s,
+                               size_t n, uint64_t h, tk_ids *out);
+
 static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                              tk_ids *out)
 {
@@ -920,7 +923,55 @@ static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char
         return wordpiece_word(tok, s, n, out);
     if (n > CACHE_MAX_KEY)
         return bpe_word(tok, sc, s, n, out);
-    uint64_t h = short_hash(s, n);
+    return model_piece_h(tok, sc, s, n, short_hash(s, n), out);
+}
+
+/* Pieces in batches: the hashes of a batch are computed first and the cache lines they will
+ * probe prefetched, so that the (mostly missing) cache loads of a batch overlap instead of
+ * each piece waiting for its own. */
+#define PIECE_BATCH 32
+
+rp_status tk_model_encode_pieces(const rp_tokenizer *tok, tk_scratch *sc, const char *base,
+                                 const tk_piece *v, int n, tk_ids *out)
+{
+    rp_status st = RP_OK;
+    if (tok->model != TK_MODEL_BPE || tok->spm_split) {
+        for (int i = 0; i < n && !st; i++)
+            st = tk_model_encode(tok, sc, base + v[i].off, v[i].len, out);
+        return st;
+    }
+    uint64_t h[PIECE_BATCH];
+    for (int b = 0; b < n && !st; b += PIECE_BATCH) {
+        int k = n - b < PIECE_BATCH ? n - b : PIECE_BATCH;
+        for (int i = 0; i < k; i++) {
+            const tk_piece *pc = &v[b + i];
+            if (pc->len == 0 || pc->len > CACHE_MAX_KEY)
+                continue;
+            h[i] = short_hash(base + pc->off, pc->len);
+            if (pc->len <= 16 && tok->shared_cache) {
+                const tk_sentry *e = &tok->shared_cache->e[(uint32_t)h[i] & (TK_SHARED_CACHE_N - 2)];
+                __builtin_prefetch(e);
+                __builtin_prefetch(e + 1);
+            } else if (sc->c_cap) {
+                __builtin_prefetch(&sc->cache[(uint32_t)(h[i] >> 32) & (sc->c_cap - 1)]);
+            }
+        }
+        for (int i = 0; i < k && !st; i++) {
+            const tk_piece *pc = &v[b + i];
+            if (pc->len == 0)
+                continue;
+            if (pc->len > CACHE_MAX_KEY)
+                st = bpe_word(tok, sc, base + pc->off, pc->len, out);
+            else
+                st = model_piece_h(tok, sc, base + pc->off, pc->len, h[i], out);
+        }
+    }
+    return st;
+}
+
+static rp_status model_piece_h(const rp_tokenizer *tok, tk_scratch *sc, const char *s,
+                               size_t n, uint64_t h, tk_ids *out)
+{
     /* shared cache first (pieces <= 16 bytes), then this call's cache, then BPE */
     int shared = n <= 16 && tok->shared_cache;
     if (shared) {

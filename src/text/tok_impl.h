@@ -180,6 +180,7 @@ typedef struct tk_trie {
     uint8_t *edge_byte; /* children of a node are contiguous after finalisation */
     int32_t *edge_node;
     uint8_t first[256]; /* 1 when some token starts with this byte */
+    int only_first;     /* that byte when it is the only one, else -1 */
 } tk_trie;
 
 typedef enum tk_model_kind { TK_MODEL_BPE, TK_MODEL_WORDPIECE } tk_model_kind;
@@ -325,6 +326,9 @@ const tk_pattern *tk_pre_single_regex(const tk_pre *p);
 /* bpe.c */
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                           tk_ids *out);
+/* tk_model_encode over pieces v[0..n) of base (faster: see bpe.c). */
+rp_status tk_model_encode_pieces(const rp_tokenizer *tok, tk_scratch *sc, const char *base,
+                                 const tk_piece *v, int n, tk_ids *out);
 void tk_scratch_free(tk_scratch *sc);
 void tk_spm_split_init(rp_tokenizer *tok);
 

@@ -112,6 +112,10 @@ rp_status tk_trie_build(tk_trie *t, const rp_tokenizer *tok, int normalized)
     }
     rp_free(hk);
     rp_free(hv);
+    t->only_first = -1;
+    for (int b = 0, n_first = 0; b < 256; b++)
+        if (t->first[b])
+            t->only_first = ++n_first == 1 ? b : -1;
     qsort(edges, (size_t)n_edges, sizeof(tedge), tedge_cmp);
     for (int i = 0; i < t->n_nodes; i++)
         t->nodes[i].first_child = -1;
@@ -209,7 +213,12 @@ static rp_status split_added(const rp_tokenizer *tok, const tk_trie *t, const ch
     if (t->n_nodes > 1) {
         while (i < n && !st) {
             if (!t->first[(uint8_t)s[i]]) {
-                i++;
+                if (t->only_first >= 0) { /* one possible first byte: memchr to it */
+                    const char *f = memchr(s + i, t->only_first, n - i);
+                    i = f ? (size_t)(f - s) : n;
+                } else {
+                    i++;
+                }
                 continue;
             }
             size_t stop;
@@ -269,17 +278,25 @@ static rp_status encode_text(const rp_tokenizer *tok, tk_scratch *sc, const char
                              int section_first, tk_ids *out)
 {
     if (tok->pre_fast) {
+        /* pieces go to the model in batches (tk_model_encode_pieces) */
+        tk_piece v[64];
+        int nv = 0;
         size_t pos = 0, ms, me;
         rp_status st = RP_OK;
         while (!st && tk_pattern_next(tok->pre_fast, sc->md, s, n, pos, &ms, &me)) {
             if (ms > pos)
-                st = tk_model_encode(tok, sc, s + pos, ms - pos, out);
-            if (!st)
-                st = tk_model_encode(tok, sc, s + ms, me - ms, out);
+                v[nv++] = (tk_piece){(uint32_t)pos, (uint32_t)(ms - pos)};
+            v[nv++] = (tk_piece){(uint32_t)ms, (uint32_t)(me - ms)};
             pos = me;
+            if (nv >= 62) {
+                st = tk_model_encode_pieces(tok, sc, s, v, nv, out);
+                nv = 0;
+            }
         }
         if (!st && pos < n)
-            st = tk_model_encode(tok, sc, s + pos, n - pos, out);
+            v[nv++] = (tk_piece){(uint32_t)pos, (uint32_t)(n - pos)};
+        if (!st && nv)
+            st = tk_model_encode_pieces(tok, sc, s, v, nv, out);
         return st;
     }
     rp_buf_reset(&sc->store);
@@ -299,9 +316,7 @@ static rp_status encode_text(const rp_tokenizer *tok, tk_scratch *sc, const char
     sc->a.n = 1;
     if ((st = tk_pretokenize(tok->pre, sc, section_first)))
         return st;
-    for (int i = 0; i < sc->a.n && !st; i++)
-        st = tk_model_encode(tok, sc, sc->store.data + sc->a.v[i].off, sc->a.v[i].len, out);
-    return st;
+    return tk_model_encode_pieces(tok, sc, sc->store.data, sc->a.v, sc->a.n, out);
 }
 
 static rp_status encode_section(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
