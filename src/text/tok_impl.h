@@ -58,6 +58,15 @@ rp_status tk_strmap_init(tk_strmap *m, uint32_t n_expected);
 /* Inserts table entry i keyed by its string; keeps the first one on duplicates. */
 rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i);
 int32_t tk_strmap_get(const tk_strmap *m, const tk_strtab *t, const char *s, size_t n);
+/* The same with the key's hash (tk_strmap_hash) computed beforehand, e.g. to prefetch its
+ * slot (tk_strmap_prefetch) a while before the lookup. */
+uint32_t tk_strmap_hash(const char *s, size_t n);
+void tk_strmap_prefetch(const tk_strmap *m, uint32_t h);
+int32_t tk_strmap_get_h(const tk_strmap *m, const tk_strtab *t, const char *s, size_t n,
+                        uint32_t h);
+/* Inserts every entry of t, in order (tk_strmap_put each, faster); *n_dups (if not NULL):
+ * how many were not inserted, their string being there already. */
+rp_status tk_strmap_put_all(tk_strmap *m, const tk_strtab *t, int *n_dups);
 void tk_strmap_free(tk_strmap *m);
 
 /* (id_a, id_b) -> (rank, merged id) */

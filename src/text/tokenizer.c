@@ -760,16 +760,91 @@ static rp_status vocab_cb(void *ud, const char *key, size_t n, long long id)
     return RP_OK;
 }
 
+/* Merges are resolved in batches: the three strings of each merge (a, b and a+b) are
+ * hashed and their map slots prefetched before any is looked up, so the lookups' cache
+ * misses overlap. The merged token is usually the one after the previous merge's (vocabularies
+ * are written in merge order): that guess is checked first and saves its lookup. */
+#define MERGE_BATCH 64
+
+typedef struct merge_item {
+    uint32_t off, al, bl; /* a and b, adjacent in the batch buffer: a+b is one string */
+    uint32_t ha, hb, hc;
+    int32_t im; /* the merged token when the guess was right, else -1 */
+} merge_item;
+
 typedef struct merge_ctx {
     rp_tokenizer *tok;
     rp_buf cat;
     int32_t rank;
+    rp_buf batch;
+    merge_item items[MERGE_BATCH];
+    int n_items;
+    int32_t last_im;
+    int no_guess;
 } merge_ctx;
+
+static rp_status merge_add(merge_ctx *mc, int32_t ia, int32_t ib, int32_t im)
+{
+    if (ia < 0 || ib < 0 || im < 0)
+        return RP_ERR_INVALID;
+    if (tk_mergemap_put(&mc->tok->merges, ia, ib, mc->rank++, im))
+        return RP_ERR_NOMEM;
+    mc->last_im = im;
+    return RP_OK;
+}
+
+static rp_status merge_flush(merge_ctx *mc)
+{
+    rp_tokenizer *tok = mc->tok;
+    const tk_strmap *m = &tok->str_map;
+    const tk_strtab *t = &tok->strs;
+    int32_t guess = mc->last_im;
+    for (int i = 0; i < mc->n_items; i++) {
+        merge_item *it = &mc->items[i];
+        const char *a = mc->batch.data + it->off, *b = a + it->al;
+        size_t cl = (size_t)it->al + it->bl, gl;
+        const char *g = ++guess >= 0 && !mc->no_guess ? tk_strtab_get(t, guess, &gl) : NULL;
+        it->im = g && gl == cl && memcmp(g, a, cl) == 0 ? guess : -1;
+        it->ha = tk_strmap_hash(a, it->al);
+        it->hb = tk_strmap_hash(b, it->bl);
+        tk_strmap_prefetch(m, it->ha);
+        tk_strmap_prefetch(m, it->hb);
+        if (it->im < 0) {
+            it->hc = tk_strmap_hash(a, cl);
+            tk_strmap_prefetch(m, it->hc);
+        }
+    }
+    rp_status st = RP_OK;
+    for (int i = 0; i < mc->n_items && !st; i++) {
+        merge_item *it = &mc->items[i];
+        const char *a = mc->batch.data + it->off, *b = a + it->al;
+        int32_t ia = tk_strmap_get_h(m, t, a, it->al, it->ha);
+        int32_t ib = tk_strmap_get_h(m, t, b, it->bl, it->hb);
+        int32_t im = it->im >= 0 ? it->im
+                                 : tk_strmap_get_h(m, t, a, (size_t)it->al + it->bl, it->hc);
+        st = merge_add(mc, ia, ib, im);
+    }
+    mc->n_items = 0;
+    rp_buf_reset(&mc->batch);
+    return st;
+}
 
 static rp_status merge_cb(void *ud, const char *a, size_t al, const char *b, size_t bl)
 {
     merge_ctx *mc = ud;
     rp_tokenizer *tok = mc->tok;
+    if (!tok->cont_prefix_len && al + bl < UINT32_MAX / 4) {
+        merge_item *it = &mc->items[mc->n_items++];
+        it->off = (uint32_t)mc->batch.len;
+        it->al = (uint32_t)al;
+        it->bl = (uint32_t)bl;
+        if (rp_buf_append(&mc->batch, a, al) || rp_buf_append(&mc->batch, b, bl))
+            return RP_ERR_NOMEM;
+        return mc->n_items == MERGE_BATCH ? merge_flush(mc) : RP_OK;
+    }
+    rp_status st = merge_flush(mc);
+    if (st)
+        return st;
     int32_t ia = tk_strmap_get(&tok->str_map, &tok->strs, a, al);
     int32_t ib = tk_strmap_get(&tok->str_map, &tok->strs, b, bl);
     rp_buf_reset(&mc->cat);
@@ -784,11 +859,7 @@ static rp_status merge_cb(void *ud, const char *a, size_t al, const char *b, siz
         cl -= tok->cont_prefix_len;
     }
     int32_t im = tk_strmap_get(&tok->str_map, &tok->strs, mc->cat.data, cl);
-    if (ia < 0 || ib < 0 || im < 0)
-        return RP_ERR_INVALID;
-    if (tk_mergemap_put(&tok->merges, ia, ib, mc->rank++, im))
-        return RP_ERR_NOMEM;
-    return RP_OK;
+    return merge_add(mc, ia, ib, im);
 }
 
 static size_t count_char(const tk_span *s, char c)
@@ -823,9 +894,9 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
     if (st)
         return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
                                                       : "model.vocab is malformed");
-    for (int i = 0; i < tok->n_vocab; i++)
-        if (tk_strtab_get(&tok->strs, i, NULL) && tk_strmap_put(&tok->str_map, &tok->strs, i))
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    int n_dups = 0;
+    if (tk_strmap_put_all(&tok->str_map, &tok->strs, &n_dups))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
 
     json_t *unk = json_object_get(m, "unk_token");
     tok->unk_id = -1;
@@ -875,22 +946,31 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
     }
     if (tk_strmap_init(&tok->raw_map, (uint32_t)nv))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < tok->n_vocab; i++)
-        if (tk_strtab_get(tok->raw, i, NULL) && tk_strmap_put(&tok->raw_map, tok->raw, i))
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (tk_strmap_put_all(&tok->raw_map, tok->raw, NULL))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
 
     /* merges */
     if (tok->model == TK_MODEL_BPE) {
         size_t nm = merges->p ? count_char(merges, ',') + 1 : 0;
         if (tk_mergemap_init(&tok->merges, (uint32_t)nm))
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        merge_ctx mc = {tok, {0}, 0};
-        st = merges->p ? tk_json_merges(merges, merge_cb, &mc) : RP_OK;
-        rp_buf_deinit(&mc.cat);
+        merge_ctx *mc = rp_calloc(1, sizeof(merge_ctx));
+        if (!mc)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        mc->tok = tok;
+        mc->last_im = -2;
+        mc->no_guess = n_dups > 0; /* a guess could then differ from the map's (first) id */
+        st = merges->p ? tk_json_merges(merges, merge_cb, mc) : RP_OK;
+        if (!st)
+            st = merge_flush(mc);
+        int32_t rank = mc->rank;
+        rp_buf_deinit(&mc->cat);
+        rp_buf_deinit(&mc->batch);
+        rp_free(mc);
         if (st)
             return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
                                                           : "merge %d is malformed or refers to "
-                                                            "unknown tokens", (int)mc.rank);
+                                                            "unknown tokens", (int)rank);
     } else {
         const char *pf = json_string_value(json_object_get(m, "continuing_subword_prefix"));
         rp_free(tok->cont_prefix);
