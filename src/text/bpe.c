@@ -324,6 +324,13 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
     return RP_OK;
 }
 
+void tk_mergemap_prefetch(const tk_mergemap *m, int32_t a, int32_t b)
+{
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+    if (m->cap)
+        __builtin_prefetch(&m->slots[mix64(key) & (m->cap - 1)]);
+}
+
 const tk_merge *tk_mergemap_get(const tk_mergemap *m, int32_t a, int32_t b)
 {
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;

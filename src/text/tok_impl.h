@@ -85,6 +85,7 @@ rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected);
 /* Keeps the lower rank when the pair is already there. */
 rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
 const tk_merge *tk_mergemap_get(const tk_mergemap *m, int32_t a, int32_t b);
+void tk_mergemap_prefetch(const tk_mergemap *m, int32_t a, int32_t b);
 void tk_mergemap_free(tk_mergemap *m);
 
 /* ---- pipeline components -------------------------------------------------------------- */

@@ -734,8 +734,14 @@ static rp_status load_post(rp_tokenizer *tok, json_t *j, rp_err *err)
 static int bytelevel_to_raw(const char *s, size_t n, rp_buf *out)
 {
     rp_buf_reset(out);
+    if (rp_buf_reserve(out, n + 1))
+        return 0;
     size_t i = 0;
     while (i < n) {
+        if ((uint8_t)s[i] >= 0x21 && (uint8_t)s[i] <= 0x7E) { /* printable ASCII: itself */
+            out->data[out->len++] = s[i++];
+            continue;
+        }
         uint32_t cp;
         int l = rp_utf8_decode(s + i, n - i, &cp);
         int b = l ? rp_bytelevel_byte(cp) : -1;
@@ -814,16 +820,19 @@ static rp_status merge_flush(merge_ctx *mc)
             tk_strmap_prefetch(m, it->hc);
         }
     }
-    rp_status st = RP_OK;
-    for (int i = 0; i < mc->n_items && !st; i++) {
+    int32_t ia[MERGE_BATCH], ib[MERGE_BATCH];
+    for (int i = 0; i < mc->n_items; i++) {
         merge_item *it = &mc->items[i];
         const char *a = mc->batch.data + it->off, *b = a + it->al;
-        int32_t ia = tk_strmap_get_h(m, t, a, it->al, it->ha);
-        int32_t ib = tk_strmap_get_h(m, t, b, it->bl, it->hb);
-        int32_t im = it->im >= 0 ? it->im
-                                 : tk_strmap_get_h(m, t, a, (size_t)it->al + it->bl, it->hc);
-        st = merge_add(mc, ia, ib, im);
+        ia[i] = tk_strmap_get_h(m, t, a, it->al, it->ha);
+        ib[i] = tk_strmap_get_h(m, t, b, it->bl, it->hb);
+        if (it->im < 0)
+            it->im = tk_strmap_get_h(m, t, a, (size_t)it->al + it->bl, it->hc);
+        tk_mergemap_prefetch(&tok->merges, ia[i], ib[i]);
     }
+    rp_status st = RP_OK;
+    for (int i = 0; i < mc->n_items && !st; i++)
+        st = merge_add(mc, ia[i], ib[i], mc->items[i].im);
     mc->n_items = 0;
     rp_buf_reset(&mc->batch);
     return st;
