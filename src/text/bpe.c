@@ -277,7 +277,7 @@ static inline uint32_t mix64(uint64_t k)
 rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected)
 {
     uint32_t cap = 64;
-    while (cap < n_expected * 2u + 16u)
+    while (cap < n_expected + n_expected / 2 + 16u) /* load <= 2/3: a smaller table caches */
         cap *= 2;
     m->slots = rp_calloc(cap, sizeof(tk_merge)); /* key 0 = empty (keys are stored + 1) */
     if (!m->slots)
@@ -289,7 +289,7 @@ rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected)
 
 rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
 {
-    if ((m->n + 1) * 2 > m->cap) {
+    if ((m->n + 1) * 3 > m->cap * 2) {
         tk_mergemap nm;
         if (tk_mergemap_init(&nm, m->cap))
             return RP_ERR_NOMEM;
@@ -594,6 +594,8 @@ static void merge_small(const rp_tokenizer *tok, int32_t *ids, int *pn)
 {
     int n = *pn;
     int32_t rank[64], merged[64];
+    for (int i = 0; i + 1 < n; i++) /* the pairs' slots first: their misses overlap */
+        tk_mergemap_prefetch(&tok->merges, ids[i], ids[i + 1]);
     for (int i = 0; i + 1 < n; i++) {
         const tk_merge *m = tk_mergemap_get(&tok->merges, ids[i], ids[i + 1]);
         rank[i] = m ? m->rank : INT32_MAX;

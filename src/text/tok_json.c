@@ -4,14 +4,34 @@
  * one reusable buffer and hands them to callbacks. The rest of the file (small) still goes
  * through jansson, with these two members blanked out in place.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "text/tok_json.h"
 #include "text/unicode.h"
 
+/* Word-at-a-time helpers: tokenizer.json files are mostly indentation and short strings. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t load8(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* non-zero when some byte of w is zero */
+static inline uint64_t has_zero(uint64_t w)
+{
+    return (w - ONES) & ~w & HIGHS;
+}
+
 static const char *ws(const char *p, const char *e)
 {
+    while (e - p >= 8 && load8(p) == 0x2020202020202020ULL) /* runs of indentation */
+        p += 8;
     while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
         p++;
     return p;
@@ -46,21 +66,30 @@ static const char *skip_value(const char *p, const char *e)
     if (*p == '{' || *p == '[') {
         /* one byte loop, strings inline (the big members hold ~10^5 short strings: a call
          * per string costs more than the scan) */
-        int depth = 0, in_str = 0;
-        for (; p < e; p++) {
+        int depth = 0;
+        while (p < e) {
+            /* to the next quote or bracket, 8 bytes at a time ('[' | 0x20 is '{', ']' | 0x20
+             * is '}', and no other byte maps to either) */
+            while (e - p >= 8) {
+                uint64_t w = load8(p), f = w | 0x2020202020202020ULL;
+                if (has_zero(w ^ (ONES * '"')) | has_zero(f ^ (ONES * '{')) |
+                    has_zero(f ^ (ONES * '}')))
+                    break;
+                p += 8;
+            }
             char c = *p;
-            if (in_str) {
-                if (c == '\\')
-                    p++;
-                else if (c == '"')
-                    in_str = 0;
-            } else if (c == '"') {
-                in_str = 1;
+            if (c == '"') {
+                for (p++; p < e && *p != '"'; p++)
+                    if (*p == '\\' && ++p >= e)
+                        return NULL;
+                if (p >= e)
+                    return NULL;
             } else if (c == '{' || c == '[') {
                 depth++;
             } else if ((c == '}' || c == ']') && --depth == 0) {
                 return p + 1;
             }
+            p++;
         }
         return NULL;
     }
@@ -209,7 +238,13 @@ static int find_member(const char *p, const char *e, const char *key, const char
     }
 }
 
-int tk_json_find_model_parts(const char *buf, size_t n, tk_span *vocab, tk_span *merges)
+static rp_status scan_vocab(const char *p, const char *e, tk_vocab_cb cb, void *ud,
+                            const char **end);
+static rp_status scan_merges(const char *p, const char *e, tk_merge_cb cb, void *ud,
+                             const char **end);
+
+int tk_json_find_model_parts(const char *buf, size_t n, tk_span *vocab, tk_span *merges,
+                             tk_json_parts_cbs *cbs)
 {
     const char *e = buf + n, *ms, *me;
     memset(vocab, 0, sizeof(*vocab));
@@ -233,12 +268,24 @@ int tk_json_find_model_parts(const char *buf, size_t n, tk_span *vocab, tk_span 
         if (p >= me || *p != ':')
             break;
         p = ws(p + 1, me);
-        const char *v_end = skip_value(p, me);
+        int is_vocab = kl == 5 && !memcmp(ks, "vocab", 5) && p < me && *p == '{';
+        int is_merges = kl == 6 && !memcmp(ks, "merges", 6) && p < me && *p == '[';
+        const char *v_end = NULL;
+        if (cbs && (is_vocab || is_merges)) { /* parsed as they are found: one pass */
+            rp_status st = is_vocab ? scan_vocab(p, me, cbs->vocab, cbs->ud, &v_end)
+                                    : scan_merges(p, me, cbs->merge, cbs->ud, &v_end);
+            if (st) {
+                cbs->st = st;
+                return 0;
+            }
+        } else {
+            v_end = skip_value(p, me);
+        }
         if (!v_end)
             break;
-        if (kl == 5 && !memcmp(ks, "vocab", 5) && *p == '{')
+        if (is_vocab)
             vocab->p = p, vocab->n = (size_t)(v_end - p);
-        else if (kl == 6 && !memcmp(ks, "merges", 6) && *p == '[')
+        else if (is_merges)
             merges->p = p, merges->n = (size_t)(v_end - p);
         p = ws(v_end, me);
         if (p < me && *p == ',') {
@@ -261,15 +308,19 @@ void tk_json_blank(char *buf, const tk_span *s)
     p[1] = open == '{' ? '}' : ']';
 }
 
-rp_status tk_json_vocab(const tk_span *s, tk_vocab_cb cb, void *ud)
+/* The vocab object at p (a '{') up to e: entries to cb; *end: the position after it. */
+static rp_status scan_vocab(const char *p, const char *e, tk_vocab_cb cb, void *ud,
+                            const char **end)
 {
-    const char *p = s->p + 1, *e = s->p + s->n;
+    p++;
     rp_buf key = {0};
     rp_status st = RP_OK;
     for (;;) {
         p = ws(p, e);
-        if (p < e && *p == '}')
+        if (p < e && *p == '}') {
+            *end = p + 1;
             break;
+        }
         const char *ks;
         size_t kn;
         if (p >= e || *p != '"' || !(p = read_str(p, e, &key, &ks, &kn))) {
@@ -297,20 +348,33 @@ rp_status tk_json_vocab(const tk_span *s, tk_vocab_cb cb, void *ud)
         p = ws(p, e);
         if (p < e && *p == ',')
             p++;
+        else if (p >= e || *p != '}') {
+            st = RP_ERR_INVALID;
+            break;
+        }
     }
     rp_buf_deinit(&key);
     return st;
 }
 
-rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
+rp_status tk_json_vocab(const tk_span *s, tk_vocab_cb cb, void *ud)
 {
-    const char *p = s->p + 1, *e = s->p + s->n;
+    const char *end;
+    return scan_vocab(s->p, s->p + s->n, cb, ud, &end);
+}
+
+static rp_status scan_merges(const char *p, const char *e, tk_merge_cb cb, void *ud,
+                             const char **end)
+{
+    p++;
     rp_buf a = {0}, b = {0};
     rp_status st = RP_OK;
     for (;;) {
         p = ws(p, e);
-        if (p < e && *p == ']')
+        if (p < e && *p == ']') {
+            *end = p + 1;
             break;
+        }
         if (p < e && *p == '"') {
             const char *as;
             size_t an;
@@ -358,8 +422,18 @@ rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
         p = ws(p, e);
         if (p < e && *p == ',')
             p++;
+        else if (p >= e || *p != ']') {
+            st = RP_ERR_INVALID;
+            break;
+        }
     }
     rp_buf_deinit(&a);
     rp_buf_deinit(&b);
     return st;
+}
+
+rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
+{
+    const char *end;
+    return scan_merges(s->p, s->p + s->n, cb, ud, &end);
 }

@@ -871,6 +871,71 @@ static rp_status merge_cb(void *ud, const char *a, size_t al, const char *b, siz
     return merge_add(mc, ia, ib, im);
 }
 
+/* model.vocab and model.merges are parsed in the pass that finds them (tk_json_find_model_parts):
+ * vocab entries go to the string table at once, merges are kept as references (into the
+ * file, or into `arena` for the few with escapes) until the vocabulary's map exists. */
+typedef struct merge_ref {
+    uint64_t a, b; /* offset << 1 | in_arena */
+    uint32_t al, bl;
+} merge_ref;
+
+typedef struct parts_ctx {
+    rp_tokenizer *tok;
+    const char *file;
+    size_t file_n;
+    size_t n_vocab_entries;
+    merge_ref *merges;
+    size_t n_merges, cap_merges;
+    rp_buf arena;
+} parts_ctx;
+
+static rp_status parts_vocab_cb(void *ud, const char *key, size_t n, long long id)
+{
+    parts_ctx *pc = ud;
+    pc->n_vocab_entries++;
+    return vocab_cb(pc->tok, key, n, id);
+}
+
+static rp_status parts_ref(parts_ctx *pc, const char *s, size_t n, uint64_t *ref)
+{
+    if (s >= pc->file && s + n <= pc->file + pc->file_n) {
+        *ref = (uint64_t)(s - pc->file) << 1;
+        return RP_OK;
+    }
+    *ref = (uint64_t)pc->arena.len << 1 | 1;
+    return rp_buf_append(&pc->arena, s, n);
+}
+
+static rp_status parts_merge_cb(void *ud, const char *a, size_t al, const char *b, size_t bl)
+{
+    parts_ctx *pc = ud;
+    if (al >= UINT32_MAX || bl >= UINT32_MAX)
+        return RP_ERR_LIMIT;
+    if (pc->n_merges == pc->cap_merges) {
+        size_t cap = pc->cap_merges ? pc->cap_merges * 2 : 65536;
+        merge_ref *v = rp_realloc(pc->merges, cap * sizeof(merge_ref));
+        if (!v)
+            return RP_ERR_NOMEM;
+        pc->merges = v;
+        pc->cap_merges = cap;
+    }
+    merge_ref *r = &pc->merges[pc->n_merges];
+    rp_status st = parts_ref(pc, a, al, &r->a);
+    if (!st)
+        st = parts_ref(pc, b, bl, &r->b);
+    if (st)
+        return st;
+    r->al = (uint32_t)al;
+    r->bl = (uint32_t)bl;
+    pc->n_merges++;
+    return RP_OK;
+}
+
+static const char *parts_str(const parts_ctx *pc, uint64_t ref)
+{
+    return (ref & 1 ? pc->arena.data : pc->file) + (ref >> 1);
+}
+
 static size_t count_char(const tk_span *s, char c)
 {
     size_t n = 0;
@@ -880,7 +945,7 @@ static size_t count_char(const tk_span *s, char c)
 }
 
 static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
-                            const tk_span *merges, rp_err *err)
+                            const tk_span *merges, const parts_ctx *pc, rp_err *err)
 {
     const char *type = json_string_value(json_object_get(m, "type"));
     if (!type) {
@@ -895,11 +960,11 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "model type '%s' is not supported", type);
     if (!vocab->p)
         return rp_err_set(err, RP_ERR_INVALID, "model.vocab is missing or not an object");
-    size_t nv = count_char(vocab, ':');
+    size_t nv = pc ? pc->n_vocab_entries : count_char(vocab, ':');
     if (tk_strmap_init(&tok->str_map, (uint32_t)nv + 1024) ||
-        tk_strtab_reserve(&tok->strs, (int)nv + 1024, vocab->n))
+        tk_strtab_reserve(&tok->strs, (int)nv + 1024, pc ? 0 : vocab->n))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status st = tk_json_vocab(vocab, vocab_cb, tok);
+    rp_status st = pc ? RP_OK : tk_json_vocab(vocab, vocab_cb, tok);
     if (st)
         return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
                                                       : "model.vocab is malformed");
@@ -960,7 +1025,7 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
 
     /* merges */
     if (tok->model == TK_MODEL_BPE) {
-        size_t nm = merges->p ? count_char(merges, ',') + 1 : 0;
+        size_t nm = pc ? pc->n_merges : merges->p ? count_char(merges, ',') + 1 : 0;
         if (tk_mergemap_init(&tok->merges, (uint32_t)nm))
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
         merge_ctx *mc = rp_calloc(1, sizeof(merge_ctx));
@@ -969,7 +1034,14 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
         mc->tok = tok;
         mc->last_im = -2;
         mc->no_guess = n_dups > 0; /* a guess could then differ from the map's (first) id */
-        st = merges->p ? tk_json_merges(merges, merge_cb, mc) : RP_OK;
+        if (pc) {
+            for (size_t i = 0; i < pc->n_merges && !st; i++) {
+                const merge_ref *r = &pc->merges[i];
+                st = merge_cb(mc, parts_str(pc, r->a), r->al, parts_str(pc, r->b), r->bl);
+            }
+        } else {
+            st = merges->p ? tk_json_merges(merges, merge_cb, mc) : RP_OK;
+        }
         if (!st)
             st = merge_flush(mc);
         int32_t rank = mc->rank;
@@ -1222,7 +1294,17 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
     /* The big members (model.vocab, model.merges) are scanned in place by tok_json.c;
      * jansson gets the rest, with "{}" / "[]" in their place. */
     tk_span vocab, merges;
-    tk_json_find_model_parts(data, n, &vocab, &merges);
+    parts_ctx pc = {tok, data, n, 0, NULL, 0, 0, {0}};
+    tk_json_parts_cbs cbs = {parts_vocab_cb, parts_merge_cb, &pc, RP_OK};
+    tk_json_find_model_parts(data, n, &vocab, &merges, &cbs);
+    if (cbs.st) {
+        rp_free(pc.merges);
+        rp_buf_deinit(&pc.arena);
+        rp_mmap_close(&map);
+        if (cbs.st == RP_ERR_NOMEM)
+            return rp_err_set(err, cbs.st, "out of memory");
+        return rp_err_set(err, cbs.st, "%s: model.vocab or model.merges is malformed", path);
+    }
     tk_span cut[2] = {vocab, merges};
     if (cut[1].p && (!cut[0].p || cut[1].p < cut[0].p)) {
         tk_span t = cut[0];
@@ -1231,6 +1313,8 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
     }
     char *rest = rp_alloc(n - vocab.n - merges.n + 8);
     if (!rest) {
+        rp_free(pc.merges);
+        rp_buf_deinit(&pc.arena);
         rp_mmap_close(&map);
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }
@@ -1251,6 +1335,8 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
     json_t *root = json_loadb(rest, w, JSON_ALLOW_NUL, &je);
     rp_free(rest);
     if (!root) {
+        rp_free(pc.merges);
+        rp_buf_deinit(&pc.arena);
         rp_mmap_close(&map);
         return rp_err_set(err, RP_ERR_INVALID, "%s:%d: %s", path, je.line, je.text);
     }
@@ -1274,7 +1360,9 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
         st = load_post(tok, post, err);
     tok->byte_level = tk_pre_has_bytelevel(tok->pre);
     if (!st)
-        st = load_model(tok, json_object_get(root, "model"), &vocab, &merges, err);
+        st = load_model(tok, json_object_get(root, "model"), &vocab, &merges, &pc, err);
+    rp_free(pc.merges);
+    rp_buf_deinit(&pc.arena);
     rp_mmap_close(&map);
     json_t *added = json_object_get(root, "added_tokens");
     for (size_t i = 0; !st && i < json_array_size(added); i++) {
