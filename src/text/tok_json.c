@@ -199,7 +199,8 @@ static const char *read_string_slow(const char *p, const char *e, rp_buf *out)
     }
 }
 
-/* Finds member `key` (no escapes in it) of the object starting at p; value span out. */
+/* Finds member `key` (no escapes in it) of the object starting at p: its value starts at
+ * *vs, and ends at or before *ve. */
 static int find_member(const char *p, const char *e, const char *key, const char **vs,
                        const char **ve)
 {
@@ -221,14 +222,14 @@ static int find_member(const char *p, const char *e, const char *key, const char
         if (p >= e || *p != ':')
             return 0;
         p = ws(p + 1, e);
+        if (match) { /* the value runs to *ve at most: its end is not looked for */
+            *vs = p;
+            *ve = e;
+            return 1;
+        }
         const char *v_end = skip_value(p, e);
         if (!v_end)
             return 0;
-        if (match) {
-            *vs = p;
-            *ve = v_end;
-            return 1;
-        }
         p = ws(v_end, e);
         if (p < e && *p == ',') {
             p++;

@@ -147,6 +147,33 @@ Test(bpe, escaped_strings_and_merge_batches)
     cleanup_dir();
 }
 
+Test(bpe, member_order_does_not_matter)
+{
+    /* merges before vocab, model before the other members, a malformed file fails cleanly */
+    rp_tokenizer *tok = load_str(
+        "{\"model\":{\"merges\":[\"b c\",\"a b\",\"a bc\"],\"type\":\"BPE\",\"vocab\":{\"a\":0,"
+        "\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5}},"
+        "\"pre_tokenizer\":{\"type\":\"WhitespaceSplit\"},\"added_tokens\":[]}");
+    expect_ids(tok, "abc cab", 0, IDS(5, 2, 3));
+    rp_tokenizer_free(tok);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", g_dir);
+    const char *bad[] = {
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":x},\"merges\":[]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a a\" 7]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a a\"]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[[\"a\",\"b\"]",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rp_err err;
+        cr_assert_eq(rp_file_write(path, bad[i], strlen(bad[i]), &err), RP_OK);
+        rp_tokenizer *t = NULL;
+        cr_expect_neq(rp_tokenizer_load(path, &t, &err), RP_OK, "file %zu loaded", i);
+        cr_expect_null(t);
+    }
+    cleanup_dir();
+}
+
 Test(bpe, byte_fallback_and_unk)
 {
     /* unknown characters: byte tokens when byte_fallback, else one fused <unk> */
