@@ -999,7 +999,8 @@ rp_status tk_model_encode_pieces(const rp_tokenizer *tok, tk_scratch *sc, const 
                 continue;
             h[i] = short_hash(base + pc->off, pc->len);
             if (pc->len <= 16 && tok->shared_cache) {
-                const tk_sentry *e = &tok->shared_cache->e[(uint32_t)h[i] & (TK_SHARED_CACHE_N - 2)];
+                uint32_t si = (uint32_t)h[i] & (TK_SHARED_CACHE_N - 2);
+                const tk_sentry *e = &tok->shared_cache->e[si];
                 __builtin_prefetch(e);
                 __builtin_prefetch(e + 1);
             } else if (sc->c_cap) {

@@ -807,7 +807,7 @@ static rp_status merge_flush(merge_ctx *mc)
     int32_t guess = mc->last_im;
     for (int i = 0; i < mc->n_items; i++) {
         merge_item *it = &mc->items[i];
-        const char *a = mc->batch.data + it->off, *b = a + it->al;
+        const char *a = (mc->batch.data ? mc->batch.data : "") + it->off, *b = a + it->al;
         size_t cl = (size_t)it->al + it->bl, gl;
         const char *g = ++guess >= 0 && !mc->no_guess ? tk_strtab_get(t, guess, &gl) : NULL;
         it->im = g && gl == cl && memcmp(g, a, cl) == 0 ? guess : -1;
@@ -823,7 +823,7 @@ static rp_status merge_flush(merge_ctx *mc)
     int32_t ia[MERGE_BATCH], ib[MERGE_BATCH];
     for (int i = 0; i < mc->n_items; i++) {
         merge_item *it = &mc->items[i];
-        const char *a = mc->batch.data + it->off, *b = a + it->al;
+        const char *a = (mc->batch.data ? mc->batch.data : "") + it->off, *b = a + it->al;
         ia[i] = tk_strmap_get_h(m, t, a, it->al, it->ha);
         ib[i] = tk_strmap_get_h(m, t, b, it->bl, it->hb);
         if (it->im < 0)
@@ -898,8 +898,9 @@ static rp_status parts_vocab_cb(void *ud, const char *key, size_t n, long long i
 
 static rp_status parts_ref(parts_ctx *pc, const char *s, size_t n, uint64_t *ref)
 {
-    if (s >= pc->file && s + n <= pc->file + pc->file_n) {
-        *ref = (uint64_t)(s - pc->file) << 1;
+    uintptr_t p = (uintptr_t)s, f = (uintptr_t)pc->file;
+    if (p >= f && p + n <= f + pc->file_n) {
+        *ref = (uint64_t)(p - f) << 1;
         return RP_OK;
     }
     *ref = (uint64_t)pc->arena.len << 1 | 1;
@@ -933,7 +934,8 @@ static rp_status parts_merge_cb(void *ud, const char *a, size_t al, const char *
 
 static const char *parts_str(const parts_ctx *pc, uint64_t ref)
 {
-    return (ref & 1 ? pc->arena.data : pc->file) + (ref >> 1);
+    const char *base = ref & 1 ? pc->arena.data : pc->file;
+    return base ? base + (ref >> 1) : "";
 }
 
 static size_t count_char(const tk_span *s, char c)

@@ -162,7 +162,8 @@ Test(bpe, member_order_does_not_matter)
         "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":x},\"merges\":[]}}",
         "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a a\" 7]}}",
         "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a a\"]}}",
-        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[[\"a\",\"b\"]",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},"
+        "\"merges\":[[\"a\",\"b\"]",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         rp_err err;
