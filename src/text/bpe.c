@@ -201,11 +201,52 @@ rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i)
     return RP_OK;
 }
 
+uint32_t tk_strmap_hash(const char *s, size_t n)
+{
+    return (uint32_t)short_hash(s, n);
+}
+
+void tk_strmap_prefetch(const tk_strmap *m, uint32_t h)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->slots[h & (m->cap - 1)]);
+}
+
+rp_status tk_strmap_put_all(tk_strmap *m, const tk_strtab *t, int *n_dups)
+{
+    uint32_t before = m->n, n_put = 0;
+    /* in table order, with the slot of the entry 16 ahead prefetched: the inserts' cache
+     * misses overlap */
+    enum { AHEAD = 16 };
+    for (int i = 0; i < t->n && i < AHEAD; i++)
+        if (t->len[i] != UINT32_MAX)
+            tk_strmap_prefetch(m, tk_strmap_hash(t->pool + t->off[i], t->len[i]));
+    for (int i = 0; i < t->n; i++) {
+        int a = i + AHEAD;
+        if (a < t->n && t->len[a] != UINT32_MAX)
+            tk_strmap_prefetch(m, tk_strmap_hash(t->pool + t->off[a], t->len[a]));
+        if (t->len[i] != UINT32_MAX) {
+            rp_status st = tk_strmap_put(m, t, i);
+            if (st)
+                return st;
+            n_put++;
+        }
+    }
+    if (n_dups)
+        *n_dups = (int)(n_put - (m->n - before));
+    return RP_OK;
+}
+
 int32_t tk_strmap_get(const tk_strmap *m, const tk_strtab *t, const char *s, size_t n)
+{
+    return tk_strmap_get_h(m, t, s, n, (uint32_t)short_hash(s, n));
+}
+
+int32_t tk_strmap_get_h(const tk_strmap *m, const tk_strtab *t, const char *s, size_t n,
+                        uint32_t h)
 {
     if (!m->cap)
         return -1;
-    uint32_t h = (uint32_t)short_hash(s, n);
     uint32_t j = h & (m->cap - 1);
     for (;;) {
         const tk_strslot *sl = &m->slots[j];
@@ -236,7 +277,7 @@ static inline uint32_t mix64(uint64_t k)
 rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected)
 {
     uint32_t cap = 64;
-    while (cap < n_expected * 2u + 16u)
+    while (cap < n_expected + n_expected / 2 + 16u) /* load <= 2/3: a smaller table caches */
         cap *= 2;
     m->slots = rp_calloc(cap, sizeof(tk_merge)); /* key 0 = empty (keys are stored + 1) */
     if (!m->slots)
@@ -248,7 +289,7 @@ rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected)
 
 rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
 {
-    if ((m->n + 1) * 2 > m->cap) {
+    if ((m->n + 1) * 3 > m->cap * 2) {
         tk_mergemap nm;
         if (tk_mergemap_init(&nm, m->cap))
             return RP_ERR_NOMEM;
@@ -281,6 +322,13 @@ rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, in
     m->slots[j].id = id;
     m->n++;
     return RP_OK;
+}
+
+void tk_mergemap_prefetch(const tk_mergemap *m, int32_t a, int32_t b)
+{
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+    if (m->cap)
+        __builtin_prefetch(&m->slots[mix64(key) & (m->cap - 1)]);
 }
 
 const tk_merge *tk_mergemap_get(const tk_mergemap *m, int32_t a, int32_t b)
@@ -546,6 +594,8 @@ static void merge_small(const rp_tokenizer *tok, int32_t *ids, int *pn)
 {
     int n = *pn;
     int32_t rank[64], merged[64];
+    for (int i = 0; i + 1 < n; i++) /* the pairs' slots first: their misses overlap */
+        tk_mergemap_prefetch(&tok->merges, ids[i], ids[i + 1]);
     for (int i = 0; i + 1 < n; i++) {
         const tk_merge *m = tk_mergemap_get(&tok->merges, ids[i], ids[i + 1]);
         rank[i] = m ? m->rank : INT32_MAX;
@@ -911,6 +961,9 @@ rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s
     return model_piece(tok, sc, s + start, n - start, out);
 }
 
+static rp_status model_piece_h(const rp_tokenizer *tok, tk_scratch *sc, const char *s,
+                               size_t n, uint64_t h, tk_ids *out);
+
 static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                              tk_ids *out)
 {
@@ -920,7 +973,56 @@ static rp_status model_piece(const rp_tokenizer *tok, tk_scratch *sc, const char
         return wordpiece_word(tok, s, n, out);
     if (n > CACHE_MAX_KEY)
         return bpe_word(tok, sc, s, n, out);
-    uint64_t h = short_hash(s, n);
+    return model_piece_h(tok, sc, s, n, short_hash(s, n), out);
+}
+
+/* Pieces in batches: the hashes of a batch are computed first and the cache lines they will
+ * probe prefetched, so that the (mostly missing) cache loads of a batch overlap instead of
+ * each piece waiting for its own. */
+#define PIECE_BATCH 32
+
+rp_status tk_model_encode_pieces(const rp_tokenizer *tok, tk_scratch *sc, const char *base,
+                                 const tk_piece *v, int n, tk_ids *out)
+{
+    rp_status st = RP_OK;
+    if (tok->model != TK_MODEL_BPE || tok->spm_split) {
+        for (int i = 0; i < n && !st; i++)
+            st = tk_model_encode(tok, sc, base + v[i].off, v[i].len, out);
+        return st;
+    }
+    uint64_t h[PIECE_BATCH];
+    for (int b = 0; b < n && !st; b += PIECE_BATCH) {
+        int k = n - b < PIECE_BATCH ? n - b : PIECE_BATCH;
+        for (int i = 0; i < k; i++) {
+            const tk_piece *pc = &v[b + i];
+            if (pc->len == 0 || pc->len > CACHE_MAX_KEY)
+                continue;
+            h[i] = short_hash(base + pc->off, pc->len);
+            if (pc->len <= 16 && tok->shared_cache) {
+                uint32_t si = (uint32_t)h[i] & (TK_SHARED_CACHE_N - 2);
+                const tk_sentry *e = &tok->shared_cache->e[si];
+                __builtin_prefetch(e);
+                __builtin_prefetch(e + 1);
+            } else if (sc->c_cap) {
+                __builtin_prefetch(&sc->cache[(uint32_t)(h[i] >> 32) & (sc->c_cap - 1)]);
+            }
+        }
+        for (int i = 0; i < k && !st; i++) {
+            const tk_piece *pc = &v[b + i];
+            if (pc->len == 0)
+                continue;
+            if (pc->len > CACHE_MAX_KEY)
+                st = bpe_word(tok, sc, base + pc->off, pc->len, out);
+            else
+                st = model_piece_h(tok, sc, base + pc->off, pc->len, h[i], out);
+        }
+    }
+    return st;
+}
+
+static rp_status model_piece_h(const rp_tokenizer *tok, tk_scratch *sc, const char *s,
+                               size_t n, uint64_t h, tk_ids *out)
+{
     /* shared cache first (pieces <= 16 bytes), then this call's cache, then BPE */
     int shared = n <= 16 && tok->shared_cache;
     if (shared) {

@@ -4,6 +4,7 @@
  * and Unicode properties; the one translation needed is \s, which Oniguruma defines as
  * Unicode White_Space (NEL and NBSP included) and PCRE2 does not quite.
  */
+#include <limits.h>
 #include <string.h>
 #include <utf8proc.h>
 
@@ -59,6 +60,264 @@ static rp_status translate_regex(const char *re, rp_buf *out)
     return RP_OK;
 }
 
+/* ---- hand-written matchers for the common pre-tokenizer regexes -------------------------
+ *
+ * Llama 3 / Qwen2-3 ("A": contractions, [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,k}, punctuation,
+ * whitespace) and o200k (gpt-oss: letters split by case) run a match per piece, which PCRE2
+ * spends most of its time setting up. These matchers decide a match from the class of each
+ * character they look at, simulating the regex's alternatives and backtracking, but only for
+ * ASCII: the moment they need the class of a byte >= 0x80 they give up and PCRE2 does that
+ * match. A decision that only looked at ASCII characters is PCRE2's decision (every ASCII
+ * character is exactly one of letter, digit, whitespace, other), which the tests check by
+ * comparing the two matchers on the golden texts and the fuzzer on arbitrary input. */
+
+enum { FAST_NONE, FAST_A, FAST_O200K };
+
+typedef struct fast_def {
+    const char *re;
+    int kind, max_digits;
+} fast_def;
+
+#define CONTR_CI "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+#define CONTR_AS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define TAIL_A " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define O200K_UP "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define O200K_LO "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+
+static const fast_def k_fast[] = {
+    {CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|" TAIL_A, FAST_A, 3}, /* Llama 3 */
+    {CONTR_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|" TAIL_A, FAST_A, 1},      /* Qwen2/3 */
+    {CONTR_AS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|" TAIL_A, FAST_A, 3}, /* GGUF */
+    {CONTR_AS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|" TAIL_A, FAST_A, 1},
+    {CONTR_AS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     FAST_A, 1}, /* Qwen3.5 (marks are not ASCII) */
+    {"[^\\r\\n\\p{L}\\p{N}]?" O200K_UP "*" O200K_LO "+" CONTR_CI "?|[^\\r\\n\\p{L}\\p{N}]?" O200K_UP
+     "+" O200K_LO "*" CONTR_CI "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+     "\\s+(?!\\S)|\\s+",
+     FAST_O200K, 3},
+};
+
+/* ASCII classes; C_NA: a byte >= 0x80 (or the end of the text, see cls()) */
+enum { C_UP = 1, C_LO = 2, C_DIG = 4, C_WS = 8, C_OTHER = 16, C_NA = 32 };
+#define C_LETTER (C_UP | C_LO)
+
+static int fast_kind(const char *re, int *max_digits)
+{
+    for (size_t i = 0; i < RP_ARRAY_LEN(k_fast); i++)
+        if (!strcmp(re, k_fast[i].re)) {
+            *max_digits = k_fast[i].max_digits;
+            return k_fast[i].kind;
+        }
+    return FAST_NONE;
+}
+
+/* The class of s[i]; the end of the text is its own class (0). */
+static inline int cls(const char *s, size_t n, size_t i)
+{
+    if (i >= n)
+        return 0;
+    uint8_t c = (uint8_t)s[i];
+    if (c >= 0x80)
+        return C_NA;
+    if (c >= 'a' && c <= 'z')
+        return C_LO;
+    if (c >= 'A' && c <= 'Z')
+        return C_UP;
+    if (c >= '0' && c <= '9')
+        return C_DIG;
+    if (c == ' ' || (c >= '\t' && c <= '\r'))
+        return C_WS;
+    return C_OTHER;
+}
+
+/* End of the run of characters of classes `want` from i; -1 when the run stops at a
+ * non-ASCII character (whose class is unknown here). */
+static inline long run(const char *s, size_t n, size_t i, int want)
+{
+    int c;
+    while ((c = cls(s, n, i)) & want)
+        i++;
+    return c == C_NA ? -1 : (long)i;
+}
+
+static inline int lower(char c)
+{
+    return c | 0x20;
+}
+
+/* A contraction ('s 't 're 've 'm 'll 'd, any case) at s[i] (a quote): its end, 0 when none,
+ * -1 when a non-ASCII character would decide. */
+static long contraction(const char *s, size_t n, size_t i)
+{
+    int c1 = cls(s, n, i + 1);
+    if (c1 == C_NA)
+        return -1;
+    if (!(c1 & C_LETTER))
+        return 0;
+    char a = (char)lower(s[i + 1]);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        return (long)i + 2;
+    if (a != 'r' && a != 'v' && a != 'l')
+        return 0;
+    int c2 = cls(s, n, i + 2);
+    if (c2 == C_NA)
+        return -1;
+    if (!(c2 & C_LETTER))
+        return 0;
+    char b = (char)lower(s[i + 2]);
+    return (a == 'l' ? b == 'l' : b == 'e') ? (long)i + 3 : 0;
+}
+
+/* The whitespace alternatives shared by both patterns (\s*[\r\n]+|\s+(?!\S)|\s+) at a
+ * whitespace character. */
+static long fast_space(const char *s, size_t n, size_t pos)
+{
+    long e = run(s, n, pos, C_WS);
+    if (e < 0)
+        return -1;
+    for (long k = e - 1; k >= (long)pos; k--) /* \s*[\r\n]+: up to the last line break */
+        if (s[k] == '\r' || s[k] == '\n')
+            return k + 1;
+    if ((size_t)e == n || e - (long)pos == 1) /* \s+(?!\S) at the end, else \s+ */
+        return e;
+    return e - 1; /* \s+(?!\S): all but the last, which is followed by \S */
+}
+
+/* ` ?[^\s\p{L}\p{N}]+` followed by [\r\n]* (slash: also '/') */
+static long fast_punct(const char *s, size_t n, size_t pos, int slash)
+{
+    size_t q = pos;
+    if (s[q] == ' ') {
+        int c = cls(s, n, q + 1);
+        if (c == C_NA)
+            return -1;
+        if (c != C_OTHER)
+            return 0;
+        q++;
+    } else if (cls(s, n, q) != C_OTHER) {
+        return 0;
+    }
+    long e = run(s, n, q, C_OTHER);
+    if (e < 0)
+        return -1;
+    while ((size_t)e < n && (s[e] == '\r' || s[e] == '\n' || (slash && s[e] == '/')))
+        e++;
+    return e;
+}
+
+/* The end of the match at pos (patterns where every position starts a match); -1: PCRE2
+ * must decide. */
+static long fast_a(const char *s, size_t n, size_t pos, int max_digits)
+{
+    int c0 = cls(s, n, pos);
+    if (c0 == C_NA || c0 == 0)
+        return -1;
+    if (s[pos] == '\'') {
+        long e = contraction(s, n, pos);
+        if (e)
+            return e;
+    }
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if (c0 & C_LETTER)
+        return run(s, n, pos, C_LETTER);
+    if ((c0 & (C_WS | C_OTHER)) && s[pos] != '\r' && s[pos] != '\n') {
+        int c1 = cls(s, n, pos + 1);
+        if (c1 == C_NA)
+            return -1;
+        if (c1 & C_LETTER)
+            return run(s, n, pos + 1, C_LETTER);
+    }
+    if (c0 == C_DIG) {
+        size_t e = pos + 1;
+        while ((long)(e - pos) < max_digits && cls(s, n, e) == C_DIG)
+            e++;
+        if ((long)(e - pos) < max_digits && cls(s, n, e) == C_NA)
+            return -1; /* another (non-ASCII) digit may follow */
+        return (long)e;
+    }
+    long e = fast_punct(s, n, pos, 0);
+    if (e)
+        return e;
+    return fast_space(s, n, pos);
+}
+
+/* [UP]*[LO]+ (lower_first) or [UP]+[LO]* from q, then an optional contraction: the end, 0 when
+ * the alternative fails, -1 when a non-ASCII character would decide. */
+static long o200k_word(const char *s, size_t n, size_t q, int lower_first)
+{
+    long u = run(s, n, q, C_UP);
+    if (u < 0)
+        return -1;
+    long e;
+    if (lower_first) {
+        if (cls(s, n, (size_t)u) != C_LO)
+            return 0; /* backtracking the [UP]* run cannot help: it holds no lowercase */
+        e = run(s, n, (size_t)u, C_LO);
+    } else {
+        if (u == (long)q)
+            return 0;
+        e = run(s, n, (size_t)u, C_LO);
+    }
+    if (e < 0)
+        return -1;
+    if ((size_t)e < n && s[e] == '\'') {
+        long c = contraction(s, n, (size_t)e);
+        if (c < 0)
+            return -1;
+        if (c)
+            return c;
+    }
+    return e;
+}
+
+static long fast_o200k(const char *s, size_t n, size_t pos)
+{
+    int c0 = cls(s, n, pos);
+    if (c0 == C_NA || c0 == 0)
+        return -1;
+    /* the two word alternatives, with the optional prefix when s[pos] can be one (with no
+     * prefix they would start at a character that is no letter, and fail) */
+    size_t q = pos;
+    if (!(c0 & C_LETTER)) {
+        if (c0 == C_DIG || s[pos] == '\r' || s[pos] == '\n')
+            q = SIZE_MAX;
+        else
+            q = pos + 1;
+    }
+    if (q != SIZE_MAX) {
+        for (int lf = 1; lf >= 0; lf--) {
+            long e = o200k_word(s, n, q, lf);
+            if (e)
+                return e;
+        }
+    }
+    if (c0 == C_DIG) {
+        size_t e = pos + 1;
+        while (e - pos < 3 && cls(s, n, e) == C_DIG)
+            e++;
+        if (e - pos < 3 && cls(s, n, e) == C_NA)
+            return -1;
+        return (long)e;
+    }
+    long e = fast_punct(s, n, pos, 1);
+    if (e)
+        return e;
+    return fast_space(s, n, pos);
+}
+
+const char *tk_fast_regex(int i)
+{
+    return i >= 0 && (size_t)i < RP_ARRAY_LEN(k_fast) ? k_fast[i].re : NULL;
+}
+
+long tk_pattern_fast(const tk_pattern *p, const char *s, size_t n, size_t pos)
+{
+    if (!p->fast || pos >= n || n > (size_t)LONG_MAX)
+        return -1;
+    return p->fast == FAST_A ? fast_a(s, n, pos, p->fast_digits) : fast_o200k(s, n, pos);
+}
+
 rp_status tk_pattern_compile(tk_pattern *p, const char *regex, rp_err *err)
 {
     rp_buf b = {0};
@@ -79,6 +338,9 @@ rp_status tk_pattern_compile(tk_pattern *p, const char *regex, rp_err *err)
                           (const char *)msg, (size_t)eo);
     }
     pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter */
+    int max_digits = 0;
+    p->fast = fast_kind(regex, &max_digits);
+    p->fast_digits = max_digits;
     return RP_OK;
 }
 
@@ -111,6 +373,22 @@ int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, si
         }
         return 0;
     }
+    if (p->fast) {
+        long e = tk_pattern_fast(p, s, n, pos);
+        if (e > 0) {
+            *ms = pos;
+            *me = (size_t)e;
+            return 1;
+        }
+    }
+    return tk_pattern_next_pcre(p, md, s, n, pos, ms, me);
+}
+
+int tk_pattern_next_pcre(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
+                         size_t pos, size_t *ms, size_t *me)
+{
+    if (!p->re)
+        return tk_pattern_next(p, md, s, n, pos, ms, me);
     while (pos <= n) {
         int rc = pcre2_jit_match(p->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
         if (rc == PCRE2_ERROR_JIT_BADOPTION)
@@ -135,7 +413,14 @@ int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, si
 
 static int all_ascii(const char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) { /* 4 words at a time: the compiler vectorises this */
+        uint64_t w[4];
+        memcpy(w, s + i, sizeof(w));
+        if ((w[0] | w[1] | w[2] | w[3]) & 0x8080808080808080ULL)
+            return 0;
+    }
+    for (; i < n; i++)
         if ((uint8_t)s[i] >= 0x80)
             return 0;
     return 1;

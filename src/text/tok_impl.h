@@ -58,6 +58,15 @@ rp_status tk_strmap_init(tk_strmap *m, uint32_t n_expected);
 /* Inserts table entry i keyed by its string; keeps the first one on duplicates. */
 rp_status tk_strmap_put(tk_strmap *m, const tk_strtab *t, int i);
 int32_t tk_strmap_get(const tk_strmap *m, const tk_strtab *t, const char *s, size_t n);
+/* The same with the key's hash (tk_strmap_hash) computed beforehand, e.g. to prefetch its
+ * slot (tk_strmap_prefetch) a while before the lookup. */
+uint32_t tk_strmap_hash(const char *s, size_t n);
+void tk_strmap_prefetch(const tk_strmap *m, uint32_t h);
+int32_t tk_strmap_get_h(const tk_strmap *m, const tk_strtab *t, const char *s, size_t n,
+                        uint32_t h);
+/* Inserts every entry of t, in order (tk_strmap_put each, faster); *n_dups (if not NULL):
+ * how many were not inserted, their string being there already. */
+rp_status tk_strmap_put_all(tk_strmap *m, const tk_strtab *t, int *n_dups);
 void tk_strmap_free(tk_strmap *m);
 
 /* (id_a, id_b) -> (rank, merged id) */
@@ -76,6 +85,7 @@ rp_status tk_mergemap_init(tk_mergemap *m, uint32_t n_expected);
 /* Keeps the lower rank when the pair is already there. */
 rp_status tk_mergemap_put(tk_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
 const tk_merge *tk_mergemap_get(const tk_mergemap *m, int32_t a, int32_t b);
+void tk_mergemap_prefetch(const tk_mergemap *m, int32_t a, int32_t b);
 void tk_mergemap_free(tk_mergemap *m);
 
 /* ---- pipeline components -------------------------------------------------------------- */
@@ -95,6 +105,8 @@ typedef struct tk_pattern {
     char *lit; /* literal string (when re == NULL) */
     size_t lit_len;
     pcre2_code *re;
+    int fast; /* a known pre-tokenizer regex with a hand-written ASCII matcher (pretok.c) */
+    int fast_digits;
 } tk_pattern;
 
 typedef struct tk_norm {
@@ -178,6 +190,7 @@ typedef struct tk_trie {
     uint8_t *edge_byte; /* children of a node are contiguous after finalisation */
     int32_t *edge_node;
     uint8_t first[256]; /* 1 when some token starts with this byte */
+    int only_first;     /* that byte when it is the only one, else -1 */
 } tk_trie;
 
 typedef enum tk_model_kind { TK_MODEL_BPE, TK_MODEL_WORDPIECE } tk_model_kind;
@@ -308,6 +321,14 @@ int tk_pre_has_bytelevel(const tk_pre *p);
 /* Next match of p in s[pos..n): 1 with [*ms, *me), 0 when none (md: match data for regexes). */
 int tk_pattern_next(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
                     size_t pos, size_t *ms, size_t *me);
+/* The i-th regex that has a hand-written matcher (for the tests), NULL past the last. */
+const char *tk_fast_regex(int i);
+/* The hand-written matcher alone: the end of the match at pos (these patterns match at
+ * every position), or -1 when it cannot decide (a non-ASCII character, or p has none). */
+long tk_pattern_fast(const tk_pattern *p, const char *s, size_t n, size_t pos);
+/* The same with PCRE2 only, never the hand-written matcher (the tests compare the two). */
+int tk_pattern_next_pcre(const tk_pattern *p, pcre2_match_data *md, const char *s, size_t n,
+                         size_t pos, size_t *ms, size_t *me);
 /* The regex when the whole pre-tokenizer is one Isolated split by it (encode's fast path:
  * matches go straight to the model), else NULL. */
 const tk_pattern *tk_pre_single_regex(const tk_pre *p);
@@ -315,6 +336,9 @@ const tk_pattern *tk_pre_single_regex(const tk_pre *p);
 /* bpe.c */
 rp_status tk_model_encode(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
                           tk_ids *out);
+/* tk_model_encode over pieces v[0..n) of base (faster: see bpe.c). */
+rp_status tk_model_encode_pieces(const rp_tokenizer *tok, tk_scratch *sc, const char *base,
+                                 const tk_piece *v, int n, tk_ids *out);
 void tk_scratch_free(tk_scratch *sc);
 void tk_spm_split_init(rp_tokenizer *tok);
 

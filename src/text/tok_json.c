@@ -4,14 +4,34 @@
  * one reusable buffer and hands them to callbacks. The rest of the file (small) still goes
  * through jansson, with these two members blanked out in place.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "text/tok_json.h"
 #include "text/unicode.h"
 
+/* Word-at-a-time helpers: tokenizer.json files are mostly indentation and short strings. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t load8(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* non-zero when some byte of w is zero */
+static inline uint64_t has_zero(uint64_t w)
+{
+    return (w - ONES) & ~w & HIGHS;
+}
+
 static const char *ws(const char *p, const char *e)
 {
+    while (e - p >= 8 && load8(p) == 0x2020202020202020ULL) /* runs of indentation */
+        p += 8;
     while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
         p++;
     return p;
@@ -44,24 +64,30 @@ static const char *skip_value(const char *p, const char *e)
     if (*p == '"')
         return skip_string(p, e);
     if (*p == '{' || *p == '[') {
+        /* one byte loop, strings inline (the big members hold ~10^5 short strings: a call
+         * per string costs more than the scan) */
         int depth = 0;
         while (p < e) {
-            while (p < e && *p != '"' && *p != '{' && *p != '[' && *p != '}' && *p != ']')
-                p++;
-            if (p >= e)
-                break;
+            /* to the next quote or bracket, 8 bytes at a time ('[' | 0x20 is '{', ']' | 0x20
+             * is '}', and no other byte maps to either) */
+            while (e - p >= 8) {
+                uint64_t w = load8(p), f = w | 0x2020202020202020ULL;
+                if (has_zero(w ^ (ONES * '"')) | has_zero(f ^ (ONES * '{')) |
+                    has_zero(f ^ (ONES * '}')))
+                    break;
+                p += 8;
+            }
             char c = *p;
             if (c == '"') {
-                p = skip_string(p, e);
-                if (!p)
+                for (p++; p < e && *p != '"'; p++)
+                    if (*p == '\\' && ++p >= e)
+                        return NULL;
+                if (p >= e)
                     return NULL;
-                continue;
-            }
-            if (c == '{' || c == '[')
+            } else if (c == '{' || c == '[') {
                 depth++;
-            else if (c == '}' || c == ']') {
-                if (--depth == 0)
-                    return p + 1;
+            } else if ((c == '}' || c == ']') && --depth == 0) {
+                return p + 1;
             }
             p++;
         }
@@ -94,8 +120,28 @@ static int hex4(const char *p, const char *e, uint32_t *v)
     return 0;
 }
 
-/* p at '"': unescapes into out; returns the position after the string or NULL. */
-static const char *read_string(const char *p, const char *e, rp_buf *out)
+/* p at '"': the string's text in *sp, *sn: in place when it has no escapes, else unescaped
+ * into out. Returns the position after the string or NULL. */
+static const char *read_string_slow(const char *p, const char *e, rp_buf *out);
+
+static inline const char *read_str(const char *p, const char *e, rp_buf *out, const char **sp,
+                                   size_t *sn)
+{
+    const char *q = p + 1;
+    while (q < e && *q != '"' && *q != '\\')
+        q++;
+    if (q < e && *q == '"') {
+        *sp = p + 1;
+        *sn = (size_t)(q - p - 1);
+        return q + 1;
+    }
+    const char *r = read_string_slow(p, e, out);
+    *sp = out->data ? out->data : "";
+    *sn = out->len;
+    return r;
+}
+
+static const char *read_string_slow(const char *p, const char *e, rp_buf *out)
 {
     rp_buf_reset(out);
     p++;
@@ -153,7 +199,8 @@ static const char *read_string(const char *p, const char *e, rp_buf *out)
     }
 }
 
-/* Finds member `key` (no escapes in it) of the object starting at p; value span out. */
+/* Finds member `key` (no escapes in it) of the object starting at p: its value starts at
+ * *vs, and ends at or before *ve. */
 static int find_member(const char *p, const char *e, const char *key, const char **vs,
                        const char **ve)
 {
@@ -175,14 +222,14 @@ static int find_member(const char *p, const char *e, const char *key, const char
         if (p >= e || *p != ':')
             return 0;
         p = ws(p + 1, e);
+        if (match) { /* the value runs to *ve at most: its end is not looked for */
+            *vs = p;
+            *ve = e;
+            return 1;
+        }
         const char *v_end = skip_value(p, e);
         if (!v_end)
             return 0;
-        if (match) {
-            *vs = p;
-            *ve = v_end;
-            return 1;
-        }
         p = ws(v_end, e);
         if (p < e && *p == ',') {
             p++;
@@ -192,7 +239,13 @@ static int find_member(const char *p, const char *e, const char *key, const char
     }
 }
 
-int tk_json_find_model_parts(const char *buf, size_t n, tk_span *vocab, tk_span *merges)
+static rp_status scan_vocab(const char *p, const char *e, tk_vocab_cb cb, void *ud,
+                            const char **end);
+static rp_status scan_merges(const char *p, const char *e, tk_merge_cb cb, void *ud,
+                             const char **end);
+
+int tk_json_find_model_parts(const char *buf, size_t n, tk_span *vocab, tk_span *merges,
+                             tk_json_parts_cbs *cbs)
 {
     const char *e = buf + n, *ms, *me;
     memset(vocab, 0, sizeof(*vocab));
@@ -216,12 +269,24 @@ int tk_json_find_model_parts(const char *buf, size_t n, tk_span *vocab, tk_span 
         if (p >= me || *p != ':')
             break;
         p = ws(p + 1, me);
-        const char *v_end = skip_value(p, me);
+        int is_vocab = kl == 5 && !memcmp(ks, "vocab", 5) && p < me && *p == '{';
+        int is_merges = kl == 6 && !memcmp(ks, "merges", 6) && p < me && *p == '[';
+        const char *v_end = NULL;
+        if (cbs && (is_vocab || is_merges)) { /* parsed as they are found: one pass */
+            rp_status st = is_vocab ? scan_vocab(p, me, cbs->vocab, cbs->ud, &v_end)
+                                    : scan_merges(p, me, cbs->merge, cbs->ud, &v_end);
+            if (st) {
+                cbs->st = st;
+                return 0;
+            }
+        } else {
+            v_end = skip_value(p, me);
+        }
         if (!v_end)
             break;
-        if (kl == 5 && !memcmp(ks, "vocab", 5) && *p == '{')
+        if (is_vocab)
             vocab->p = p, vocab->n = (size_t)(v_end - p);
-        else if (kl == 6 && !memcmp(ks, "merges", 6) && *p == '[')
+        else if (is_merges)
             merges->p = p, merges->n = (size_t)(v_end - p);
         p = ws(v_end, me);
         if (p < me && *p == ',') {
@@ -244,16 +309,22 @@ void tk_json_blank(char *buf, const tk_span *s)
     p[1] = open == '{' ? '}' : ']';
 }
 
-rp_status tk_json_vocab(const tk_span *s, tk_vocab_cb cb, void *ud)
+/* The vocab object at p (a '{') up to e: entries to cb; *end: the position after it. */
+static rp_status scan_vocab(const char *p, const char *e, tk_vocab_cb cb, void *ud,
+                            const char **end)
 {
-    const char *p = s->p + 1, *e = s->p + s->n;
+    p++;
     rp_buf key = {0};
     rp_status st = RP_OK;
     for (;;) {
         p = ws(p, e);
-        if (p < e && *p == '}')
+        if (p < e && *p == '}') {
+            *end = p + 1;
             break;
-        if (p >= e || *p != '"' || !(p = read_string(p, e, &key))) {
+        }
+        const char *ks;
+        size_t kn;
+        if (p >= e || *p != '"' || !(p = read_str(p, e, &key, &ks, &kn))) {
             st = RP_ERR_INVALID;
             break;
         }
@@ -273,40 +344,57 @@ rp_status tk_json_vocab(const tk_span *s, tk_vocab_cb cb, void *ud)
             st = RP_ERR_INVALID;
             break;
         }
-        if ((st = cb(ud, key.data ? key.data : "", key.len, v)))
+        if ((st = cb(ud, ks, kn, v)))
             break;
         p = ws(p, e);
         if (p < e && *p == ',')
             p++;
+        else if (p >= e || *p != '}') {
+            st = RP_ERR_INVALID;
+            break;
+        }
     }
     rp_buf_deinit(&key);
     return st;
 }
 
-rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
+rp_status tk_json_vocab(const tk_span *s, tk_vocab_cb cb, void *ud)
 {
-    const char *p = s->p + 1, *e = s->p + s->n;
+    const char *end;
+    return scan_vocab(s->p, s->p + s->n, cb, ud, &end);
+}
+
+static rp_status scan_merges(const char *p, const char *e, tk_merge_cb cb, void *ud,
+                             const char **end)
+{
+    p++;
     rp_buf a = {0}, b = {0};
     rp_status st = RP_OK;
     for (;;) {
         p = ws(p, e);
-        if (p < e && *p == ']')
+        if (p < e && *p == ']') {
+            *end = p + 1;
             break;
+        }
         if (p < e && *p == '"') {
-            if (!(p = read_string(p, e, &a))) {
+            const char *as;
+            size_t an;
+            if (!(p = read_str(p, e, &a, &as, &an))) {
                 st = RP_ERR_INVALID;
                 break;
             }
-            const char *sp = a.data ? memchr(a.data, ' ', a.len) : NULL;
+            const char *sp = memchr(as, ' ', an);
             if (!sp) {
                 st = RP_ERR_INVALID;
                 break;
             }
-            size_t al = (size_t)(sp - a.data);
-            st = cb(ud, a.data, al, sp + 1, a.len - al - 1);
+            size_t al = (size_t)(sp - as);
+            st = cb(ud, as, al, sp + 1, an - al - 1);
         } else if (p < e && *p == '[') {
             p = ws(p + 1, e);
-            if (p >= e || *p != '"' || !(p = read_string(p, e, &a))) {
+            const char *as, *bs;
+            size_t an, bn;
+            if (p >= e || *p != '"' || !(p = read_str(p, e, &a, &as, &an))) {
                 st = RP_ERR_INVALID;
                 break;
             }
@@ -316,7 +404,7 @@ rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
                 break;
             }
             p = ws(p + 1, e);
-            if (p >= e || *p != '"' || !(p = read_string(p, e, &b))) {
+            if (p >= e || *p != '"' || !(p = read_str(p, e, &b, &bs, &bn))) {
                 st = RP_ERR_INVALID;
                 break;
             }
@@ -326,7 +414,7 @@ rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
                 break;
             }
             p++;
-            st = cb(ud, a.data ? a.data : "", a.len, b.data ? b.data : "", b.len);
+            st = cb(ud, as, an, bs, bn);
         } else {
             st = RP_ERR_INVALID;
         }
@@ -335,8 +423,18 @@ rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
         p = ws(p, e);
         if (p < e && *p == ',')
             p++;
+        else if (p >= e || *p != ']') {
+            st = RP_ERR_INVALID;
+            break;
+        }
     }
     rp_buf_deinit(&a);
     rp_buf_deinit(&b);
     return st;
+}
+
+rp_status tk_json_merges(const tk_span *s, tk_merge_cb cb, void *ud)
+{
+    const char *end;
+    return scan_merges(s->p, s->p + s->n, cb, ud, &end);
 }

@@ -112,6 +112,10 @@ rp_status tk_trie_build(tk_trie *t, const rp_tokenizer *tok, int normalized)
     }
     rp_free(hk);
     rp_free(hv);
+    t->only_first = -1;
+    for (int b = 0, n_first = 0; b < 256; b++)
+        if (t->first[b])
+            t->only_first = ++n_first == 1 ? b : -1;
     qsort(edges, (size_t)n_edges, sizeof(tedge), tedge_cmp);
     for (int i = 0; i < t->n_nodes; i++)
         t->nodes[i].first_child = -1;
@@ -209,7 +213,12 @@ static rp_status split_added(const rp_tokenizer *tok, const tk_trie *t, const ch
     if (t->n_nodes > 1) {
         while (i < n && !st) {
             if (!t->first[(uint8_t)s[i]]) {
-                i++;
+                if (t->only_first >= 0) { /* one possible first byte: memchr to it */
+                    const char *f = memchr(s + i, t->only_first, n - i);
+                    i = f ? (size_t)(f - s) : n;
+                } else {
+                    i++;
+                }
                 continue;
             }
             size_t stop;
@@ -269,17 +278,25 @@ static rp_status encode_text(const rp_tokenizer *tok, tk_scratch *sc, const char
                              int section_first, tk_ids *out)
 {
     if (tok->pre_fast) {
+        /* pieces go to the model in batches (tk_model_encode_pieces) */
+        tk_piece v[64];
+        int nv = 0;
         size_t pos = 0, ms, me;
         rp_status st = RP_OK;
         while (!st && tk_pattern_next(tok->pre_fast, sc->md, s, n, pos, &ms, &me)) {
             if (ms > pos)
-                st = tk_model_encode(tok, sc, s + pos, ms - pos, out);
-            if (!st)
-                st = tk_model_encode(tok, sc, s + ms, me - ms, out);
+                v[nv++] = (tk_piece){(uint32_t)pos, (uint32_t)(ms - pos)};
+            v[nv++] = (tk_piece){(uint32_t)ms, (uint32_t)(me - ms)};
             pos = me;
+            if (nv >= 62) {
+                st = tk_model_encode_pieces(tok, sc, s, v, nv, out);
+                nv = 0;
+            }
         }
         if (!st && pos < n)
-            st = tk_model_encode(tok, sc, s + pos, n - pos, out);
+            v[nv++] = (tk_piece){(uint32_t)pos, (uint32_t)(n - pos)};
+        if (!st && nv)
+            st = tk_model_encode_pieces(tok, sc, s, v, nv, out);
         return st;
     }
     rp_buf_reset(&sc->store);
@@ -299,9 +316,7 @@ static rp_status encode_text(const rp_tokenizer *tok, tk_scratch *sc, const char
     sc->a.n = 1;
     if ((st = tk_pretokenize(tok->pre, sc, section_first)))
         return st;
-    for (int i = 0; i < sc->a.n && !st; i++)
-        st = tk_model_encode(tok, sc, sc->store.data + sc->a.v[i].off, sc->a.v[i].len, out);
-    return st;
+    return tk_model_encode_pieces(tok, sc, sc->store.data, sc->a.v, sc->a.n, out);
 }
 
 static rp_status encode_section(const rp_tokenizer *tok, tk_scratch *sc, const char *s, size_t n,
@@ -719,8 +734,14 @@ static rp_status load_post(rp_tokenizer *tok, json_t *j, rp_err *err)
 static int bytelevel_to_raw(const char *s, size_t n, rp_buf *out)
 {
     rp_buf_reset(out);
+    if (rp_buf_reserve(out, n + 1))
+        return 0;
     size_t i = 0;
     while (i < n) {
+        if ((uint8_t)s[i] >= 0x21 && (uint8_t)s[i] <= 0x7E) { /* printable ASCII: itself */
+            out->data[out->len++] = s[i++];
+            continue;
+        }
         uint32_t cp;
         int l = rp_utf8_decode(s + i, n - i, &cp);
         int b = l ? rp_bytelevel_byte(cp) : -1;
@@ -745,16 +766,94 @@ static rp_status vocab_cb(void *ud, const char *key, size_t n, long long id)
     return RP_OK;
 }
 
+/* Merges are resolved in batches: the three strings of each merge (a, b and a+b) are
+ * hashed and their map slots prefetched before any is looked up, so the lookups' cache
+ * misses overlap. The merged token is usually the one after the previous merge's (vocabularies
+ * are written in merge order): that guess is checked first and saves its lookup. */
+#define MERGE_BATCH 64
+
+typedef struct merge_item {
+    uint32_t off, al, bl; /* a and b, adjacent in the batch buffer: a+b is one string */
+    uint32_t ha, hb, hc;
+    int32_t im; /* the merged token when the guess was right, else -1 */
+} merge_item;
+
 typedef struct merge_ctx {
     rp_tokenizer *tok;
     rp_buf cat;
     int32_t rank;
+    rp_buf batch;
+    merge_item items[MERGE_BATCH];
+    int n_items;
+    int32_t last_im;
+    int no_guess;
 } merge_ctx;
+
+static rp_status merge_add(merge_ctx *mc, int32_t ia, int32_t ib, int32_t im)
+{
+    if (ia < 0 || ib < 0 || im < 0)
+        return RP_ERR_INVALID;
+    if (tk_mergemap_put(&mc->tok->merges, ia, ib, mc->rank++, im))
+        return RP_ERR_NOMEM;
+    mc->last_im = im;
+    return RP_OK;
+}
+
+static rp_status merge_flush(merge_ctx *mc)
+{
+    rp_tokenizer *tok = mc->tok;
+    const tk_strmap *m = &tok->str_map;
+    const tk_strtab *t = &tok->strs;
+    int32_t guess = mc->last_im;
+    for (int i = 0; i < mc->n_items; i++) {
+        merge_item *it = &mc->items[i];
+        const char *a = (mc->batch.data ? mc->batch.data : "") + it->off, *b = a + it->al;
+        size_t cl = (size_t)it->al + it->bl, gl;
+        const char *g = ++guess >= 0 && !mc->no_guess ? tk_strtab_get(t, guess, &gl) : NULL;
+        it->im = g && gl == cl && memcmp(g, a, cl) == 0 ? guess : -1;
+        it->ha = tk_strmap_hash(a, it->al);
+        it->hb = tk_strmap_hash(b, it->bl);
+        tk_strmap_prefetch(m, it->ha);
+        tk_strmap_prefetch(m, it->hb);
+        if (it->im < 0) {
+            it->hc = tk_strmap_hash(a, cl);
+            tk_strmap_prefetch(m, it->hc);
+        }
+    }
+    int32_t ia[MERGE_BATCH], ib[MERGE_BATCH];
+    for (int i = 0; i < mc->n_items; i++) {
+        merge_item *it = &mc->items[i];
+        const char *a = (mc->batch.data ? mc->batch.data : "") + it->off, *b = a + it->al;
+        ia[i] = tk_strmap_get_h(m, t, a, it->al, it->ha);
+        ib[i] = tk_strmap_get_h(m, t, b, it->bl, it->hb);
+        if (it->im < 0)
+            it->im = tk_strmap_get_h(m, t, a, (size_t)it->al + it->bl, it->hc);
+        tk_mergemap_prefetch(&tok->merges, ia[i], ib[i]);
+    }
+    rp_status st = RP_OK;
+    for (int i = 0; i < mc->n_items && !st; i++)
+        st = merge_add(mc, ia[i], ib[i], mc->items[i].im);
+    mc->n_items = 0;
+    rp_buf_reset(&mc->batch);
+    return st;
+}
 
 static rp_status merge_cb(void *ud, const char *a, size_t al, const char *b, size_t bl)
 {
     merge_ctx *mc = ud;
     rp_tokenizer *tok = mc->tok;
+    if (!tok->cont_prefix_len && al + bl < UINT32_MAX / 4) {
+        merge_item *it = &mc->items[mc->n_items++];
+        it->off = (uint32_t)mc->batch.len;
+        it->al = (uint32_t)al;
+        it->bl = (uint32_t)bl;
+        if (rp_buf_append(&mc->batch, a, al) || rp_buf_append(&mc->batch, b, bl))
+            return RP_ERR_NOMEM;
+        return mc->n_items == MERGE_BATCH ? merge_flush(mc) : RP_OK;
+    }
+    rp_status st = merge_flush(mc);
+    if (st)
+        return st;
     int32_t ia = tk_strmap_get(&tok->str_map, &tok->strs, a, al);
     int32_t ib = tk_strmap_get(&tok->str_map, &tok->strs, b, bl);
     rp_buf_reset(&mc->cat);
@@ -769,11 +868,74 @@ static rp_status merge_cb(void *ud, const char *a, size_t al, const char *b, siz
         cl -= tok->cont_prefix_len;
     }
     int32_t im = tk_strmap_get(&tok->str_map, &tok->strs, mc->cat.data, cl);
-    if (ia < 0 || ib < 0 || im < 0)
-        return RP_ERR_INVALID;
-    if (tk_mergemap_put(&tok->merges, ia, ib, mc->rank++, im))
-        return RP_ERR_NOMEM;
+    return merge_add(mc, ia, ib, im);
+}
+
+/* model.vocab and model.merges are parsed in the pass that finds them (tk_json_find_model_parts):
+ * vocab entries go to the string table at once, merges are kept as references (into the
+ * file, or into `arena` for the few with escapes) until the vocabulary's map exists. */
+typedef struct merge_ref {
+    uint64_t a, b; /* offset << 1 | in_arena */
+    uint32_t al, bl;
+} merge_ref;
+
+typedef struct parts_ctx {
+    rp_tokenizer *tok;
+    const char *file;
+    size_t file_n;
+    size_t n_vocab_entries;
+    merge_ref *merges;
+    size_t n_merges, cap_merges;
+    rp_buf arena;
+} parts_ctx;
+
+static rp_status parts_vocab_cb(void *ud, const char *key, size_t n, long long id)
+{
+    parts_ctx *pc = ud;
+    pc->n_vocab_entries++;
+    return vocab_cb(pc->tok, key, n, id);
+}
+
+static rp_status parts_ref(parts_ctx *pc, const char *s, size_t n, uint64_t *ref)
+{
+    uintptr_t p = (uintptr_t)s, f = (uintptr_t)pc->file;
+    if (p >= f && p + n <= f + pc->file_n) {
+        *ref = (uint64_t)(p - f) << 1;
+        return RP_OK;
+    }
+    *ref = (uint64_t)pc->arena.len << 1 | 1;
+    return rp_buf_append(&pc->arena, s, n);
+}
+
+static rp_status parts_merge_cb(void *ud, const char *a, size_t al, const char *b, size_t bl)
+{
+    parts_ctx *pc = ud;
+    if (al >= UINT32_MAX || bl >= UINT32_MAX)
+        return RP_ERR_LIMIT;
+    if (pc->n_merges == pc->cap_merges) {
+        size_t cap = pc->cap_merges ? pc->cap_merges * 2 : 65536;
+        merge_ref *v = rp_realloc(pc->merges, cap * sizeof(merge_ref));
+        if (!v)
+            return RP_ERR_NOMEM;
+        pc->merges = v;
+        pc->cap_merges = cap;
+    }
+    merge_ref *r = &pc->merges[pc->n_merges];
+    rp_status st = parts_ref(pc, a, al, &r->a);
+    if (!st)
+        st = parts_ref(pc, b, bl, &r->b);
+    if (st)
+        return st;
+    r->al = (uint32_t)al;
+    r->bl = (uint32_t)bl;
+    pc->n_merges++;
     return RP_OK;
+}
+
+static const char *parts_str(const parts_ctx *pc, uint64_t ref)
+{
+    const char *base = ref & 1 ? pc->arena.data : pc->file;
+    return base ? base + (ref >> 1) : "";
 }
 
 static size_t count_char(const tk_span *s, char c)
@@ -785,7 +947,7 @@ static size_t count_char(const tk_span *s, char c)
 }
 
 static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
-                            const tk_span *merges, rp_err *err)
+                            const tk_span *merges, const parts_ctx *pc, rp_err *err)
 {
     const char *type = json_string_value(json_object_get(m, "type"));
     if (!type) {
@@ -800,17 +962,17 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
         return rp_err_set(err, RP_ERR_UNSUPPORTED, "model type '%s' is not supported", type);
     if (!vocab->p)
         return rp_err_set(err, RP_ERR_INVALID, "model.vocab is missing or not an object");
-    size_t nv = count_char(vocab, ':');
+    size_t nv = pc ? pc->n_vocab_entries : count_char(vocab, ':');
     if (tk_strmap_init(&tok->str_map, (uint32_t)nv + 1024) ||
-        tk_strtab_reserve(&tok->strs, (int)nv + 1024, vocab->n))
+        tk_strtab_reserve(&tok->strs, (int)nv + 1024, pc ? 0 : vocab->n))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status st = tk_json_vocab(vocab, vocab_cb, tok);
+    rp_status st = pc ? RP_OK : tk_json_vocab(vocab, vocab_cb, tok);
     if (st)
         return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
                                                       : "model.vocab is malformed");
-    for (int i = 0; i < tok->n_vocab; i++)
-        if (tk_strtab_get(&tok->strs, i, NULL) && tk_strmap_put(&tok->str_map, &tok->strs, i))
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    int n_dups = 0;
+    if (tk_strmap_put_all(&tok->str_map, &tok->strs, &n_dups))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
 
     json_t *unk = json_object_get(m, "unk_token");
     tok->unk_id = -1;
@@ -860,22 +1022,38 @@ static rp_status load_model(rp_tokenizer *tok, json_t *m, const tk_span *vocab,
     }
     if (tk_strmap_init(&tok->raw_map, (uint32_t)nv))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < tok->n_vocab; i++)
-        if (tk_strtab_get(tok->raw, i, NULL) && tk_strmap_put(&tok->raw_map, tok->raw, i))
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    if (tk_strmap_put_all(&tok->raw_map, tok->raw, NULL))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
 
     /* merges */
     if (tok->model == TK_MODEL_BPE) {
-        size_t nm = merges->p ? count_char(merges, ',') + 1 : 0;
+        size_t nm = pc ? pc->n_merges : merges->p ? count_char(merges, ',') + 1 : 0;
         if (tk_mergemap_init(&tok->merges, (uint32_t)nm))
             return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        merge_ctx mc = {tok, {0}, 0};
-        st = merges->p ? tk_json_merges(merges, merge_cb, &mc) : RP_OK;
-        rp_buf_deinit(&mc.cat);
+        merge_ctx *mc = rp_calloc(1, sizeof(merge_ctx));
+        if (!mc)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        mc->tok = tok;
+        mc->last_im = -2;
+        mc->no_guess = n_dups > 0; /* a guess could then differ from the map's (first) id */
+        if (pc) {
+            for (size_t i = 0; i < pc->n_merges && !st; i++) {
+                const merge_ref *r = &pc->merges[i];
+                st = merge_cb(mc, parts_str(pc, r->a), r->al, parts_str(pc, r->b), r->bl);
+            }
+        } else {
+            st = merges->p ? tk_json_merges(merges, merge_cb, mc) : RP_OK;
+        }
+        if (!st)
+            st = merge_flush(mc);
+        int32_t rank = mc->rank;
+        rp_buf_deinit(&mc->cat);
+        rp_buf_deinit(&mc->batch);
+        rp_free(mc);
         if (st)
             return rp_err_set(err, st, st == RP_ERR_NOMEM ? "out of memory"
                                                           : "merge %d is malformed or refers to "
-                                                            "unknown tokens", (int)mc.rank);
+                                                            "unknown tokens", (int)rank);
     } else {
         const char *pf = json_string_value(json_object_get(m, "continuing_subword_prefix"));
         rp_free(tok->cont_prefix);
@@ -1118,7 +1296,17 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
     /* The big members (model.vocab, model.merges) are scanned in place by tok_json.c;
      * jansson gets the rest, with "{}" / "[]" in their place. */
     tk_span vocab, merges;
-    tk_json_find_model_parts(data, n, &vocab, &merges);
+    parts_ctx pc = {tok, data, n, 0, NULL, 0, 0, {0}};
+    tk_json_parts_cbs cbs = {parts_vocab_cb, parts_merge_cb, &pc, RP_OK};
+    tk_json_find_model_parts(data, n, &vocab, &merges, &cbs);
+    if (cbs.st) {
+        rp_free(pc.merges);
+        rp_buf_deinit(&pc.arena);
+        rp_mmap_close(&map);
+        if (cbs.st == RP_ERR_NOMEM)
+            return rp_err_set(err, cbs.st, "out of memory");
+        return rp_err_set(err, cbs.st, "%s: model.vocab or model.merges is malformed", path);
+    }
     tk_span cut[2] = {vocab, merges};
     if (cut[1].p && (!cut[0].p || cut[1].p < cut[0].p)) {
         tk_span t = cut[0];
@@ -1127,6 +1315,8 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
     }
     char *rest = rp_alloc(n - vocab.n - merges.n + 8);
     if (!rest) {
+        rp_free(pc.merges);
+        rp_buf_deinit(&pc.arena);
         rp_mmap_close(&map);
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }
@@ -1147,6 +1337,8 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
     json_t *root = json_loadb(rest, w, JSON_ALLOW_NUL, &je);
     rp_free(rest);
     if (!root) {
+        rp_free(pc.merges);
+        rp_buf_deinit(&pc.arena);
         rp_mmap_close(&map);
         return rp_err_set(err, RP_ERR_INVALID, "%s:%d: %s", path, je.line, je.text);
     }
@@ -1170,7 +1362,9 @@ static rp_status load_json(rp_tokenizer *tok, const char *path, rp_err *err)
         st = load_post(tok, post, err);
     tok->byte_level = tk_pre_has_bytelevel(tok->pre);
     if (!st)
-        st = load_model(tok, json_object_get(root, "model"), &vocab, &merges, err);
+        st = load_model(tok, json_object_get(root, "model"), &vocab, &merges, &pc, err);
+    rp_free(pc.merges);
+    rp_buf_deinit(&pc.arena);
     rp_mmap_close(&map);
     json_t *added = json_object_get(root, "added_tokens");
     for (size_t i = 0; !st && i < json_array_size(added); i++) {

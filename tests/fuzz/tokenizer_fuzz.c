@@ -5,7 +5,10 @@
  * Llama 2 tokenizer.json files from $RAPID_TEST_CACHE/npm-tok (byte-level with and without
  * NFC, SentencePiece-style with byte fallback). Checked properties, beyond "no crash, leak or
  * sanitizer report": every detokenizer chunk is valid UTF-8, decode output is valid UTF-8,
- * and for the lossless Llama 3 tokenizer decode(encode(x)) == x on valid UTF-8.
+ * and for the lossless Llama 3 tokenizer decode(encode(x)) == x on valid UTF-8. And the
+ * hand-written pre-tokenizer matchers (text/pretok.c) decide every match exactly as PCRE2
+ * does: on valid UTF-8, one of their regexes per input, compared at every match start (and at
+ * every character position of inputs up to 512 bytes).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "text/tok_impl.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
@@ -22,6 +26,10 @@
 static rp_tokenizer *g_tok[MAX_TOK]; /* loaded once: a fuzzing harness needs this state */
 static int g_lossless[MAX_TOK];
 static int g_n;
+#define MAX_PAT 16
+static tk_pattern g_pat[MAX_PAT];
+static pcre2_match_data *g_md;
+static int g_n_pat;
 
 static void load_one(const char *path, int lossless)
 {
@@ -35,9 +43,52 @@ static void load_one(const char *path, int lossless)
     g_lossless[g_n++] = lossless;
 }
 
+static void load_patterns(void)
+{
+    rp_err err;
+    for (int i = 0; tk_fast_regex(i) && g_n_pat < MAX_PAT; i++)
+        if (tk_pattern_compile(&g_pat[g_n_pat++], tk_fast_regex(i), &err) != RP_OK) {
+            fprintf(stderr, "fuzz: %s\n", err.msg);
+            abort();
+        }
+    g_md = pcre2_match_data_create(32, NULL);
+}
+
+/* The hand-written matcher against PCRE2 at pos; returns the match end (PCRE2's). */
+static size_t compare_at(const tk_pattern *p, const char *s, size_t n, size_t pos)
+{
+    size_t ms = 0, me = 0;
+    int r = tk_pattern_next_pcre(p, g_md, s, n, pos, &ms, &me);
+    long e = tk_pattern_fast(p, s, n, pos);
+    if (e >= 0 && !(r == 1 && ms == pos && me == (size_t)e)) {
+        fprintf(stderr, "fuzz: hand-written matcher [%zu, %ld) != PCRE2 %d [%zu, %zu)\n", pos,
+                e, r, ms, me);
+        abort();
+    }
+    return r == 1 ? me : n + 1;
+}
+
+static void check_matchers(const uint8_t *data, size_t size)
+{
+    const char *s = (const char *)data + 1;
+    size_t n = size - 1;
+    if (!g_n_pat || !rp_utf8_valid(s, n))
+        return;
+    const tk_pattern *p = &g_pat[(data[0] + size) % (size_t)g_n_pat];
+    if (n <= 512) {
+        for (size_t pos = 0; pos <= n; pos++)
+            if (pos == n || ((uint8_t)s[pos] & 0xC0) != 0x80)
+                compare_at(p, s, n, pos);
+        return;
+    }
+    for (size_t pos = 0; pos <= n;)
+        pos = compare_at(p, s, n, pos);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
+    load_patterns();
     const char *list = getenv("RP_FUZZ_TOKENIZERS");
     if (list && *list) {
         char *copy = rp_strdup(list), *save = NULL;
@@ -79,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     rp_err err;
+    check_matchers(data, size);
     if (mode < 2) {
         int32_t *ids;
         int n;

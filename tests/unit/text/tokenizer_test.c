@@ -108,6 +108,73 @@ Test(bpe, array_merges_and_long_words)
     cleanup_dir();
 }
 
+Test(bpe, escaped_strings_and_merge_batches)
+{
+    /* JSON escapes in vocab and merges (read through the unescaping path), and more merges
+     * than one load batch: a chain whose merged ids follow one another (the guessed id) and
+     * merges whose ids do not */
+    rp_buf j = {0};
+    const char *alpha = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    int na = (int)strlen(alpha), id = 0;
+    cr_assert_eq(rp_buf_puts(&j, "{\"model\":{\"type\":\"BPE\",\"vocab\":{"), RP_OK);
+    char tmp[128];
+    for (int i = 0; i < na; i++) {
+        snprintf(tmp, sizeof(tmp), "\"%c\":%d,", alpha[i], id++);
+        rp_buf_puts(&j, tmp);
+    }
+    for (int k = 2; k <= na; k++) { /* prefixes of alpha: ids na .. 2na-2 */
+        snprintf(tmp, sizeof(tmp), "\"%.*s\":%d,", k, alpha, id++);
+        rp_buf_puts(&j, tmp);
+    }
+    /* ids with gaps; the escaped ones: "\"" = 200, "a\"" = 202, "\u00e9" = 204, "b\u00e9" =
+     * 206, "bc" = 208, "bcd" = 210 */
+    rp_buf_puts(&j, "\"\\\"\":200,\"a\\\"\":202,\"\\u00e9\":204,\"b\\u00e9\":206,\"bc\":208,"
+                    "\"bcd\":210},\"merges\":[");
+    for (int k = 1; k < na; k++) {
+        snprintf(tmp, sizeof(tmp), "[\"%.*s\",\"%c\"],", k, alpha, alpha[k]);
+        rp_buf_puts(&j, tmp);
+    }
+    rp_buf_puts(&j, "\"a \\\"\",[\"b\",\"\\u00e9\"],\"b c\",[\"bc\",\"d\"]]}}");
+    rp_tokenizer *tok = load_str(j.data);
+    rp_buf_deinit(&j);
+    expect_ids(tok, alpha, 0, IDS(2 * na - 2));
+    expect_ids(tok, "abcde", 0, IDS(na + 3));
+    expect_ids(tok, "a\"", 0, IDS(202));
+    expect_ids(tok, "b\xc3\xa9", 0, IDS(206));
+    expect_ids(tok, "bcd", 0, IDS(210));
+    expect_ids(tok, "bc\"", 0, IDS(208, 200));
+    rp_tokenizer_free(tok);
+    cleanup_dir();
+}
+
+Test(bpe, member_order_does_not_matter)
+{
+    /* merges before vocab, model before the other members, a malformed file fails cleanly */
+    rp_tokenizer *tok = load_str(
+        "{\"model\":{\"merges\":[\"b c\",\"a b\",\"a bc\"],\"type\":\"BPE\",\"vocab\":{\"a\":0,"
+        "\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5}},"
+        "\"pre_tokenizer\":{\"type\":\"WhitespaceSplit\"},\"added_tokens\":[]}");
+    expect_ids(tok, "abc cab", 0, IDS(5, 2, 3));
+    rp_tokenizer_free(tok);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", g_dir);
+    const char *bad[] = {
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":x},\"merges\":[]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a a\" 7]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a a\"]}}",
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},"
+        "\"merges\":[[\"a\",\"b\"]",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rp_err err;
+        cr_assert_eq(rp_file_write(path, bad[i], strlen(bad[i]), &err), RP_OK);
+        rp_tokenizer *t = NULL;
+        cr_expect_neq(rp_tokenizer_load(path, &t, &err), RP_OK, "file %zu loaded", i);
+        cr_expect_null(t);
+    }
+    cleanup_dir();
+}
+
 Test(bpe, byte_fallback_and_unk)
 {
     /* unknown characters: byte tokens when byte_fallback, else one fused <unk> */
