@@ -43,6 +43,7 @@ typedef struct cpu_backend {
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
+    int exact;       /* RP_BACKEND_EXACT: f32-exact activations on the AMX bf16 tiles */
     int amx;         /* AMX tiles usable (prefill of bf16 and MLX weights) */
     uint16_t *amx_x; /* packed activations for the tiles */
     size_t amx_cap;
@@ -82,18 +83,20 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     b->scratch = rp_calloc((size_t)b->n_threads, sizeof(float *));
     if (!b->scratch)
         goto fail;
-    b->ref = ref_kernels;
+    b->ref = ref_kernels == 1;
+    b->exact = ref_kernels == RP_BACKEND_EXACT;
     rp_cpu_kernels_scalar(&b->k);
 #if defined(__x86_64__)
     if (rp_cpu()->isa >= RP_ISA_AVX2)
         rp_cpu_kernels_avx2(&b->k);
     if (rp_cpu()->isa >= RP_ISA_AVX512)
         rp_cpu_kernels_avx512(&b->k);
-    if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !ref_kernels)
+    if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !b->ref)
         b->amx = rp_amx_enable();
 #endif
     snprintf(b->base.desc, sizeof b->base.desc, "cpu %s%s, %d thread%s",
-             ref_kernels ? "reference" : b->k.isa, b->amx ? "+amx" : "", b->n_threads,
+             b->ref ? "reference" : b->k.isa, b->amx ? (b->exact ? "+amx exact" : "+amx") : "",
+             b->n_threads,
              b->n_threads == 1 ? "" : "s");
     return &b->base;
 fail:
@@ -133,6 +136,7 @@ typedef struct matmul_job {
     rp_matmul_kernel kernel;
     rp_qmatmul_kernel qkernel;
     const uint16_t *amx_x; /* set: AMX bf16 path */
+    int amx_parts;         /* bf16 numbers per activation in amx_x (1 or 3) */
     const rp_amx_qact *amx_q; /* set: AMX int8 path (MLX) */
 } matmul_job;
 
@@ -145,7 +149,7 @@ static void matmul_part(void *p, int i, int n)
         return;
 #if defined(__x86_64__)
     if (j->amx_x) {
-        long r = rp_amx_matmul_bf16(j->w, r0, r1, j->amx_x, j->n_tok, j->y);
+        long r = rp_amx_matmul_bf16(j->w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, j->y);
         if (r < r1)
             j->kernel(j->w, r, r1, j->x, j->n_tok, j->y);
         return;
@@ -223,17 +227,19 @@ static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n
     }
     matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};
 #if defined(__x86_64__)
-    /* prefill of bf16 weights on AMX tiles: activations rounded to bf16 (see kernels_amx.c) */
+    /* prefill of bf16 weights on AMX tiles: activations rounded to bf16, or split into three
+     * bf16 parts in exact mode (see kernels_amx.c) */
     if (b->amx && !b->ref && w->dtype == RP_DT_BF16 && n_tok >= RP_AMX_MIN_TOKENS &&
         cols % 32 == 0 && w->shape[0] >= 16) {
-        size_t need = rp_amx_packed_bytes(n_tok, cols);
+        j.amx_parts = b->exact ? 3 : 1;
+        size_t need = rp_amx_packed_bytes(n_tok, cols, j.amx_parts);
         if (need > b->amx_cap) {
             rp_free_aligned(b->amx_x);
             b->amx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
             RP_ASSERT(b->amx_x); /* n_tok x cols x 2 bytes: a few MB */
             b->amx_cap = need;
         }
-        rp_amx_pack_bf16(x, n_tok, cols, b->amx_x);
+        rp_amx_pack_bf16(x, n_tok, cols, j.amx_parts, b->amx_x);
         j.amx_x = b->amx_x;
     }
     rp_amx_qact aq;
