@@ -112,10 +112,14 @@ void rp_amx_pack_bf16(const float *x, int n_tok, long cols, int parts, uint16_t 
 static inline __attribute__((always_inline)) void step_block(const char *a, size_t rb,
                                                              const uint16_t *b, size_t bstride,
                                                              size_t part, int parts, long k0,
-                                                             long k1, const int na,
+                                                             long k1, const char *pf, int pf0,
+                                                             int pf1, const int na,
                                                              const int nb)
 {
     for (long k = k0; k < k1; k++) {
+        /* the next weight block's rows [pf0, pf1), line k - k0, into L2 */
+        for (int i = pf0; i < pf1; i++)
+            _mm_prefetch(pf + (size_t)i * rb + 64 * (k - k0), _MM_HINT_T1);
         _tile_loadd(4, a + 64 * k, (long)rb);
         if (na > 1)
             _tile_loadd(5, a + 16 * rb + 64 * k, (long)rb);
@@ -153,8 +157,15 @@ static void matmul_rows(const rp_tensor *w, long r0, long nr, const uint16_t *xb
         const char *a = (const char *)w->data + (size_t)(r0 + r) * rb;
         for (long k0 = 0; k0 < kst; k0 += AMX_KCHUNK) {
             long k1 = k0 + AMX_KCHUNK < kst ? k0 + AMX_KCHUNK : kst;
+            /* the block after this one: the next chunk of these rows, or the next rows'
+             * first chunk; its rows are prefetched a share per token-block pair */
+            long nr_next = k1 < kst ? 16 * na : nr - r - 32 < 32 ? nr - r - 32 : 32;
+            const char *pf = k1 < kst ? a + 64 * k1 : a + 32 * rb;
+            long n_pass = (ntb + 1) / 2;
             for (long tb = 0; tb < ntb; tb += 2) {
                 int nb = tb + 2 <= ntb ? 2 : 1;
+                int pf0 = nr_next > 0 ? (int)(nr_next * (tb / 2) / n_pass) : 0;
+                int pf1 = nr_next > 0 ? (int)(nr_next * (tb / 2 + 1) / n_pass) : 0;
                 float *c0 = acc[tb][0], *c1 = acc[tb + (nb > 1)][0];
                 if (k0 == 0) {
                     _tile_zero(0);
@@ -169,13 +180,13 @@ static void matmul_rows(const rp_tensor *w, long r0, long nr, const uint16_t *xb
                 }
                 const uint16_t *b = xb + (size_t)(tb0 + tb) * bstride;
                 if (na == 2 && nb == 2)
-                    step_block(a, rb, b, bstride, part, parts, k0, k1, 2, 2);
+                    step_block(a, rb, b, bstride, part, parts, k0, k1, pf, pf0, pf1, 2, 2);
                 else if (na == 2)
-                    step_block(a, rb, b, bstride, part, parts, k0, k1, 2, 1);
+                    step_block(a, rb, b, bstride, part, parts, k0, k1, pf, pf0, pf1, 2, 1);
                 else if (nb == 2)
-                    step_block(a, rb, b, bstride, part, parts, k0, k1, 1, 2);
+                    step_block(a, rb, b, bstride, part, parts, k0, k1, pf, pf0, pf1, 1, 2);
                 else
-                    step_block(a, rb, b, bstride, part, parts, k0, k1, 1, 1);
+                    step_block(a, rb, b, bstride, part, parts, k0, k1, pf, pf0, pf1, 1, 1);
                 _tile_stored(0, c0, 64);
                 if (nb > 1)
                     _tile_stored(1, c1, 64);
