@@ -1,8 +1,11 @@
 /* backend/cpu/cpu_backend.c - the CPU backend: picks kernels for the CPU, runs ops on the pool.
  *
  * Design notes:
- *  1. Matmul splits output rows across threads in multiples of 4 (the kernels' tile height);
- *     each thread does every token for its rows, so a weight row is read once per call.
+ *  1. Matmul hands out work items of 32..256 output rows (multiples of the kernels' tile
+ *     heights) from an atomic counter to whichever pool threads run (rp_pool_run_any): each
+ *     thread does every token for its rows, so a weight row is read once per call, and a
+ *     thread the OS deschedules does not hold the others up. rp_op_matmul_n (q/k/v,
+ *     gate/up) is one such job over several matrices sharing one activation packing.
  *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
  *     that grows (single-threaded, before the fan-out) to the longest context seen.
  *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
@@ -127,12 +130,18 @@ static rp_status cpu_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst
 
 /* ---- matmul ---------------------------------------------------------------------------- */
 
+#define MM_MAX 3 /* matrices per fused call (rp_op_matmul_n) */
+
 typedef struct matmul_job {
-    const rp_tensor *w;
+    int n_w;
+    const rp_tensor *ws[MM_MAX];
+    float *ys[MM_MAX];
+    long chunk;          /* rows per work item, a multiple of 32 */
+    long end[MM_MAX];    /* work items before matrix m's end, cumulative */
+    _Atomic long next;   /* the next work item to take */
     const float *x;
     const rp_qact *xq;
     int n_tok;
-    float *y;
     rp_matmul_kernel kernel;
     rp_qmatmul_kernel qkernel;
     const uint16_t *amx_x; /* set: AMX bf16 path */
@@ -140,31 +149,48 @@ typedef struct matmul_job {
     const rp_amx_qact *amx_q; /* set: AMX int8 path (MLX) */
 } matmul_job;
 
-static void matmul_part(void *p, int i, int n)
+/* rows [r0, r1) of matrix m */
+static void matmul_rows(const matmul_job *j, int m, long r0, long r1)
 {
-    matmul_job *j = p;
-    long r0, r1;
-    rp_pool_split((long)j->w->shape[0], i, n, 16, &r0, &r1);
-    if (r0 >= r1)
-        return;
+    const rp_tensor *w = j->ws[m];
+    float *y = j->ys[m];
 #if defined(__x86_64__)
     if (j->amx_x) {
-        long r = rp_amx_matmul_bf16(j->w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, j->y);
+        long r = rp_amx_matmul_bf16(w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, y);
         if (r < r1)
-            j->kernel(j->w, r, r1, j->x, j->n_tok, j->y);
+            j->kernel(w, r, r1, j->x, j->n_tok, y);
         return;
     }
     if (j->amx_q) {
-        long r = rp_amx_matmul_mlx(j->w, r0, r1, j->amx_q, j->y);
+        long r = rp_amx_matmul_mlx(w, r0, r1, j->amx_q, y);
         if (r < r1)
-            j->qkernel(j->w, r, r1, j->xq, j->n_tok, j->y);
+            j->qkernel(w, r, r1, j->xq, j->n_tok, y);
         return;
     }
 #endif
     if (j->qkernel)
-        j->qkernel(j->w, r0, r1, j->xq, j->n_tok, j->y);
+        j->qkernel(w, r0, r1, j->xq, j->n_tok, y);
     else
-        j->kernel(j->w, r0, r1, j->x, j->n_tok, j->y);
+        j->kernel(w, r0, r1, j->x, j->n_tok, y);
+}
+
+/* Any thread takes work items (chunk rows of one matrix) until none are left, so threads
+ * finish together however the OS schedules them (rp_pool_run_any). */
+static void matmul_part(void *p, int i, int n)
+{
+    matmul_job *j = p;
+    long total = j->end[j->n_w - 1];
+    for (;;) {
+        long c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= total)
+            return;
+        int m = 0;
+        while (c >= j->end[m])
+            m++;
+        long r0 = (c - (m ? j->end[m - 1] : 0)) * j->chunk;
+        long rows = (long)j->ws[m]->shape[0];
+        matmul_rows(j, m, r0, r0 + j->chunk < rows ? r0 + j->chunk : rows);
+    }
 }
 
 void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64, int8_t *q,
@@ -198,9 +224,22 @@ void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64,
     }
 }
 
-static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
+/* One pool job for n matrices over the same x (the same dtype, columns and group size: one
+ * activation packing serves all; otherwise one call each). Work items are `chunk` rows:
+ * about 8 per thread over the call, 32..256 rows (a multiple of the AMX 32-row step). */
+static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, const float *x,
+                         int n_tok, float *const *ys)
 {
     cpu_backend *b = CPU(bk);
+    const rp_tensor *w = ws[0];
+    RP_ASSERT(n >= 1 && n <= MM_MAX);
+    for (int i = 1; i < n; i++)
+        if (ws[i]->dtype != w->dtype || ws[i]->shape[1] != w->shape[1] ||
+            ws[i]->group_size != w->group_size) {
+            for (int m = 0; m < n; m++)
+                cpu_matmul_n(bk, 1, &ws[m], x, n_tok, &ys[m]);
+            return;
+        }
     RP_ASSERT(w->n_dims == 2 && w->dtype < RP_DT_COUNT);
     rp_matmul_kernel k = b->ref ? rp_ref_matmul : b->k.matmul[w->dtype];
     rp_qmatmul_kernel qk = b->ref ? NULL : b->k.qmatmul[w->dtype];
@@ -225,7 +264,18 @@ static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n
                      b->act_ds, b->act_ds + need / 32);
         xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
     }
-    matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};
+    matmul_job j = {.n_w = n, .x = x, .xq = &xq, .n_tok = n_tok, .kernel = k, .qkernel = qk};
+    long all_rows = 0;
+    for (int i = 0; i < n; i++) {
+        RP_ASSERT(ws[i]->n_dims == 2);
+        j.ws[i] = ws[i];
+        j.ys[i] = ys[i];
+        all_rows += (long)ws[i]->shape[0];
+    }
+    long chunk = (all_rows / (8L * b->n_threads) + 31) / 32 * 32;
+    j.chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
+    for (int i = 0; i < n; i++)
+        j.end[i] = (i ? j.end[i - 1] : 0) + ((long)ws[i]->shape[0] + j.chunk - 1) / j.chunk;
 #if defined(__x86_64__)
     /* prefill of bf16 weights on AMX tiles: activations rounded to bf16, or split into three
      * bf16 parts in exact mode (see kernels_amx.c) */
@@ -259,10 +309,15 @@ static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n
     }
 #endif
     /* tiny matrices are not worth waking the pool */
-    if ((long)w->shape[0] * w->shape[1] * n_tok < 32768)
+    if (all_rows * w->shape[1] * n_tok < 32768)
         matmul_part(&j, 0, 1);
     else
-        rp_pool_run(b->pool, matmul_part, &j);
+        rp_pool_run_any(b->pool, matmul_part, &j);
+}
+
+static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
+{
+    cpu_matmul_n(bk, 1, &w, x, n_tok, &y);
 }
 
 /* ---- bandwidth probe ------------------------------------------------------------------- */
@@ -664,6 +719,7 @@ static const rp_backend_vt g_cpu_vt = {
     .weight = cpu_weight,
     .read_bandwidth = cpu_read_bandwidth,
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
