@@ -573,9 +573,17 @@ static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
     float mx = -INFINITY;
     for (int j = j0; j <= pos; j++) {
         const float *k = kbase + (long)j * kv_stride;
-        float s = 0.0f;
-        for (int i = 0; i < d; i++)
+        /* 16 partial sums: the compiler vectorises them (one running sum would be a chain
+         * of dependent scalar adds, most of the prefill attention time) */
+        float part[16] = {0}, s = 0.0f;
+        int i = 0;
+        for (; i + 16 <= d; i += 16)
+            for (int l = 0; l < 16; l++)
+                part[l] += q[i + l] * k[i + l];
+        for (; i < d; i++)
             s += q[i] * k[i];
+        for (int l = 0; l < 16; l++)
+            s += part[l];
         s *= a->scale;
         scores[j] = s;
         mx = s > mx ? s : mx;
@@ -595,7 +603,11 @@ static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
     for (int j = j0; j <= pos; j++) {
         const float *v = vbase + (long)j * kv_stride;
         float p = scores[j];
-        for (int i = 0; i < d; i++)
+        int i = 0;
+        for (; i + 16 <= d; i += 16) /* fixed-length inner loop: vectorised */
+            for (int l = 0; l < 16; l++)
+                acc[i + l] += p * v[i + l];
+        for (; i < d; i++)
             acc[i] += p * v[i];
     }
     float inv = 1.0f / sum;
