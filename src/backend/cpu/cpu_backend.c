@@ -326,16 +326,26 @@ typedef struct read_job {
     const char *buf;
     size_t n;
     rp_read_kernel read;
+    _Atomic long next; /* the next 256 KB piece to read */
     _Atomic uint64_t sink;
 } read_job;
 
+#define READ_PIECE ((size_t)256 << 10)
+
+/* Pieces from a counter, like the matmul work items, so the probe and the kernels it is
+ * compared with see the same scheduling (a descheduled thread holds neither up). */
 static void read_part(void *p, int i, int n)
 {
     read_job *j = p;
-    long b, e;
-    rp_pool_split((long)(j->n / 64), i, n, 64, &b, &e);
-    if (b < e)
-        atomic_fetch_xor(&j->sink, j->read(j->buf + b * 64, (size_t)(e - b) * 64));
+    uint64_t acc = 0;
+    for (;;) {
+        size_t k = (size_t)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (k * READ_PIECE >= j->n)
+            break;
+        size_t len = j->n - k * READ_PIECE < READ_PIECE ? j->n - k * READ_PIECE : READ_PIECE;
+        acc ^= j->read(j->buf + k * READ_PIECE, len);
+    }
+    atomic_fetch_xor(&j->sink, acc);
 }
 
 static double cpu_read_bandwidth(rp_backend *bk, size_t n_bytes, int reps)
@@ -349,8 +359,9 @@ static double cpu_read_bandwidth(rp_backend *bk, size_t n_bytes, int reps)
     read_job j = {.buf = buf, .n = n_bytes, .read = b->k.read};
     double best = 0.0;
     for (int r = 0; r < reps; r++) {
+        atomic_store(&j.next, 0);
         int64_t t0 = rp_now_ns();
-        rp_pool_run(b->pool, read_part, &j);
+        rp_pool_run_any(b->pool, read_part, &j);
         double s = (double)(rp_now_ns() - t0) * 1e-9;
         if (s > 0 && (double)n_bytes / s / 1e9 > best)
             best = (double)n_bytes / s / 1e9;
