@@ -87,6 +87,10 @@ typedef struct rp_backend rp_backend;
 
 /* The CPU backend (never fails short of memory: NULL then). */
 rp_backend *rp_backend_new(int n_threads, int ref_kernels);
+/* ref_kernels = RP_BACKEND_EXACT: the optimised kernels, but prefill of bf16 weights keeps
+ * the activations f32-exact (AMX: three bf16 parts each, 3x the tile work) instead of
+ * rounding them to bf16; for tests that compare kernels against f32 math. */
+#define RP_BACKEND_EXACT 2
 /* The CUDA backend on GPU `device`, allowed mem_fraction (0..1, <= 0: 0.9) of its memory for
  * weights, activations and KV. RP_ERR_UNSUPPORTED when built without CUDA or no GPU is
  * there, RP_ERR_BACKEND for a driver/runtime failure (named). */

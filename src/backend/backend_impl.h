@@ -104,13 +104,14 @@ void rp_cpu_kernels_avx512(rp_cpu_kernels *k);
 
 /* AMX (backend/cpu/x86/kernels_amx.c), prefill of bf16 weights: rp_amx_enable asks Linux
  * for the tile state (1 ok); activations are packed once per call (rp_amx_pack_bf16, into
- * rp_amx_packed_bytes), then rp_amx_matmul_bf16 computes rows [r0, r) in blocks of 16 and
+ * rp_amx_packed_bytes) as `parts` bf16 numbers each (1: rounded to bf16, relative error
+ * <= 2^-9; 3: f32-exact), then rp_amx_matmul_bf16 computes rows [r0, r) in blocks of 16 and
  * returns r (r1 - r < 16 rows are left to the caller). */
 int rp_amx_enable(void);
-size_t rp_amx_packed_bytes(int n_tok, long cols);
-void rp_amx_pack_bf16(const float *x, int n_tok, long cols, uint16_t *out);
+size_t rp_amx_packed_bytes(int n_tok, long cols, int parts);
+void rp_amx_pack_bf16(const float *x, int n_tok, long cols, int parts, uint16_t *out);
 long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
-                        float *y);
+                        int parts, float *y);
 
 /* AMX int8 prefill of MLX weights: rp_amx_pack_q lays a call's rp_qact out as VNNI B tiles
  * (plus transposed run scales and per-group sums of x) in rp_amx_qpacked_bytes of buf;

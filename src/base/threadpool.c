@@ -6,17 +6,25 @@
  *  2. The submitter runs share 0, then spins until n_done == n_threads - 1.
  *  3. A worker that spins SPIN_ITERS without a new job goes to sleep on `cv`; the submitter
  *     broadcasts only when some worker sleeps (n_sleeping > 0), so hot loops pay no syscall.
+ *  4. `join` holds the job's generation (high 32 bits), whether it is rp_pool_run_any's, a
+ *     closed bit and the number of workers that joined. A worker joins by a CAS that fails once the generation
+ *     moved on or the job is closed; the submitter closes it after its own share and waits
+ *     for the joined ones only. fn/ctx are read after joining, so they are still the job's.
  */
 #include "base/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 
 #define SPIN_ITERS 200000
+#define JOIN_CLOSED (1ull << 31)
+#define JOIN_ANY (1ull << 30)
+#define JOIN_COUNT (JOIN_ANY - 1)
 
 struct rp_pool {
     int n_threads;
@@ -24,6 +32,7 @@ struct rp_pool {
     rp_pool_fn fn;
     void *ctx;
     _Atomic unsigned generation;
+    _Atomic uint64_t join; /* generation << 32 | JOIN_CLOSED | JOIN_ANY | joined count */
     _Atomic int n_done;
     _Atomic int n_sleeping;
     _Atomic int stop;
@@ -78,7 +87,26 @@ static void *worker_main(void *p)
         if (atomic_load(&pool->stop))
             return NULL;
         seen = gen;
-        pool->fn(pool->ctx, arg.index, pool->n_threads);
+        /* the job word names the generation it belongs to: a worker that lagged behind an
+         * rp_pool_run_any job that is over sees a newer one (or a closed one) and skips */
+        uint64_t v = atomic_load_explicit(&pool->join, memory_order_acquire);
+        if ((unsigned)(v >> 32) != gen)
+            continue;
+        int index = arg.index;
+        if (v & JOIN_ANY) {
+            int joined = 0;
+            while ((unsigned)(v >> 32) == gen && !(v & JOIN_CLOSED))
+                if (atomic_compare_exchange_weak_explicit(&pool->join, &v, v + 1,
+                                                          memory_order_acq_rel,
+                                                          memory_order_acquire)) {
+                    joined = 1;
+                    index = (int)(v & JOIN_COUNT) + 1;
+                    break;
+                }
+            if (!joined)
+                continue; /* closed or over: nothing of it is ours */
+        }
+        pool->fn(pool->ctx, index, pool->n_threads);
         atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_release);
     }
 }
@@ -135,24 +163,48 @@ void rp_pool_free(rp_pool *pool)
 
 int rp_pool_size(const rp_pool *pool) { return pool ? pool->n_threads : 1; }
 
+/* Stores the job, then bumps the generation (release: workers that see it see the job). */
+static void publish(rp_pool *pool, rp_pool_fn fn, void *ctx, int any)
+{
+    pool->fn = fn;
+    pool->ctx = ctx;
+    unsigned gen = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool->join, (uint64_t)gen << 32 | (any ? JOIN_ANY : 0),
+                          memory_order_relaxed);
+    atomic_store_explicit(&pool->generation, gen, memory_order_release);
+    if (atomic_load(&pool->n_sleeping) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->cv);
+        pthread_mutex_unlock(&pool->mu);
+    }
+}
+
 void rp_pool_run(rp_pool *pool, rp_pool_fn fn, void *ctx)
 {
     if (!pool || pool->n_threads == 1) {
         fn(ctx, 0, 1);
         return;
     }
-    pool->fn = fn;
-    pool->ctx = ctx;
-    atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
-    if (atomic_load(&pool->n_sleeping) > 0) {
-        pthread_mutex_lock(&pool->mu);
-        pthread_cond_broadcast(&pool->cv);
-        pthread_mutex_unlock(&pool->mu);
-    }
+    publish(pool, fn, ctx, 0);
     fn(ctx, 0, pool->n_threads);
     for (int spins = 1;
          atomic_load_explicit(&pool->n_done, memory_order_acquire) != pool->n_threads - 1; spins++)
+        relax(spins);
+}
+
+void rp_pool_run_any(rp_pool *pool, rp_pool_fn fn, void *ctx)
+{
+    if (!pool || pool->n_threads == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    publish(pool, fn, ctx, 1);
+    fn(ctx, 0, pool->n_threads);
+    uint64_t v = atomic_fetch_or_explicit(&pool->join, JOIN_CLOSED, memory_order_acq_rel);
+    int joined = (int)(v & JOIN_COUNT);
+    for (int spins = 1; atomic_load_explicit(&pool->n_done, memory_order_acquire) != joined;
+         spins++)
         relax(spins);
 }
 

@@ -1,8 +1,11 @@
 /* backend/cpu/cpu_backend.c - the CPU backend: picks kernels for the CPU, runs ops on the pool.
  *
  * Design notes:
- *  1. Matmul splits output rows across threads in multiples of 4 (the kernels' tile height);
- *     each thread does every token for its rows, so a weight row is read once per call.
+ *  1. Matmul hands out work items of 32..256 output rows (multiples of the kernels' tile
+ *     heights) from an atomic counter to whichever pool threads run (rp_pool_run_any): each
+ *     thread does every token for its rows, so a weight row is read once per call, and a
+ *     thread the OS deschedules does not hold the others up. rp_op_matmul_n (q/k/v,
+ *     gate/up) is one such job over several matrices sharing one activation packing.
  *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
  *     that grows (single-threaded, before the fan-out) to the longest context seen.
  *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
@@ -43,6 +46,7 @@ typedef struct cpu_backend {
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
+    int exact;       /* RP_BACKEND_EXACT: f32-exact activations on the AMX bf16 tiles */
     int amx;         /* AMX tiles usable (prefill of bf16 and MLX weights) */
     uint16_t *amx_x; /* packed activations for the tiles */
     size_t amx_cap;
@@ -82,18 +86,20 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     b->scratch = rp_calloc((size_t)b->n_threads, sizeof(float *));
     if (!b->scratch)
         goto fail;
-    b->ref = ref_kernels;
+    b->ref = ref_kernels == 1;
+    b->exact = ref_kernels == RP_BACKEND_EXACT;
     rp_cpu_kernels_scalar(&b->k);
 #if defined(__x86_64__)
     if (rp_cpu()->isa >= RP_ISA_AVX2)
         rp_cpu_kernels_avx2(&b->k);
     if (rp_cpu()->isa >= RP_ISA_AVX512)
         rp_cpu_kernels_avx512(&b->k);
-    if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !ref_kernels)
+    if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !b->ref)
         b->amx = rp_amx_enable();
 #endif
     snprintf(b->base.desc, sizeof b->base.desc, "cpu %s%s, %d thread%s",
-             ref_kernels ? "reference" : b->k.isa, b->amx ? "+amx" : "", b->n_threads,
+             b->ref ? "reference" : b->k.isa, b->amx ? (b->exact ? "+amx exact" : "+amx") : "",
+             b->n_threads,
              b->n_threads == 1 ? "" : "s");
     return &b->base;
 fail:
@@ -124,43 +130,67 @@ static rp_status cpu_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst
 
 /* ---- matmul ---------------------------------------------------------------------------- */
 
+#define MM_MAX 3 /* matrices per fused call (rp_op_matmul_n) */
+
 typedef struct matmul_job {
-    const rp_tensor *w;
+    int n_w;
+    const rp_tensor *ws[MM_MAX];
+    float *ys[MM_MAX];
+    long chunk;          /* rows per work item, a multiple of 32 */
+    long end[MM_MAX];    /* work items before matrix m's end, cumulative */
+    _Atomic long next;   /* the next work item to take */
     const float *x;
     const rp_qact *xq;
     int n_tok;
-    float *y;
     rp_matmul_kernel kernel;
     rp_qmatmul_kernel qkernel;
     const uint16_t *amx_x; /* set: AMX bf16 path */
+    int amx_parts;         /* bf16 numbers per activation in amx_x (1 or 3) */
     const rp_amx_qact *amx_q; /* set: AMX int8 path (MLX) */
 } matmul_job;
 
-static void matmul_part(void *p, int i, int n)
+/* rows [r0, r1) of matrix m */
+static void matmul_rows(const matmul_job *j, int m, long r0, long r1)
 {
-    matmul_job *j = p;
-    long r0, r1;
-    rp_pool_split((long)j->w->shape[0], i, n, 16, &r0, &r1);
-    if (r0 >= r1)
-        return;
+    const rp_tensor *w = j->ws[m];
+    float *y = j->ys[m];
 #if defined(__x86_64__)
     if (j->amx_x) {
-        long r = rp_amx_matmul_bf16(j->w, r0, r1, j->amx_x, j->n_tok, j->y);
+        long r = rp_amx_matmul_bf16(w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, y);
         if (r < r1)
-            j->kernel(j->w, r, r1, j->x, j->n_tok, j->y);
+            j->kernel(w, r, r1, j->x, j->n_tok, y);
         return;
     }
     if (j->amx_q) {
-        long r = rp_amx_matmul_mlx(j->w, r0, r1, j->amx_q, j->y);
+        long r = rp_amx_matmul_mlx(w, r0, r1, j->amx_q, y);
         if (r < r1)
-            j->qkernel(j->w, r, r1, j->xq, j->n_tok, j->y);
+            j->qkernel(w, r, r1, j->xq, j->n_tok, y);
         return;
     }
 #endif
     if (j->qkernel)
-        j->qkernel(j->w, r0, r1, j->xq, j->n_tok, j->y);
+        j->qkernel(w, r0, r1, j->xq, j->n_tok, y);
     else
-        j->kernel(j->w, r0, r1, j->x, j->n_tok, j->y);
+        j->kernel(w, r0, r1, j->x, j->n_tok, y);
+}
+
+/* Any thread takes work items (chunk rows of one matrix) until none are left, so threads
+ * finish together however the OS schedules them (rp_pool_run_any). */
+static void matmul_part(void *p, int i, int n)
+{
+    matmul_job *j = p;
+    long total = j->end[j->n_w - 1];
+    for (;;) {
+        long c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= total)
+            return;
+        int m = 0;
+        while (c >= j->end[m])
+            m++;
+        long r0 = (c - (m ? j->end[m - 1] : 0)) * j->chunk;
+        long rows = (long)j->ws[m]->shape[0];
+        matmul_rows(j, m, r0, r0 + j->chunk < rows ? r0 + j->chunk : rows);
+    }
 }
 
 void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64, int8_t *q,
@@ -194,9 +224,22 @@ void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64,
     }
 }
 
-static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
+/* One pool job for n matrices over the same x (the same dtype, columns and group size: one
+ * activation packing serves all; otherwise one call each). Work items are `chunk` rows:
+ * about 8 per thread over the call, 32..256 rows (a multiple of the AMX 32-row step). */
+static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, const float *x,
+                         int n_tok, float *const *ys)
 {
     cpu_backend *b = CPU(bk);
+    const rp_tensor *w = ws[0];
+    RP_ASSERT(n >= 1 && n <= MM_MAX);
+    for (int i = 1; i < n; i++)
+        if (ws[i]->dtype != w->dtype || ws[i]->shape[1] != w->shape[1] ||
+            ws[i]->group_size != w->group_size) {
+            for (int m = 0; m < n; m++)
+                cpu_matmul_n(bk, 1, &ws[m], x, n_tok, &ys[m]);
+            return;
+        }
     RP_ASSERT(w->n_dims == 2 && w->dtype < RP_DT_COUNT);
     rp_matmul_kernel k = b->ref ? rp_ref_matmul : b->k.matmul[w->dtype];
     rp_qmatmul_kernel qk = b->ref ? NULL : b->k.qmatmul[w->dtype];
@@ -221,19 +264,32 @@ static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n
                      b->act_ds, b->act_ds + need / 32);
         xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
     }
-    matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};
+    matmul_job j = {.n_w = n, .x = x, .xq = &xq, .n_tok = n_tok, .kernel = k, .qkernel = qk};
+    long all_rows = 0;
+    for (int i = 0; i < n; i++) {
+        RP_ASSERT(ws[i]->n_dims == 2);
+        j.ws[i] = ws[i];
+        j.ys[i] = ys[i];
+        all_rows += (long)ws[i]->shape[0];
+    }
+    long chunk = (all_rows / (8L * b->n_threads) + 31) / 32 * 32;
+    j.chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
+    for (int i = 0; i < n; i++)
+        j.end[i] = (i ? j.end[i - 1] : 0) + ((long)ws[i]->shape[0] + j.chunk - 1) / j.chunk;
 #if defined(__x86_64__)
-    /* prefill of bf16 weights on AMX tiles: activations rounded to bf16 (see kernels_amx.c) */
+    /* prefill of bf16 weights on AMX tiles: activations rounded to bf16, or split into three
+     * bf16 parts in exact mode (see kernels_amx.c) */
     if (b->amx && !b->ref && w->dtype == RP_DT_BF16 && n_tok >= RP_AMX_MIN_TOKENS &&
         cols % 32 == 0 && w->shape[0] >= 16) {
-        size_t need = rp_amx_packed_bytes(n_tok, cols);
+        j.amx_parts = b->exact ? 3 : 1;
+        size_t need = rp_amx_packed_bytes(n_tok, cols, j.amx_parts);
         if (need > b->amx_cap) {
             rp_free_aligned(b->amx_x);
             b->amx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
             RP_ASSERT(b->amx_x); /* n_tok x cols x 2 bytes: a few MB */
             b->amx_cap = need;
         }
-        rp_amx_pack_bf16(x, n_tok, cols, b->amx_x);
+        rp_amx_pack_bf16(x, n_tok, cols, j.amx_parts, b->amx_x);
         j.amx_x = b->amx_x;
     }
     rp_amx_qact aq;
@@ -253,10 +309,15 @@ static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n
     }
 #endif
     /* tiny matrices are not worth waking the pool */
-    if ((long)w->shape[0] * w->shape[1] * n_tok < 32768)
+    if (all_rows * w->shape[1] * n_tok < 32768)
         matmul_part(&j, 0, 1);
     else
-        rp_pool_run(b->pool, matmul_part, &j);
+        rp_pool_run_any(b->pool, matmul_part, &j);
+}
+
+static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
+{
+    cpu_matmul_n(bk, 1, &w, x, n_tok, &y);
 }
 
 /* ---- bandwidth probe ------------------------------------------------------------------- */
@@ -265,16 +326,26 @@ typedef struct read_job {
     const char *buf;
     size_t n;
     rp_read_kernel read;
+    _Atomic long next; /* the next 256 KB piece to read */
     _Atomic uint64_t sink;
 } read_job;
 
+#define READ_PIECE ((size_t)256 << 10)
+
+/* Pieces from a counter, like the matmul work items, so the probe and the kernels it is
+ * compared with see the same scheduling (a descheduled thread holds neither up). */
 static void read_part(void *p, int i, int n)
 {
     read_job *j = p;
-    long b, e;
-    rp_pool_split((long)(j->n / 64), i, n, 64, &b, &e);
-    if (b < e)
-        atomic_fetch_xor(&j->sink, j->read(j->buf + b * 64, (size_t)(e - b) * 64));
+    uint64_t acc = 0;
+    for (;;) {
+        size_t k = (size_t)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (k * READ_PIECE >= j->n)
+            break;
+        size_t len = j->n - k * READ_PIECE < READ_PIECE ? j->n - k * READ_PIECE : READ_PIECE;
+        acc ^= j->read(j->buf + k * READ_PIECE, len);
+    }
+    atomic_fetch_xor(&j->sink, acc);
 }
 
 static double cpu_read_bandwidth(rp_backend *bk, size_t n_bytes, int reps)
@@ -288,8 +359,9 @@ static double cpu_read_bandwidth(rp_backend *bk, size_t n_bytes, int reps)
     read_job j = {.buf = buf, .n = n_bytes, .read = b->k.read};
     double best = 0.0;
     for (int r = 0; r < reps; r++) {
+        atomic_store(&j.next, 0);
         int64_t t0 = rp_now_ns();
-        rp_pool_run(b->pool, read_part, &j);
+        rp_pool_run_any(b->pool, read_part, &j);
         double s = (double)(rp_now_ns() - t0) * 1e-9;
         if (s > 0 && (double)n_bytes / s / 1e9 > best)
             best = (double)n_bytes / s / 1e9;
@@ -512,9 +584,17 @@ static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
     float mx = -INFINITY;
     for (int j = j0; j <= pos; j++) {
         const float *k = kbase + (long)j * kv_stride;
-        float s = 0.0f;
-        for (int i = 0; i < d; i++)
+        /* 16 partial sums: the compiler vectorises them (one running sum would be a chain
+         * of dependent scalar adds, most of the prefill attention time) */
+        float part[16] = {0}, s = 0.0f;
+        int i = 0;
+        for (; i + 16 <= d; i += 16)
+            for (int l = 0; l < 16; l++)
+                part[l] += q[i + l] * k[i + l];
+        for (; i < d; i++)
             s += q[i] * k[i];
+        for (int l = 0; l < 16; l++)
+            s += part[l];
         s *= a->scale;
         scores[j] = s;
         mx = s > mx ? s : mx;
@@ -534,7 +614,11 @@ static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
     for (int j = j0; j <= pos; j++) {
         const float *v = vbase + (long)j * kv_stride;
         float p = scores[j];
-        for (int i = 0; i < d; i++)
+        int i = 0;
+        for (; i + 16 <= d; i += 16) /* fixed-length inner loop: vectorised */
+            for (int l = 0; l < 16; l++)
+                acc[i + l] += p * v[i + l];
+        for (; i < d; i++)
             acc[i] += p * v[i];
     }
     float inv = 1.0f / sum;
@@ -658,6 +742,7 @@ static const rp_backend_vt g_cpu_vt = {
     .weight = cpu_weight,
     .read_bandwidth = cpu_read_bandwidth,
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,

@@ -363,7 +363,7 @@ Test(quant, op_matmul_threads_match_reference)
 
 Test(quant, bf16_prefill_matches_reference)
 {
-    rp_backend *fast = rp_backend_new(2, 0);
+    rp_backend *fast = rp_backend_new(2, RP_BACKEND_EXACT); /* bf16_test.c: the default mode */
     static const int shapes[][3] = {{300, 512, 37}, {64, 96, 16}, {17, 64, 8}, {48, 128, 70}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int rows = shapes[s][0], cols = shapes[s][1], n_tok = shapes[s][2];

@@ -20,10 +20,12 @@
 /* Against transformers' f32 logits: bf16 keeps 8 mantissa bits, so weights move by up to
  * 2^-9 relative and these random-weight models' logits (|logit| up to ~10) move by up to
  * 0.16 (measured). f16 keeps 11 bits. The bf16 kernels themselves are checked exactly below:
- * against f32 math on the same bf16-rounded values they agree to 1e-4. */
+ * against f32 math on the same bf16-rounded values they agree to 1e-4 (RP_BACKEND_EXACT). */
 #define BF16_TOL 0.25f
 #define F16_TOL 0.03f
 #define SAME_VALUES_TOL 1e-4f
+/* the same with the default prefill (AMX, activations rounded to bf16: 2^-9 relative each) */
+#define BF16_ACT_TOL 0.25f
 
 static const char *g_dense[] = {"llama_gqa",         "llama_tied_mha", "llama_headdim",
                                 "llama3_rope",       "llama_linear_rope", "llama_yarn_rope",
@@ -179,10 +181,17 @@ Test(model, bf16_kernels_equal_f32_math_on_same_values)
         cr_assert_eq(fixture_convert_ex(&f, RP_DT_BF16, 0, 0, d16), 0);
         cr_assert_eq(fixture_convert_ex(&f, RP_DT_F32, 0, 1, d32), 0);
         rp_err err = {0};
-        float *a = prefill_logits(d16, &f, 0, &err), *b = prefill_logits(d32, &f, 1, &err);
-        cr_assert(a && b, "%s", err.msg);
+        /* exact mode: the AMX prefill keeps f32 activations; the default rounds them to
+         * bf16 (what transformers' bf16 inference does too), measured up to 0.15 here */
+        float *a = prefill_logits(d16, &f, RP_BACKEND_EXACT, &err);
+        float *b = prefill_logits(d32, &f, 1, &err), *c = prefill_logits(d16, &f, 0, &err);
+        cr_assert(a && b && c, "%s", err.msg);
         float d = max_abs_diff(a, b, (long)f.n_ids * f.vocab);
         cr_expect_leq(d, SAME_VALUES_TOL, "%s: bf16 kernels vs f32 reference: %g", g_dense[i], d);
+        d = max_abs_diff(c, b, (long)f.n_ids * f.vocab);
+        cr_log_info("%s: bf16 kernels, bf16 activations vs f32 reference: %.3g", g_dense[i], d);
+        cr_expect_leq(d, BF16_ACT_TOL, "%s: bf16 activations vs f32 reference: %g", g_dense[i], d);
+        rp_free(c);
         rp_free(a);
         rp_free(b);
         fixture_remove(d16);

@@ -15,6 +15,12 @@
 
 #define RB 4 /* rows per tile */
 #define TB 4 /* tokens per tile */
+#ifndef PF_ROWS
+#define PF_ROWS 4 /* software prefetch distance in rows (one tile ahead) */
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 
 static inline __attribute__((always_inline)) __m512 load_w(const void *row, long c, rp_dtype dt,
                                                            __mmask16 m)
@@ -41,8 +47,17 @@ static inline __attribute__((always_inline)) void tile(const rp_tensor *w, long 
         for (int j = 0; j < TB; j++)
             acc[i][j] = _mm512_setzero_ps();
     long c = 0;
+    size_t es = dt == RP_DT_F32 ? 4 : 2;
     for (; c < cols; c += 16) {
         __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - c)) - 1);
+        /* the next tile's rows, same columns, one cache line per row per line consumed:
+         * a 2048-column bf16 row is one 4 KB page, where the hardware prefetcher starts
+         * over, so without this each tile begins with cold misses */
+        if (PF_ROWS > 0 && nr == RB && (c * es) % 64 == 0)
+#pragma GCC unroll 4
+            for (int i = 0; i < RB; i++)
+                _mm_prefetch(base + (size_t)(i + PF_ROWS) * row_bytes + (size_t)c * es,
+                             PF_HINT);
         __m512 xv[TB];
 #pragma GCC unroll 4
         for (int j = 0; j < nt; j++)
