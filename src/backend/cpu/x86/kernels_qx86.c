@@ -258,7 +258,11 @@ size_t rp_qx_pack_bytes(int n_tok, long cols)
     return (size_t)((n_tok + 15) / 16) * (size_t)cols * 16 * 2;
 }
 
-size_t rp_qx_rowbuf_bytes(long cols) { return (size_t)cols * (32 * 2 + 4) + 64; }
+/* The dequantized rows' stride: a multiple of 64 bytes that is not one of 4096 (rows 4 KB
+ * apart would share L1 sets), then f32 scratch. */
+static size_t qx_astride(long cols) { return (size_t)cols * 2 + 64; }
+
+size_t rp_qx_rowbuf_bytes(long cols) { return 32 * qx_astride(cols) + (size_t)cols * 4 + 64; }
 
 /* B tiles: token block tb, 32-column step k: 16 rows (column pairs) x 16 tokens x 2 bf16. */
 void rp_qx_pack_bf16(const float *x, int n_tok, long cols, uint16_t *out)
@@ -295,6 +299,24 @@ QX_AI void qx_affine32(__m256i q8, __m512 s, __m512 b, uint16_t *out)
     _mm512_storeu_si512(out, qx_f32x32_to_bf16(_mm512_fmadd_ps(f0, s, b), _mm512_fmadd_ps(f1, s, b)));
 }
 
+/* 16 bytes of packed nibbles (byte k: element 2k low, 2k + 1 high) into 32 bf16 looked up in
+ * lut (16 bf16 values, indexed by q). */
+QX_AI void qx_nib_lut32(const uint8_t *p, __m512i lut, uint16_t *out)
+{
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512i idx = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(15)),
+                                  _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf0)), 12));
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, lut));
+}
+
+/* The 16 bf16 values s q + b, q = 0..15 (f32 fma, rounded to nearest even). */
+QX_AI __m512i qx_lut16(float s, float b)
+{
+    const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m256bh h = _mm512_cvtneps_pbh(_mm512_fmadd_ps(iota, _mm512_set1_ps(s), _mm512_set1_ps(b)));
+    return _mm512_castsi256_si512((__m256i)h);
+}
+
 QX_AI float qx_h2f(const uint8_t *p)
 {
     uint16_t h;
@@ -319,24 +341,17 @@ void rp_qx_dequant_bf16(const rp_tensor *w, long row, uint16_t *out, float *f32)
             break;
         qx_widen(w->scale_dtype, (const char *)w->scales + (size_t)row * (size_t)ng * sb, ng, sc);
         qx_widen(w->scale_dtype, (const char *)w->biases + (size_t)row * (size_t)ng * sb, ng, bi);
-        for (long e = 0; e < cols; e += 64) { /* 64 elements: one group (gs >= 64) or two */
-            __m512 s0 = _mm512_set1_ps(sc[e / gs]), b0 = _mm512_set1_ps(bi[e / gs]);
-            __m512 s1 = _mm512_set1_ps(sc[(e + 32) / gs]), b1 = _mm512_set1_ps(bi[(e + 32) / gs]);
-            __m256i q0, q1;
-            if (w->dtype == RP_DT_MLX8) {
-                q0 = _mm256_loadu_si256((const __m256i *)(p + e));
-                q1 = _mm256_loadu_si256((const __m256i *)(p + e + 32));
-            } else { /* byte k: elements 2k (low nibble), 2k + 1 */
-                __m256i v = _mm256_loadu_si256((const __m256i *)(p + e / 2));
-                __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(15));
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
-                __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
-                /* a = elements 0..15 | 32..47, b = 16..31 | 48..63 */
-                q0 = _mm256_permute2x128_si256(a, b, 0x20);
-                q1 = _mm256_permute2x128_si256(a, b, 0x31);
+        if (w->dtype == RP_DT_MLX4) { /* 32 elements (16 bytes) share a group */
+            for (long e = 0; e < cols; e += 32) {
+                long g = e / gs;
+                qx_nib_lut32(p + e / 2, qx_lut16(sc[g], bi[g]), out + e);
             }
-            qx_affine32(q0, s0, b0, out + e);
-            qx_affine32(q1, s1, b1, out + e + 32);
+            return;
+        }
+        for (long e = 0; e < cols; e += 32) { /* 8-bit: 32 bytes, one group */
+            long g = e / gs;
+            qx_affine32(_mm256_loadu_si256((const __m256i *)(p + e)), _mm512_set1_ps(sc[g]),
+                        _mm512_set1_ps(bi[g]), out + e);
         }
         return;
     }
@@ -358,7 +373,9 @@ void rp_qx_dequant_bf16(const rp_tensor *w, long row, uint16_t *out, float *f32)
             __m128i v = _mm_loadu_si128((const __m128i *)(b + 2));
             __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v),
                                          _mm256_set1_epi8(15)); /* elements 0..15, 16..31 */
-            qx_affine32(q, _mm512_set1_ps(d), _mm512_set1_ps(-8.0f * d), out + 32 * k);
+            __m512i lut = qx_lut16(d, -8.0f * d);
+            _mm512_storeu_si512(out + 32 * k,
+                                _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(q), lut));
         }
         return;
     default: break;
@@ -393,9 +410,12 @@ static void qx_config(void)
 
 /* C tiles: 0, 1 = row tile 0 x token blocks tb, tb + 1; 2, 3 = row tile 1. A: 4, 5; B: 6, 7. */
 QX_AI void qx_amx_pass(const uint16_t *a, size_t astride, const uint16_t *b0, const uint16_t *b1,
-                       long nk, const int two)
+                       long nk, const int two, const char *pf, long pf_lines)
 {
     for (long k = 0; k < nk; k++) {
+        /* the next row block's weights into L2 while the tiles work */
+        for (long l = 0; l < pf_lines; l++)
+            _mm_prefetch(pf + 64 * (k * pf_lines + l), _MM_HINT_T1);
         _tile_loadd(4, a + 32 * k, (long)astride);
         _tile_loadd(6, b0 + 512 * k, 64);
         _tile_dpbf16ps(0, 4, 6);
@@ -409,14 +429,18 @@ QX_AI void qx_amx_pass(const uint16_t *a, size_t astride, const uint16_t *b0, co
     }
 }
 
+/* C tile c[16 rows][16 tokens] into y[token][row] (rows [r, r1) of this block). */
 static void qx_store(const float *c, long r, long r1, long tb, int n_tok, long rows, float *y)
 {
+    const __m512i col = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
+    long nr = r1 - r < 16 ? r1 - r : 16;
+    __mmask16 m = (__mmask16)((1u << nr) - 1);
     for (int t = 0; t < 16; t++) {
         long tok = tb * 16 + t;
         if (tok >= n_tok)
             break;
-        for (int i = 0; i < 16 && r + i < r1; i++)
-            y[tok * rows + r + i] = c[i * 16 + t];
+        _mm512_mask_storeu_ps(y + tok * rows + r, m, _mm512_i32gather_ps(col, c + t, 4));
     }
 }
 
@@ -426,19 +450,27 @@ void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int
     long rows = (long)w->shape[0], cols = (long)w->shape[1], nk = cols / 32;
     long nb = (n_tok + 15) / 16;
     uint16_t *a = rowbuf;
-    float *f32 = (float *)(a + (size_t)32 * (size_t)cols);
-    size_t astride = (size_t)cols * 2; /* bytes */
+    size_t astride = qx_astride(cols); /* bytes */
+    float *f32 = (float *)((char *)rowbuf + 32 * astride);
     float c[4][256] __attribute__((aligned(64)));
     qx_config();
     for (long r = r0; r < r1; r += 32) {
         for (long i = 0; i < 32; i++) {
             if (r + i < r1)
-                rp_qx_dequant_bf16(w, r + i, a + (size_t)i * (size_t)cols, f32);
+                rp_qx_dequant_bf16(w, r + i, a + (size_t)i * astride / 2, f32);
             else
-                memset(a + (size_t)i * (size_t)cols, 0, astride);
+                memset(a + (size_t)i * astride / 2, 0, astride);
         }
+        /* prefetch plan: the next block's packed rows, spread over this block's passes */
+        size_t rbytes = rp_dtype_row_bytes(w->dtype, cols);
+        long npass = (nb + 1) / 2, next = r + 32 < r1 ? (r1 - r - 32 < 32 ? r1 - r - 32 : 32) : 0;
+        long lines = (long)((size_t)next * rbytes / 64);
+        long per = (lines + npass * nk - 1) / (npass * nk);
+        const char *pfb = (const char *)w->data + (size_t)(r + 32) * rbytes;
         for (long tb = 0; tb < nb; tb += 2) {
             int two = tb + 1 < nb;
+            const char *pf = pfb + (size_t)(tb / 2) * (size_t)nk * (size_t)per * 64;
+            long pl = (tb / 2) * nk * per < lines ? per : 0;
             const uint16_t *b0 = xb + (size_t)tb * (size_t)cols * 16;
             const uint16_t *b1 = b0 + (size_t)cols * 16;
             _tile_zero(0);
@@ -446,9 +478,9 @@ void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int
             _tile_zero(2);
             _tile_zero(3);
             if (two)
-                qx_amx_pass(a, astride, b0, b1, nk, 1);
+                qx_amx_pass(a, astride, b0, b1, nk, 1, pf, pl);
             else
-                qx_amx_pass(a, astride, b0, b1, nk, 0);
+                qx_amx_pass(a, astride, b0, b1, nk, 0, pf, pl);
             _tile_stored(0, c[0], 64);
             _tile_stored(2, c[2], 64);
             if (two) {
