@@ -76,14 +76,31 @@ int rp_qx_decode_fits(const rp_tensor *w, const rp_qact *a)
            cols / w->group_size <= QX_MAX_GROUPS;
 }
 
-/* Rows [r, r + NR) x tokens [t0, t0 + NT). sc/bi: the rows' group scales and biases (f32),
- * xg: the tokens' group sums of x. */
+/* n (16, or 8 zero-extended) scales of type sdt from element i of p, as f32. */
+QX_AI __m512 qx_load_sc(rp_dtype sdt, const void *p, long i, const int n)
+{
+    if (sdt == RP_DT_F32)
+        return n == 16 ? _mm512_loadu_ps((const float *)p + i)
+                       : _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)p + i));
+    __m256i h = n == 16 ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i))
+                        : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+    if (sdt == RP_DT_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* Rows [r, r + NR) x tokens [t0, t0 + NT). xg: the tokens' exact group sums of x. Per
+ * 16-block chunk, the rows' scales and biases are loaded as vectors; the bias term
+ * bias_g x xg_g goes into the same accumulator (its lanes are summed at the end). */
 QX_AI void qx_dec_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, float *y,
                        const int bits, const int NR, const int NT, const int g128,
-                       float sc[4][QX_MAX_GROUPS], const float *xg[2])
+                       const float *xg[2])
 {
     long rows = (long)w->shape[0], cols = (long)w->shape[1], nblk = cols / 64;
+    long ng = cols / w->group_size;
     size_t rb = (size_t)cols * (size_t)bits / 8;
+    rp_dtype sdt = w->scale_dtype;
+    const int gpc = g128 ? 8 : 16; /* groups per chunk */
     const uint8_t *wp[4];
     const int8_t *xp[2];
     const float *dp[2];
@@ -103,14 +120,25 @@ QX_AI void qx_dec_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, flo
     for (long c = 0; c < nblk / 16; c++) {
         /* per (row, token): the 16 blocks' (group scale x activation scale) */
         __m512 sd[4][2];
+        __m512 xgv[2], dxv[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < NT; j++) {
+            xgv[j] = g128 ? _mm512_zextps256_ps512(_mm256_loadu_ps(xg[j] + 8 * c))
+                          : _mm512_loadu_ps(xg[j] + 16 * c);
+            dxv[j] = _mm512_loadu_ps(dp[j] + 16 * c);
+        }
 #pragma GCC unroll 4
         for (int i = 0; i < NR; i++) {
-            __m512 s = g128 ? _mm512_permutexvar_ps(
-                                  dup, _mm512_castps256_ps512(_mm256_loadu_ps(sc[i] + 8 * c)))
-                            : _mm512_loadu_ps(sc[i] + 16 * c);
+            size_t g0 = (size_t)(r + i) * (size_t)ng + (size_t)(gpc * c);
+            __m512 s = qx_load_sc(sdt, w->scales, (long)g0, gpc);
+            __m512 b = qx_load_sc(sdt, w->biases, (long)g0, gpc);
+            if (g128)
+                s = _mm512_permutexvar_ps(dup, s);
 #pragma GCC unroll 2
-            for (int j = 0; j < NT; j++)
-                sd[i][j] = _mm512_mul_ps(s, _mm512_loadu_ps(dp[j] + 16 * c));
+            for (int j = 0; j < NT; j++) {
+                sd[i][j] = _mm512_mul_ps(s, dxv[j]);
+                acc[i][j] = _mm512_fmadd_ps(b, xgv[j], acc[i][j]);
+            }
         }
         if (bits == 4) {
 #pragma GCC unroll 8
@@ -173,16 +201,9 @@ QX_AI void qx_dec_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, flo
             }
         }
     }
-    long ng = cols / w->group_size;
-    size_t sb = w->scale_dtype == RP_DT_F32 ? 4 : 2;
-    for (int i = 0; i < NR; i++) {
-        float bi[QX_MAX_GROUPS];
-        qx_widen(w->scale_dtype, (const char *)w->biases + (size_t)(r + i) * (size_t)ng * sb,
-                 ng, bi);
+    for (int i = 0; i < NR; i++)
         for (int j = 0; j < NT; j++)
-            y[(long)(t0 + j) * rows + r + i] =
-                _mm512_reduce_add_ps(acc[i][j]) + qx_dot(bi, xg[j], ng);
-    }
+            y[(long)(t0 + j) * rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
 QX_AI void qx_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n_tok,
@@ -190,8 +211,7 @@ QX_AI void qx_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int
 {
     long cols = (long)w->shape[1], gs = w->group_size, ng = cols / gs, nrun = cols / 32;
     long per = gs / 32;
-    size_t sb = w->scale_dtype == RP_DT_F32 ? 4 : 2;
-    float sc[4][QX_MAX_GROUPS], xgb[2][QX_MAX_GROUPS];
+    float xgb[2][QX_MAX_GROUPS];
     for (int t = 0; t < n_tok; t += 2) {
         int nt = n_tok - t >= 2 ? 2 : 1;
         const float *xg[2];
@@ -207,21 +227,16 @@ QX_AI void qx_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int
         }
         for (long r = r0; r < r1; r += 4) {
             int nr = r1 - r >= 4 ? 4 : (int)(r1 - r);
-            for (int i = 0; i < nr; i++)
-                qx_widen(w->scale_dtype, (const char *)w->scales + (size_t)(r + i) * (size_t)ng * sb,
-                         ng, sc[i]);
             if (nr == 4 && nt == 2)
-                qx_dec_tile(w, r, a, t, y, bits, 4, 2, g128, sc, xg);
+                qx_dec_tile(w, r, a, t, y, bits, 4, 2, g128, xg);
             else if (nr == 4)
-                qx_dec_tile(w, r, a, t, y, bits, 4, 1, g128, sc, xg);
+                qx_dec_tile(w, r, a, t, y, bits, 4, 1, g128, xg);
             else
-                for (int i = 0; i < nr; i++) {
-                    float (*s1)[QX_MAX_GROUPS] = sc + i;
+                for (int i = 0; i < nr; i++)
                     for (int j = 0; j < nt; j++) {
                         const float *xg1[2] = {xg[j], xg[j]};
-                        qx_dec_tile(w, r + i, a, t + j, y, bits, 1, 1, g128, s1, xg1);
+                        qx_dec_tile(w, r + i, a, t + j, y, bits, 1, 1, g128, xg1);
                     }
-                }
         }
     }
 }
