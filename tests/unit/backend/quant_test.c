@@ -519,9 +519,11 @@ Test(quant, qx86_mlx_decode_matches_reference)
     for (int bits = 4; bits <= 8; bits += 4)
         for (int gs = 64; gs <= 128; gs *= 2)
             for (int ri = 0; ri < 4; ri++)
-                for (int n_tok = 1; n_tok <= 5; n_tok += 2)
+                for (int ti = 0; ti < 4; ti++) { /* 2-token tiles, groups of 8 tokens */
+                    static const int toks[] = {1, 2, 5, 9};
                     check_qx_decode(bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8, rows_[ri],
-                                    ri == 3 ? 2048 : 1024, gs, sdts[(ri + n_tok) % 3], n_tok);
+                                    ri == 3 ? 2048 : 1024, gs, sdts[(ri + ti) % 3], toks[ti]);
+                }
 }
 
 static void check_qx_prefill(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, int n_tok)

@@ -208,37 +208,41 @@ QX_AI void qx_dec_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, flo
             y[(long)(t0 + j) * rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
+/* Rows outermost, so each weight row is read from memory once per call; tokens in groups of
+ * up to 8 (their group sums on the stack), 2 per tile. */
 QX_AI void qx_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n_tok,
                      float *y, const int bits, const int g128)
 {
     long cols = (long)w->shape[1], gs = w->group_size, ng = cols / gs, nrun = cols / 32;
     long per = gs / 32;
-    float xgb[2][QX_MAX_GROUPS];
-    for (int t = 0; t < n_tok; t += 2) {
-        int nt = n_tok - t >= 2 ? 2 : 1;
-        const float *xg[2];
-        for (int j = 0; j < nt; j++) { /* exact group sums of x */
-            const float *s = a->s + (long)(t + j) * nrun;
+    float xgb[8][QX_MAX_GROUPS];
+    for (int t0 = 0; t0 < n_tok; t0 += 8) {
+        int nt0 = n_tok - t0 >= 8 ? 8 : n_tok - t0;
+        for (int j = 0; j < nt0; j++) { /* exact group sums of x */
+            const float *s = a->s + (long)(t0 + j) * nrun;
             for (long g = 0; g < ng; g++) {
                 float v = 0.0f;
                 for (long k = 0; k < per; k++)
                     v += s[g * per + k];
                 xgb[j][g] = v;
             }
-            xg[j] = xgb[j];
         }
         for (long r = r0; r < r1; r += 4) {
             int nr = r1 - r >= 4 ? 4 : (int)(r1 - r);
-            if (nr == 4 && nt == 2)
-                qx_dec_tile(w, r, a, t, y, bits, 4, 2, g128, xg);
-            else if (nr == 4)
-                qx_dec_tile(w, r, a, t, y, bits, 4, 1, g128, xg);
-            else
-                for (int i = 0; i < nr; i++)
-                    for (int j = 0; j < nt; j++) {
-                        const float *xg1[2] = {xg[j], xg[j]};
-                        qx_dec_tile(w, r + i, a, t + j, y, bits, 1, 1, g128, xg1);
-                    }
+            for (int t = 0; t < nt0; t += 2) {
+                int nt = nt0 - t >= 2 ? 2 : 1;
+                const float *xg[2] = {xgb[t], xgb[t + nt - 1]};
+                if (nr == 4 && nt == 2)
+                    qx_dec_tile(w, r, a, t0 + t, y, bits, 4, 2, g128, xg);
+                else if (nr == 4)
+                    qx_dec_tile(w, r, a, t0 + t, y, bits, 4, 1, g128, xg);
+                else
+                    for (int i = 0; i < nr; i++)
+                        for (int j = 0; j < nt; j++) {
+                            const float *xg1[2] = {xgb[t + j], xgb[t + j]};
+                            qx_dec_tile(w, r + i, a, t0 + t + j, y, bits, 1, 1, g128, xg1);
+                        }
+            }
         }
     }
 }
