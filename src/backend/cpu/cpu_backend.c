@@ -280,6 +280,8 @@ static void cpu_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n
 #if defined(__x86_64__)
         if (b->qx_dec && rp_qx_decode_fits(w, &xq))
             qk = rp_qx_mlx_decode;
+        else if (b->qx_dec && w->dtype == RP_DT_Q4_0 && rp_qx_gguf_decode_fits(w, &xq))
+            qk = rp_qx_gguf_decode;
 #endif
     }
     matmul_job j = {.w = w, .x = x, .xq = &xq, .n_tok = n_tok, .y = y, .kernel = k, .qkernel = qk};

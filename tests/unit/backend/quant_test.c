@@ -9,7 +9,8 @@
  *    run k, (max|x_k| / 254) * sum |w| over the run, plus 1e-5 relative of sum |w x| for f32
  *    summation order. The scalar table: 1e-5 relative.
  * 4. rp_op_matmul through a 2-thread backend (activation buffer, fan-out) against --ref.
- * 7. kernels_qx86.c: the 512-bit MLX decode kernel (same int8 bound as 3.) and the AMX-BF16
+ * 7. kernels_qx86.c: the 512-bit MLX, Q4_0 and Q8_0 decode kernels (same int8 bound as 3.,
+ *    activation scales per 64-block for MLX, per 32-run for GGUF) and the AMX-BF16
  *    prefill of every quantized type. Prefill tolerance: w and x are each rounded to bf16
  *    (relative error <= 2^-9), so each product is off by at most (2^-8 + 2^-18) |w x|:
  *    bound = 1.01 * 2^-8 * sum |w x|, plus 1e-5 of it for f32 summation order.
@@ -472,20 +473,22 @@ static void check_qx_decode(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
     int8_t *aq = rp_alloc((size_t)n_tok * cols);
     float *ad = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
     float *as = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
-    rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(dt), 1, aq, ad, as);
-    rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = 1};
-    cr_assert(rp_qx_decode_fits(&q.t, &a));
+    int mlx = dt >= RP_DT_MLX4, blk = mlx ? 64 : 32; /* activation scale blocks */
+    rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(dt), mlx, aq, ad, as);
+    rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = mlx};
+    rp_qmatmul_kernel kern = mlx ? rp_qx_mlx_decode : rp_qx_gguf_decode;
+    cr_assert(mlx ? rp_qx_decode_fits(&q.t, &a) : rp_qx_gguf_decode_fits(&q.t, &a));
     int mid = (rows / 2) & ~3;
-    rp_qx_mlx_decode(&q.t, 0, mid, &a, n_tok, y);
-    rp_qx_mlx_decode(&q.t, mid, rows, &a, n_tok, y);
+    kern(&q.t, 0, mid, &a, n_tok, y);
+    kern(&q.t, mid, rows, &a, n_tok, y);
     for (int r = 0; r < rows; r++) {
         rp_quant_dequant_row(&q.t, r, wrow);
         for (int t = 0; t < n_tok; t++) {
             const float *xt = x + (long)t * cols;
             double bound = 0, mag = 0;
-            for (int c0 = 0; c0 < cols; c0 += 64) {
+            for (int c0 = 0; c0 < cols; c0 += blk) {
                 float amax = 0, wsum = 0;
-                for (int c = c0; c < c0 + 64; c++) {
+                for (int c = c0; c < c0 + blk; c++) {
                     amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
                     wsum += fabsf(wrow[c]);
                     mag += fabs((double)wrow[c] * xt[c]);
@@ -523,6 +526,9 @@ Test(quant, qx86_mlx_decode_matches_reference)
                     static const int toks[] = {1, 2, 5, 9};
                     check_qx_decode(bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8, rows_[ri],
                                     ri == 3 ? 2048 : 1024, gs, sdts[(ri + ti) % 3], toks[ti]);
+                    if (gs == 64) /* GGUF Q4_0 / Q8_0 */
+                        check_qx_decode(bits == 4 ? RP_DT_Q4_0 : RP_DT_Q8_0, rows_[ri],
+                                        ri == 3 ? 2048 : 512, 0, RP_DT_F32, toks[ti]);
                 }
 }
 

@@ -3,7 +3,8 @@
  * quantized type on AMX-BF16 tiles (a block of weight rows dequantized to bf16 once per call,
  * reused by every token).
  *
- * Decode (rp_qx_mlx_decode; rp_qact activations, run64, MLX4 also even_odd): a 16-block chunk
+ * Decode (rp_qx_mlx_decode; rp_qact activations, run64, MLX4 also even_odd; rp_qx_gguf_decode
+ * for Q4_0 / Q8_0 below, natural runs): a 16-block chunk
  * (1024 columns) of 4 rows at a time. 4-bit: 64 packed bytes = 64-blocks A and B; their low
  * nibbles are A's and B's even elements, the high nibbles the odd ones, so two VPDPBUSD into
  * one int32 accumulator (activations [A even | B even] and [A odd | B odd]) give lanes 0..7 =
@@ -35,6 +36,13 @@
 /* Software prefetch in each weight row, T0, this many bytes ahead of use (measured on
  * DRAM-sized matrices against a next-tile T1 scheme and none: the best of the three) */
 #define QX_PFD(bits) ((bits) == 4 ? 2048 : 1024)
+
+QX_AI float qx_h2f(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
 
 /* n scales (f32, f16 or bf16) from p to f32. */
 QX_AI void qx_widen(rp_dtype sdt, const void *p, long n, float *out)
@@ -264,6 +272,150 @@ void rp_qx_mlx_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, in
     }
 }
 
+/* ---- GGUF Q8_0 / Q4_0 decode (natural 32-runs, one activation scale per run) ------------ *
+ * Two 32-blocks per 512-bit step. Q8_0: s8 weights, so |w| (u8) x (x with w's sign), lanes
+ * 0..7 = block k, 8..15 = block k + 1. Q4_0: 16 bytes of each block side by side, then their
+ * high nibbles: lanes [k 0..15 | k+1 0..15 | k 16..31 | k+1 16..31], the activations gathered
+ * in that order; the -8 offset is -8 d_w (exact f32 sum of the run's x). */
+
+#define QX_MAX_BLOCKS 1024
+
+/* Q8_0 is measured slower here than the 256-bit kernel (quant_kernels.inc.h), so only Q4_0
+ * is dispatched; the Q8_0 path stays tested for later tuning. */
+int rp_qx_gguf_decode_fits(const rp_tensor *w, const rp_qact *a)
+{
+    long cols = (long)w->shape[1];
+    return (w->dtype == RP_DT_Q4_0 || w->dtype == RP_DT_Q8_0) && !a->run64 && cols % 512 == 0 &&
+           cols / 32 <= QX_MAX_BLOCKS;
+}
+
+QX_AI void qx_gg_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, float *y,
+                      const int q8, const int NR, const int NT)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1], nblk = cols / 32;
+    const size_t bb = q8 ? 34 : 18;
+    size_t rb = (size_t)nblk * bb;
+    const uint8_t *wp[4];
+    float dw[4][QX_MAX_BLOCKS];
+    for (int i = 0; i < NR; i++) {
+        wp[i] = (const uint8_t *)w->data + (size_t)(r + i) * rb;
+        for (long k = 0; k < nblk; k++)
+            dw[i][k] = qx_h2f(wp[i] + bb * (size_t)k);
+    }
+    const int8_t *xp[2];
+    const float *dp[2], *sp[2];
+    for (int j = 0; j < NT; j++) {
+        xp[j] = a->q + (long)(t0 + j) * cols;
+        dp[j] = a->d + (long)(t0 + j) * nblk;
+        sp[j] = a->s + (long)(t0 + j) * nblk;
+    }
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15);
+    for (long c = 0; c < nblk / 16; c++) {
+        __m512 sd[4][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < NR; i++) {
+            __m512 d = _mm512_loadu_ps(dw[i] + 16 * c);
+#pragma GCC unroll 2
+            for (int j = 0; j < NT; j++) {
+                sd[i][j] = _mm512_mul_ps(d, _mm512_loadu_ps(dp[j] + 16 * c));
+                if (!q8)
+                    acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(-8.0f)),
+                                                _mm512_loadu_ps(sp[j] + 16 * c), acc[i][j]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            const int k0 = 2 * p, k1 = 2 * p + 1;
+            const __m512i idx = q8 ? _mm512_set_epi32(k1, k1, k1, k1, k1, k1, k1, k1, k0, k0, k0,
+                                                      k0, k0, k0, k0, k0)
+                                   : _mm512_set_epi32(k1, k1, k1, k1, k0, k0, k0, k0, k1, k1, k1,
+                                                      k1, k0, k0, k0, k0);
+            long kb = 16 * c + 2 * p; /* first block of the pair */
+            __m512i xv[2];
+#pragma GCC unroll 2
+            for (int j = 0; j < NT; j++) {
+                const int8_t *x = xp[j] + 32 * kb;
+                if (q8) {
+                    xv[j] = _mm512_loadu_si512(x);
+                } else {
+                    __m256i lo = _mm256_inserti128_si256(
+                        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x)),
+                        _mm_loadu_si128((const __m128i *)(x + 32)), 1);
+                    __m256i hi = _mm256_inserti128_si256(
+                        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(x + 16))),
+                        _mm_loadu_si128((const __m128i *)(x + 48)), 1);
+                    xv[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < NR; i++) {
+                const uint8_t *b = wp[i] + bb * (size_t)kb;
+                _mm_prefetch((const char *)b + 1024, _MM_HINT_T0);
+                __m512i wv;
+                __mmask64 neg = 0;
+                if (q8) {
+                    __m512i v = _mm512_inserti64x4(
+                        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b + 2))),
+                        _mm256_loadu_si256((const __m256i *)(b + 34 + 2)), 1);
+                    neg = _mm512_movepi8_mask(v);
+                    wv = _mm512_abs_epi8(v);
+                } else {
+                    __m256i v = _mm256_inserti128_si256(
+                        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b + 2))),
+                        _mm_loadu_si128((const __m128i *)(b + 18 + 2)), 1);
+                    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v),
+                                                   _mm256_srli_epi16(v, 4), 1);
+                    wv = _mm512_and_si512(z, low4);
+                }
+#pragma GCC unroll 2
+                for (int j = 0; j < NT; j++) {
+                    __m512i xs = q8 ? _mm512_mask_sub_epi8(xv[j], neg, _mm512_setzero_si512(), xv[j])
+                                    : xv[j];
+                    __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xs);
+                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                                _mm512_permutexvar_ps(idx, sd[i][j]), acc[i][j]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NT; j++)
+            y[(long)(t0 + j) * rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+QX_AI void qx_gg_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n_tok,
+                        float *y, const int q8)
+{
+    for (long r = r0; r < r1; r += 4) {
+        int nr = r1 - r >= 4 ? 4 : (int)(r1 - r);
+        for (int t = 0; t < n_tok; t += 2) {
+            int nt = n_tok - t >= 2 ? 2 : 1;
+            if (nr == 4 && nt == 2)
+                qx_gg_tile(w, r, a, t, y, q8, 4, 2);
+            else if (nr == 4)
+                qx_gg_tile(w, r, a, t, y, q8, 4, 1);
+            else
+                for (int i = 0; i < nr; i++)
+                    for (int j = 0; j < nt; j++)
+                        qx_gg_tile(w, r + i, a, t + j, y, q8, 1, 1);
+        }
+    }
+}
+
+void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n_tok,
+                       float *y)
+{
+    if (w->dtype == RP_DT_Q8_0)
+        qx_gg_decode(w, r0, r1, a, n_tok, y, 1);
+    else
+        qx_gg_decode(w, r0, r1, a, n_tok, y, 0);
+}
+
 /* ---- prefill: dequantize to bf16, AMX-BF16 tiles --------------------------------------- */
 
 int rp_qx_prefill_fits(const rp_tensor *w, int n_tok)
@@ -338,12 +490,6 @@ QX_AI __m512i qx_lut16(float s, float b)
     return _mm512_castsi256_si512((__m256i)h);
 }
 
-QX_AI float qx_h2f(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
 
 /* Row `row` of w into cols bf16 (the reference's f32 value, rounded to nearest even). f32
  * scratch: cols floats, for the types without a vector path. */
