@@ -22,6 +22,7 @@
 #include "backend/backend_impl.h"
 #include "backend/quant.h"
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -29,6 +30,9 @@
 #include "base/status.h"
 #include "base/half.h"
 #include "base/threadpool.h"
+#if defined(__x86_64__)
+#include "backend/cpu/x86/kernels_qx86.h"
+#endif
 
 /* Below this many tokens a matmul stays on the AVX-512 kernels (AMX pads tokens to 16). */
 #define RP_AMX_MIN_TOKENS 8
@@ -50,6 +54,11 @@ typedef struct cpu_backend {
     int amx;         /* AMX tiles usable (prefill of bf16 and MLX weights) */
     uint16_t *amx_x; /* packed activations for the tiles */
     size_t amx_cap;
+    int qx_dec, qx_amx;  /* kernels_qx86.c: MLX VNNI decode, quantized prefill on AMX-BF16 */
+    uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
+    size_t qx_cap;
+    void **qx_rowbuf;    /* per thread, qx_rowcap bytes: dequantized weight rows */
+    size_t qx_rowcap;
 } cpu_backend;
 
 #define CPU(bk) ((cpu_backend *)(bk))
@@ -67,6 +76,11 @@ static void cpu_destroy(rp_backend *bk)
     rp_free_aligned(b->act_q);
     rp_free_aligned(b->act_ds);
     rp_free_aligned(b->amx_x);
+    rp_free_aligned(b->qx_x);
+    if (b->qx_rowbuf)
+        for (int i = 0; i < b->n_threads; i++)
+            rp_free_aligned(b->qx_rowbuf[i]);
+    rp_free(b->qx_rowbuf);
     rp_pool_free(b->pool);
     rp_free(b);
 }
@@ -96,6 +110,13 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         rp_cpu_kernels_avx512(&b->k);
     if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !b->ref)
         b->amx = rp_amx_enable();
+    {
+        /* RAPID_CPU_QX=0: the previous quantized kernels (a benchmarking knob) */
+        const char *qx = getenv("RAPID_CPU_QX");
+        int on = !ref_kernels && !(qx && qx[0] == '0');
+        b->qx_dec = on && rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
+        b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
+    }
 #endif
     snprintf(b->base.desc, sizeof b->base.desc, "cpu %s%s, %d thread%s",
              b->ref ? "reference" : b->k.isa, b->amx ? (b->exact ? "+amx exact" : "+amx") : "",
@@ -147,6 +168,8 @@ typedef struct matmul_job {
     const uint16_t *amx_x; /* set: AMX bf16 path */
     int amx_parts;         /* bf16 numbers per activation in amx_x (1 or 3) */
     const rp_amx_qact *amx_q; /* set: AMX int8 path (MLX) */
+    const uint16_t *qx_x;     /* set: quantized prefill on AMX-BF16 (kernels_qx86.c) */
+    void **qx_rowbuf;
 } matmul_job;
 
 /* rows [r0, r1) of matrix m */
@@ -155,6 +178,10 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1)
     const rp_tensor *w = j->ws[m];
     float *y = j->ys[m];
 #if defined(__x86_64__)
+    if (j->qx_x) {
+        rp_qx_prefill(j->w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[i], j->y);
+        return;
+    }
     if (j->amx_x) {
         long r = rp_amx_matmul_bf16(w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, y);
         if (r < r1)
@@ -248,6 +275,36 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
     long cols = (long)w->shape[1];
     if (qk && !rp_qmatmul_fits(w->dtype, cols))
         qk = NULL;
+#if defined(__x86_64__)
+    /* quantized prefill: weight rows dequantized to bf16 once per call, all tokens on tiles */
+    if (b->qx_amx && rp_qx_prefill_fits(w, n_tok) &&
+        (long)w->shape[0] * w->shape[1] * n_tok >= 32768) {
+        size_t need = rp_qx_pack_bytes(n_tok, cols), rowb = rp_qx_rowbuf_bytes(cols);
+        if (need > b->qx_cap) {
+            rp_free_aligned(b->qx_x);
+            b->qx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
+            RP_ASSERT(b->qx_x); /* n_tok x cols x 2 bytes: a few MB */
+            b->qx_cap = need;
+        }
+        if (!b->qx_rowbuf) {
+            b->qx_rowbuf = rp_calloc((size_t)b->n_threads, sizeof(void *));
+            RP_ASSERT(b->qx_rowbuf);
+        }
+        if (rowb > b->qx_rowcap) {
+            for (int i = 0; i < b->n_threads; i++) {
+                rp_free_aligned(b->qx_rowbuf[i]);
+                b->qx_rowbuf[i] = rp_alloc_aligned(rowb, RP_TAG_MODEL);
+                RP_ASSERT(b->qx_rowbuf[i]); /* 32 rows of bf16: at most a few MB */
+            }
+            b->qx_rowcap = rowb;
+        }
+        rp_qx_pack_bf16(x, n_tok, cols, b->qx_x);
+        matmul_job jq = {.w = w, .x = x, .n_tok = n_tok, .y = y, .kernel = k,
+                         .qx_x = b->qx_x, .qx_rowbuf = b->qx_rowbuf};
+        rp_pool_run(b->pool, matmul_part, &jq);
+        return;
+    }
+#endif
     rp_qact xq = {0};
     if (qk) {
         long need = (long)n_tok * cols;
@@ -263,6 +320,12 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, b->act_q,
                      b->act_ds, b->act_ds + need / 32);
         xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
+#if defined(__x86_64__)
+        if (b->qx_dec && rp_qx_decode_fits(w, &xq))
+            qk = rp_qx_mlx_decode;
+        else if (b->qx_dec && w->dtype == RP_DT_Q4_0 && rp_qx_gguf_decode_fits(w, &xq))
+            qk = rp_qx_gguf_decode;
+#endif
     }
     matmul_job j = {.n_w = n, .x = x, .xq = &xq, .n_tok = n_tok, .kernel = k, .qkernel = qk};
     long all_rows = 0;

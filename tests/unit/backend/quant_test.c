@@ -9,12 +9,20 @@
  *    run k, (max|x_k| / 254) * sum |w| over the run, plus 1e-5 relative of sum |w x| for f32
  *    summation order. The scalar table: 1e-5 relative.
  * 4. rp_op_matmul through a 2-thread backend (activation buffer, fan-out) against --ref.
+ * 7. kernels_qx86.c: the 512-bit MLX, Q4_0 and Q8_0 decode kernels (same int8 bound as 3.,
+ *    activation scales per 64-block for MLX, per 32-run for GGUF) and the AMX-BF16
+ *    prefill of every quantized type. Prefill tolerance: w and x are each rounded to bf16
+ *    (relative error <= 2^-9), so each product is off by at most (2^-8 + 2^-18) |w x|:
+ *    bound = 1.01 * 2^-8 * sum |w x|, plus 1e-5 of it for f32 summation order.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#if defined(__x86_64__)
+#include "backend/cpu/x86/kernels_qx86.h"
+#endif
 #include "backend/quant.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
@@ -447,3 +455,140 @@ Test(quant, mlx_prefill_matches_reference)
         }
     rp_backend_free(fast);
 }
+
+/* ---- 7. kernels_qx86.c ------------------------------------------------------------------ */
+
+#if defined(__x86_64__)
+static void check_qx_decode(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, int n_tok)
+{
+    qw q = make_qw(dt, rows, cols, gs, sdt, 0.0f);
+    float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+    float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
+    for (int i = 0; i < n_tok * cols; i++)
+        x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+    rp_ref_matmul(&q.t, 0, rows, x, n_tok, yr);
+    long nrun = cols / 32;
+    int8_t *aq = rp_alloc((size_t)n_tok * cols);
+    float *ad = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
+    float *as = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
+    int mlx = dt >= RP_DT_MLX4, blk = mlx ? 64 : 32; /* activation scale blocks */
+    rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(dt), mlx, aq, ad, as);
+    rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = mlx};
+    rp_qmatmul_kernel kern = mlx ? rp_qx_mlx_decode : rp_qx_gguf_decode;
+    cr_assert(mlx ? rp_qx_decode_fits(&q.t, &a) : rp_qx_gguf_decode_fits(&q.t, &a));
+    int mid = (rows / 2) & ~3;
+    kern(&q.t, 0, mid, &a, n_tok, y);
+    kern(&q.t, mid, rows, &a, n_tok, y);
+    for (int r = 0; r < rows; r++) {
+        rp_quant_dequant_row(&q.t, r, wrow);
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + (long)t * cols;
+            double bound = 0, mag = 0;
+            for (int c0 = 0; c0 < cols; c0 += blk) {
+                float amax = 0, wsum = 0;
+                for (int c = c0; c < c0 + blk; c++) {
+                    amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
+                    wsum += fabsf(wrow[c]);
+                    mag += fabs((double)wrow[c] * xt[c]);
+                }
+                bound += (double)amax / 254.0 * wsum;
+            }
+            float got = y[(long)t * rows + r], want = yr[(long)t * rows + r];
+            cr_assert(fabs((double)got - want) <= bound * 1.001 + 1e-5 * mag + 1e-6,
+                      "qx decode %s %dx%d gs %d n_tok %d row %d: %g vs %g (bound %g)",
+                      rp_dtype_name(dt), rows, cols, gs, n_tok, r, got, want, bound);
+        }
+    }
+    free_qw(&q);
+    rp_free(aq);
+    rp_free(ad);
+    rp_free(as);
+    rp_free(x);
+    rp_free(y);
+    rp_free(yr);
+    rp_free(wrow);
+}
+
+Test(quant, qx86_mlx_decode_matches_reference)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
+        cr_log_warn("no AVX-512 VNNI on this CPU: the qx86 decode kernel is not checked");
+        return;
+    }
+    static const int rows_[] = {1, 5, 13, 36};
+    static const rp_dtype sdts[] = {RP_DT_BF16, RP_DT_F16, RP_DT_F32};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int gs = 64; gs <= 128; gs *= 2)
+            for (int ri = 0; ri < 4; ri++)
+                for (int ti = 0; ti < 4; ti++) { /* 2-token tiles, groups of 8 tokens */
+                    static const int toks[] = {1, 2, 5, 9};
+                    check_qx_decode(bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8, rows_[ri],
+                                    ri == 3 ? 2048 : 1024, gs, sdts[(ri + ti) % 3], toks[ti]);
+                    if (gs == 64) /* GGUF Q4_0 / Q8_0 */
+                        check_qx_decode(bits == 4 ? RP_DT_Q4_0 : RP_DT_Q8_0, rows_[ri],
+                                        ri == 3 ? 2048 : 512, 0, RP_DT_F32, toks[ti]);
+                }
+}
+
+static void check_qx_prefill(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, int n_tok)
+{
+    qw q = make_qw(dt, rows, cols, gs, sdt, dt == RP_DT_Q4_1 ? 0.5f : 0.0f);
+    float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+    float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
+    for (int i = 0; i < n_tok * cols; i++)
+        x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+    rp_ref_matmul(&q.t, 0, rows, x, n_tok, yr);
+    cr_assert(rp_qx_prefill_fits(&q.t, n_tok));
+    uint16_t *xb = rp_alloc_aligned(rp_qx_pack_bytes(n_tok, cols), RP_TAG_MISC);
+    void *rowbuf = rp_alloc_aligned(rp_qx_rowbuf_bytes(cols), RP_TAG_MISC);
+    rp_qx_pack_bf16(x, n_tok, cols, xb);
+    int mid = (rows / 2) & ~15;
+    rp_qx_prefill(&q.t, 0, mid, xb, n_tok, rowbuf, y);
+    rp_qx_prefill(&q.t, mid, rows, xb, n_tok, rowbuf, y);
+    for (int r = 0; r < rows; r++) {
+        rp_quant_dequant_row(&q.t, r, wrow);
+        for (int t = 0; t < n_tok; t++) {
+            double mag = 0;
+            for (int c = 0; c < cols; c++)
+                mag += fabs((double)wrow[c] * x[(long)t * cols + c]);
+            float got = y[(long)t * rows + r], want = yr[(long)t * rows + r];
+            cr_assert(fabs((double)got - want) <= 1.01 * 0x1p-8 * mag + 1e-5 * mag + 1e-6,
+                      "qx prefill %s %dx%d gs %d n_tok %d row %d: %g vs %g (mag %g)",
+                      rp_dtype_name(dt), rows, cols, gs, n_tok, r, got, want, mag);
+        }
+    }
+    rp_free_aligned(xb);
+    rp_free_aligned(rowbuf);
+    free_qw(&q);
+    rp_free(x);
+    rp_free(y);
+    rp_free(yr);
+    rp_free(wrow);
+}
+
+Test(quant, qx86_prefill_every_type_matches_reference)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && rp_cpu()->has_avx512_bf16 &&
+          rp_amx_enable())) {
+        cr_log_warn("no AMX-BF16 on this CPU: the qx86 prefill kernel is not checked");
+        return;
+    }
+    static const int shapes[][2] = {{17, 8}, {64, 16}, {100, 37}};
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+        rp_dtype dt = k_types[ti];
+        for (int s = 0; s < 3; s++) {
+            if (dt >= RP_DT_MLX4) {
+                static const int gss[] = {32, 64, 128};
+                static const rp_dtype sdts[] = {RP_DT_BF16, RP_DT_F16, RP_DT_F32};
+                check_qx_prefill(dt, shapes[s][0], 512, gss[s], sdts[s], shapes[s][1]);
+            } else {
+                check_qx_prefill(dt, shapes[s][0], 512, 0, RP_DT_F32, shapes[s][1]);
+            }
+        }
+    }
+}
+#endif
