@@ -107,6 +107,8 @@ static void request_free(request *r)
     rp_free(r);
 }
 
+static void pool_stats(rp_engine *e);
+
 static void finish(request *r, rp_finish why, int32_t stop_token, int n_gen, int64_t t_first,
                    const rp_err *err)
 {
@@ -138,22 +140,26 @@ static int is_stop(const rp_engine *e, const request *r, int32_t tok)
     return 0;
 }
 
-/* Ends the slot's request and frees the slot (its cache and ids stay for prefix reuse). */
+/* Ends the slot's request and frees the slot: its blocks go back to the pool (full ones stay
+ * in the prefix cache) before the DONE event, so a caller woken by it sees the stats after. */
 static void slot_finish(rp_engine *e, slot *sl, rp_finish why, int32_t stop_tok, const rp_err *err)
 {
     request *r = sl->req;
-    finish(r, why, stop_tok, sl->n_gen, sl->t_first, err);
+    int n_gen = sl->n_gen;
+    int64_t t_first = sl->t_first;
     rp_sampler_free(sl->sampler);
     sl->sampler = NULL;
     sl->phase = SLOT_FREE;
     sl->last_used = ++e->clock;
-    rp_kv_truncate(sl->kv, 0); /* full blocks stay in the prefix cache */
+    rp_kv_truncate(sl->kv, 0);
     pthread_mutex_lock(&e->mu);
     sl->req = NULL; /* under mu: rp_engine_cancel reads it */
     e->stats.n_running--;
     e->stats.n_requests++;
-    e->stats.n_generated += sl->n_gen;
+    e->stats.n_generated += n_gen;
+    pool_stats(e);
     pthread_mutex_unlock(&e->mu);
+    finish(r, why, stop_tok, n_gen, t_first, err);
     request_free(r);
 }
 
@@ -289,7 +295,7 @@ static int build_batch(rp_engine *e, int *n_rows)
         int chunk = left < e->cfg.prefill_chunk ? left : e->cfg.prefill_chunk;
         chunk = chunk < max - n ? chunk : max - n;
         int end = (done + chunk) / RP_KV_BLOCK_TOKENS * RP_KV_BLOCK_TOKENS;
-        if (rp_model_recurrent(e->model) && chunk < left && end > done)
+        if (rp_model_recurrent(e->model) && end > done && end < done + chunk)
             chunk = end - done; /* end on a block boundary: its state snapshot is cached */
         for (int k = 0; k < chunk; k++)
             push(e, &n, next, next->req->prompt[done + k], done + k == next->req->n_prompt - 1);
