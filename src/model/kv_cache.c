@@ -276,6 +276,7 @@ rp_status rp_kv_new_in(rp_kv_pool *pool, int max_tokens, rp_kv **out, rp_err *er
     kv->max_blocks = (kv->cap + BT - 1) / BT;
     kv->blocks = rp_alloc(sizeof(int32_t) * (size_t)kv->max_blocks);
     kv->ids = rp_alloc(sizeof(int32_t) * (size_t)kv->cap);
+    kv->idx_prev = -1;
     rp_status rc = !kv->blocks || !kv->ids ? rp_err_set(err, RP_ERR_NOMEM, "out of memory")
                                             : m->arch->kv_init(m, kv, err);
     if (rc) {
@@ -322,6 +323,8 @@ void rp_kv_free(rp_kv *kv)
 int rp_kv_len(const rp_kv *kv) { return kv->len; }
 int rp_kv_capacity(const rp_kv *kv) { return kv->cap; }
 
+static void set_idx_prev(rp_kv *kv);
+
 void rp_kv_truncate(rp_kv *kv, int n)
 {
     if (n >= 0 && n < kv->len)
@@ -329,8 +332,10 @@ void rp_kv_truncate(rp_kv *kv, int n)
     int keep = (kv->len + BT - 1) / BT;
     while (kv->n_blocks > keep) /* last first: a sequence's leaves come first in the LRU */
         block_unref(kv->pool, kv->blocks[--kv->n_blocks]);
-    if (kv->n_indexed > kv->len / BT)
+    if (kv->n_indexed > kv->len / BT) {
         kv->n_indexed = kv->len / BT;
+        set_idx_prev(kv);
+    }
     if (n == 0 && kv->rec_n) { /* the state at the start of a sequence is all zeros */
         memset(kv->rec, 0, kv->rec_n * sizeof(float));
         kv->rec_pos = 0;
@@ -390,6 +395,14 @@ rp_status rp_kv_prepare(rp_kv *kv, const int32_t *ids, int n, rp_err *err)
     return RP_OK;
 }
 
+/* Where the index chain of kv stands after n_indexed blocks (its last block, if indexed). */
+static void set_idx_prev(rp_kv *kv)
+{
+    int b = kv->n_indexed > 0 ? kv->blocks[kv->n_indexed - 1] : -1;
+    kv->idx_prev = b >= 0 && kv->pool->cached[b] ? b : -1;
+    kv->idx_prev_gen = kv->idx_prev >= 0 ? kv->pool->gen[b] : 0;
+}
+
 void rp_kv_indexed(rp_kv *kv)
 {
     rp_kv_pool *p = kv->pool;
@@ -397,21 +410,27 @@ void rp_kv_indexed(rp_kv *kv)
         return;
     int full = kv->len / BT;
     while (kv->n_indexed < full) {
-        int i = kv->n_indexed, b = kv->blocks[i], parent = i ? kv->blocks[i - 1] : -1;
+        int i = kv->n_indexed, b = kv->blocks[i], parent = kv->idx_prev;
+        if (i > 0 && (parent < 0 || !p->cached[parent] || p->gen[parent] != kv->idx_prev_gen))
+            return; /* the chain above this block is gone from the index */
+        int canon = b;
         if (!p->cached[b]) {
-            if (parent >= 0 && !p->cached[parent])
-                return; /* its parent lost a race to an identical block: stays private */
             const int32_t *toks = kv->ids + (size_t)i * BT;
             uint64_t h = chain_hash(parent >= 0 ? p->hash[parent] : ROOT_SEED, toks);
-            if (index_find(p, h, parent, toks) >= 0)
-                return; /* another sequence indexed the same block first */
-            index_insert(p, b, h, parent, toks);
-            if (kv->rec_n && (i + 1) * BT == kv->len && kv->rec_pos == kv->len) {
-                rp_err e;
-                if (rp_kv_snapshot(kv, &p->snap[b], &e)) /* out of memory: just no snapshot */
-                    p->snap[b] = NULL;
+            int twin = index_find(p, h, parent, toks);
+            if (twin >= 0) {
+                canon = twin; /* same tokens, same prefix: ours stays private, the chain goes on */
+            } else {
+                index_insert(p, b, h, parent, toks);
+                if (kv->rec_n && (i + 1) * BT == kv->len && kv->rec_pos == kv->len) {
+                    rp_err e;
+                    if (rp_kv_snapshot(kv, &p->snap[b], &e)) /* out of memory: no snapshot */
+                        p->snap[b] = NULL;
+                }
             }
         }
+        kv->idx_prev = canon;
+        kv->idx_prev_gen = p->gen[canon];
         kv->n_indexed++;
     }
 }
@@ -439,6 +458,7 @@ int rp_kv_attach_prefix(rp_kv *kv, const int32_t *ids, int n)
     while (kv->n_blocks > best)
         block_unref(p, kv->blocks[--kv->n_blocks]);
     kv->n_indexed = best;
+    set_idx_prev(kv);
     if (best == 0)
         return 0;
     memcpy(kv->ids, ids, sizeof(int32_t) * (size_t)best * BT);

@@ -247,6 +247,9 @@ static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
         if (b->ids[i] < 0 || b->ids[i] >= m->info.vocab_size)
             return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
                               b->ids[i], m->info.vocab_size);
+        if (b->kv[i]->pool != b->kv[0]->pool)
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "the sequences of a batch must share one KV pool (rp_kv_new_in)");
         int j = i; /* start of this token's run */
         while (j > 0 && b->kv[j - 1] == b->kv[i])
             j--;

@@ -56,6 +56,9 @@ struct rp_kv {
     int n_blocks, max_blocks;
     int32_t *ids;  /* [cap] token at each position (the prefix index keys) */
     int n_indexed; /* leading full blocks already in (or checked against) the index */
+    int idx_prev;  /* the indexed block standing for position block n_indexed - 1 (-1: none):
+                    * ours, or the cached twin our private copy duplicates */
+    uint32_t idx_prev_gen;
     void *state;   /* the recipe's cache */
     /* Hybrids: the recurrent state as one flat block the recipe owns (set in kv_init;
      * rec_n == 0 otherwise), describing the sequence at position rec_pos (model.c keeps
