@@ -362,6 +362,7 @@ Test(engine, prefix_hits_batched_equal_alone)
     rp_engine *e;
     rp_engine_config cfg = {.max_context = 128, .max_num_seqs = 16, .prefill_chunk = 7};
     cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    int64_t kv_bytes = rp_alloc_live_bytes(RP_TAG_KV); /* the pool: allocated once */
     job *jobs = rp_calloc(17, sizeof *jobs);
     jobs[0].n_prompt = 40; /* the shared prefix alone first: its blocks get cached */
     conv_tokens(jobs[0].prompt, 40, 1, 0);
@@ -382,6 +383,8 @@ Test(engine, prefix_hits_batched_equal_alone)
     cr_assert_eq(st.kv_blocks_used, 0, "every block returned");
     cr_assert_geq(st.kv_blocks_cached, 2);
     cr_assert_eq(st.kv_block_tokens, RP_KV_BLOCK_TOKENS);
+    cr_assert_eq(rp_alloc_live_bytes(RP_TAG_KV), kv_bytes, "KV memory changed per request");
+    cr_assert_eq(st.kv_bytes, kv_bytes);
     rp_engine_free(e);
     check_against_alone(jobs, 17);
     rp_free(jobs);
