@@ -129,6 +129,8 @@ long rp_amx_matmul_mlx(const rp_tensor *w, long r0, long r1, const rp_amx_qact *
  * floats with 16 lanes of partial sums combined in a fixed order, and y += a x. */
 float rp_attn_dot_avx512(const float *a, const float *b, int n);
 void rp_attn_axpy_avx512(float *y, float a, const float *x, int n);
+/* rp_kv_row_load, vectorised (bit-identical results). */
+void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out);
 
 /* Plain-C references (src/backend/cpu/ref_ops.c): obvious loops, never optimised. */
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y);

@@ -45,6 +45,7 @@ typedef struct cpu_backend {
     rp_kv_layout kv; /* the step's KV pool */
     float (*dot)(const float *a, const float *b, int n);           /* attention kernels */
     void (*axpy)(float *y, float a, const float *x, int n);
+    void (*load_row)(rp_kv_dtype dt, const void *src, int hd, float *out);
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
@@ -94,10 +95,12 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     rp_cpu_kernels_scalar(&b->k);
     b->dot = dot_portable;
     b->axpy = axpy_portable;
+    b->load_row = rp_kv_row_load;
 #if defined(__x86_64__)
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
         b->dot = rp_attn_dot_avx512;
         b->axpy = rp_attn_axpy_avx512;
+        b->load_row = rp_attn_load_row_avx512;
     }
     if (rp_cpu()->isa >= RP_ISA_AVX2)
         rp_cpu_kernels_avx2(&b->k);
@@ -685,11 +688,12 @@ static void cpu_kv_store(rp_backend *bk, int layer, const float *k, const float 
 }
 
 /* A row in f32: the stored row itself for F32, else decoded into buf. */
-static const float *row_f32(const rp_kv_layout *L, const void *src, float *buf)
+static const float *row_f32(const cpu_backend *b, const rp_kv_layout *L, const void *src,
+                            float *buf)
 {
     if (L->dtype == RP_KV_F32)
         return src;
-    rp_kv_row_load(L->dtype, src, L->head_dim, buf);
+    b->load_row(L->dtype, src, L->head_dim, buf);
     return buf;
 }
 
@@ -713,7 +717,7 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
     const float *q = a->q + ((size_t)r * a->n_heads + (size_t)kvh * G) * d;
     float *sc = scratch, *acc = sc + (size_t)G * n, *kbuf = acc + (size_t)G * d, *vbuf = kbuf + d;
     for (int j = 0; j < n; j++) {
-        const float *k = row_f32(L, rp_kv_row_at(L, sq->blocks, layer, 0, j0 + j, kvh), kbuf);
+        const float *k = row_f32(b, L, rp_kv_row_at(L, sq->blocks, layer, 0, j0 + j, kvh), kbuf);
         for (int g = 0; g < G; g++)
             sc[(size_t)g * n + j] = b->dot(q + (size_t)g * d, k, d) * a->scale;
     }
@@ -734,7 +738,7 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
     }
     memset(acc, 0, sizeof(float) * (size_t)G * d);
     for (int j = 0; j < n; j++) {
-        const float *v = row_f32(L, rp_kv_row_at(L, sq->blocks, layer, 1, j0 + j, kvh), vbuf);
+        const float *v = row_f32(b, L, rp_kv_row_at(L, sq->blocks, layer, 1, j0 + j, kvh), vbuf);
         for (int g = 0; g < G; g++)
             b->axpy(acc + (size_t)g * d, sc[(size_t)g * n + j], v, d);
     }

@@ -12,7 +12,9 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/backend_impl.h"
 #include "base/alloc.h"
+#include "base/cpu.h"
 
 static float frand(unsigned *s)
 {
@@ -226,4 +228,27 @@ Test(paged_attention, copy_block_copies_every_byte)
     cr_assert_eq(memcmp(p + 3 * L.block_bytes, p + 1 * L.block_bytes, L.block_bytes), 0);
     rp_free_aligned(L.base);
     rp_backend_free(be);
+}
+
+Test(kv_rows, avx512_decoder_is_bit_identical)
+{
+    if (rp_cpu()->isa < RP_ISA_AVX512) {
+        cr_log_warn("no AVX-512 on this CPU: the vector row decoder is not checked");
+        return;
+    }
+    unsigned seed = 5;
+    float x[128], a[128], b[128];
+    unsigned char buf[1024];
+    for (int dt = 0; dt < RP_KV_DTYPE_COUNT; dt++)
+        for (int hd = 16; hd <= 128; hd += 16) {
+            if (!rp_kv_row_bytes((rp_kv_dtype)dt, hd))
+                continue;
+            for (int i = 0; i < hd; i++)
+                x[i] = 3.0f * frand(&seed);
+            rp_kv_row_store((rp_kv_dtype)dt, x, hd, buf);
+            rp_kv_row_load((rp_kv_dtype)dt, buf, hd, a);
+            rp_attn_load_row_avx512((rp_kv_dtype)dt, buf, hd, b);
+            cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)hd), 0, "%s head_dim %d",
+                         rp_kv_dtype_name((rp_kv_dtype)dt), hd);
+        }
 }
