@@ -146,9 +146,25 @@ void rp_op_gather_rows(rp_backend *b, float *dst, const float *src, const int32_
     b->vt->gather_rows(b, dst, src, rows, n, dim);
 }
 
-void rp_op_step_begin(rp_backend *b, const rp_step_seq *seqs, int n_seqs)
+void rp_op_step_begin(rp_backend *b, const rp_kv_layout *kv, const rp_step_seq *seqs,
+                      int n_seqs)
 {
-    b->vt->step_begin(b, seqs, n_seqs);
+    b->vt->step_begin(b, kv, seqs, n_seqs);
+}
+
+void rp_op_kv_copy_block(rp_backend *b, const rp_kv_layout *kv, int dst, int src)
+{
+    RP_ASSERT(kv->block_bytes % sizeof(float) == 0 && dst != src);
+    int32_t row = 0;
+    char *base = kv->base;
+    b->vt->gather_rows(b, (float *)(void *)(base + (size_t)dst * kv->block_bytes),
+                       (const float *)(void *)(base + (size_t)src * kv->block_bytes), &row, 1,
+                       (int)(kv->block_bytes / sizeof(float)));
+}
+
+int rp_backend_kv_dtype_ok(const rp_backend *b, rp_kv_dtype dt)
+{
+    return !b->is_cuda || dt == RP_KV_F32;
 }
 
 void rp_op_kv_store(rp_backend *b, int layer, const float *k, const float *v, int kv_dim)

@@ -176,23 +176,77 @@ typedef struct rp_delta_args {
 } rp_delta_args;
 void rp_op_gated_delta(rp_backend *b, const rp_delta_args *a);
 
+/* ---- paged KV cache storage ------------------------------------------------------------ */
+
+/* How K and V rows are stored. A row is one token's one KV head (head_dim elements):
+ *   F32, BF16, F16: head_dim elements of that type;
+ *   INT8: head_dim int8 q then one f32 scale d, x ~= d * q, d = max |x| / 127 (symmetric,
+ *         round to nearest): the error per element is at most d / 2;
+ *   INT4: head_dim / 2 bytes (element 2i in the low nibble, 2i + 1 high, stored q + 8,
+ *         q in [-7, 7]) then one f32 scale d = max |x| / 7; the error is at most d / 2.
+ * The group of a scale is therefore one head of one token. Row sizes are multiples of 4
+ * bytes (INT4 needs head_dim % 8 == 0). */
+typedef enum rp_kv_dtype {
+    RP_KV_F32 = 0,
+    RP_KV_BF16,
+    RP_KV_F16,
+    RP_KV_INT8,
+    RP_KV_INT4,
+    RP_KV_DTYPE_COUNT
+} rp_kv_dtype;
+
+const char *rp_kv_dtype_name(rp_kv_dtype dt);
+/* "f32", "bf16", "f16", "int8", "int4" -> 0; -1 for anything else. */
+int rp_kv_dtype_parse(const char *s, rp_kv_dtype *out);
+/* Bytes of one stored row (0 when head_dim does not suit the type). */
+size_t rp_kv_row_bytes(rp_kv_dtype dt, int head_dim);
+/* Encodes / decodes one row (the one codec every backend and the reference use). */
+void rp_kv_row_store(rp_kv_dtype dt, const float *x, int head_dim, void *dst);
+void rp_kv_row_load(rp_kv_dtype dt, const void *src, int head_dim, float *out);
+
+/* A pool of KV blocks in one backend buffer. Block b starts at base + b * block_bytes; in it,
+ * cache layer l (0 .. n_layers-1: the model's layers that have attention) holds K then V,
+ * each half_bytes = block_tokens * n_kv_heads * row_bytes: the row of position p (p % block_tokens
+ * within the block), head h is at (p % block_tokens) * n_kv_heads + h rows from the half's
+ * start. A sequence's position p lives in block table[p / block_tokens]. */
+typedef struct rp_kv_layout {
+    void *base;
+    rp_kv_dtype dtype;
+    int block_tokens;
+    int n_layers;
+    int n_kv_heads, head_dim;
+    size_t row_bytes, half_bytes, block_bytes;
+} rp_kv_layout;
+
+/* Address of the K (v = 0) or V (v = 1) row of (layer, position, head) of a sequence. */
+static inline void *rp_kv_row_at(const rp_kv_layout *L, const int32_t *table, int layer, int v,
+                                 int pos, int head)
+{
+    size_t b = (size_t)table[pos / L->block_tokens];
+    return (char *)L->base + b * L->block_bytes + (size_t)(2 * layer + v) * L->half_bytes +
+           ((size_t)(pos % L->block_tokens) * (size_t)L->n_kv_heads + (size_t)head) * L->row_bytes;
+}
+
 /* ---- step ops: the recipe's whole batch at once ----------------------------------------- */
 
 /* One sequence of a forward step: its tokens are rows t0 .. t0+n_tok-1 of the activations,
- * at positions pos0 ..; its cache holds [n_layers][cap][kv_dim] floats for k and for v
- * (backend buffers). */
+ * at positions pos0 ..; its cache is the blocks of its block table (host memory, covering
+ * positions 0 .. pos0 + n_tok - 1) in the step's pool. */
 typedef struct rp_step_seq {
-    float *k, *v;
-    int cap;
+    const int32_t *blocks;
+    int n_blocks;
     int t0, n_tok, pos0;
 } rp_step_seq;
 
-/* Declares the layout of the next ops' step (copied). */
-void rp_op_step_begin(rp_backend *b, const rp_step_seq *seqs, int n_seqs);
-/* Stores rows k, v [n_tok][kv_dim] at each token's position in layer `layer` of its cache. */
+/* Declares the layout of the next ops' step (kv and seqs are copied; the block tables are
+ * borrowed until the step's last op). */
+void rp_op_step_begin(rp_backend *b, const rp_kv_layout *kv, const rp_step_seq *seqs,
+                      int n_seqs);
+/* Stores rows k, v [n_tok][kv_dim] at each token's position in cache layer `layer`. */
 void rp_op_kv_store(rp_backend *b, int layer, const float *k, const float *v, int kv_dim);
-/* rp_op_attention for every sequence of the step over layer `layer` of its cache; q and out
- * are [n_tok][n_heads][head_dim] for the whole step. */
+/* rp_op_attention for every sequence of the step over cache layer `layer`, reading the
+ * blocks in their stored type; q and out are [n_tok][n_heads][head_dim] for the whole step.
+ * sinks as in rp_attn_args (NULL: none). */
 typedef struct rp_step_attn {
     const float *q;
     float *out;
@@ -201,8 +255,13 @@ typedef struct rp_step_attn {
     int head_dim;
     float scale;
     int window;
+    const float *sinks;
 } rp_step_attn;
 void rp_op_attention_step(rp_backend *b, int layer, const rp_step_attn *a);
+/* Copies pool block src to block dst (copy on write of a shared block). */
+void rp_op_kv_copy_block(rp_backend *b, const rp_kv_layout *kv, int dst, int src);
+/* Whether the backend's step ops take this storage type (CUDA: F32 only). */
+int rp_backend_kv_dtype_ok(const rp_backend *b, rp_kv_dtype dt);
 
 /* x[t] = row ids[t] of the 2-D table, as f32 (ids on the host). */
 void rp_op_embed(rp_backend *b, const rp_tensor *table, const int32_t *ids, int n, float *x);

@@ -32,7 +32,8 @@ typedef struct rp_backend_vt {
     void (*embed)(rp_backend *b, const rp_tensor *table, const int32_t *ids, int n, float *x);
     void (*gather_rows)(rp_backend *b, float *dst, const float *src, const int32_t *rows, int n,
                         int dim);
-    void (*step_begin)(rp_backend *b, const rp_step_seq *seqs, int n_seqs);
+    void (*step_begin)(rp_backend *b, const rp_kv_layout *kv, const rp_step_seq *seqs,
+                       int n_seqs);
     void (*kv_store)(rp_backend *b, int layer, const float *k, const float *v, int kv_dim);
     void (*attention_step)(rp_backend *b, int layer, const rp_step_attn *a);
     /* (optional) rp_op_argmax_rows; NULL: the plain loop over host buffers (backend.c) */
@@ -127,6 +128,13 @@ size_t rp_amx_qpacked_bytes(int n_tok, long cols, int gs);
 void rp_amx_pack_q(const rp_qact *a, int n_tok, long cols, int gs, void *buf, rp_amx_qact *out);
 long rp_amx_matmul_mlx(const rp_tensor *w, long r0, long r1, const rp_amx_qact *a, float *y);
 
+/* Attention inner loops for AVX-512 (backend/cpu/x86/attn_avx512.c): a dot product of n
+ * floats with 16 lanes of partial sums combined in a fixed order, and y += a x. */
+float rp_attn_dot_avx512(const float *a, const float *b, int n);
+void rp_attn_axpy_avx512(float *y, float a, const float *x, int n);
+/* rp_kv_row_load, vectorised (bit-identical results). */
+void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out);
+
 /* Plain-C references (src/backend/cpu/ref_ops.c): obvious loops, never optimised. */
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y);
 void rp_ref_rmsnorm(float *out, const float *x, const float *w, int n_tok, int dim, float eps,
@@ -134,6 +142,11 @@ void rp_ref_rmsnorm(float *out, const float *x, const float *w, int n_tok, int d
 void rp_ref_rope(float *x, int n_tok, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
                  const float *inv_freq, float attn_factor, int neox);
 void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores);
+/* One (query token t of seq, head h) of rp_op_attention_step over paged blocks: every row
+ * decoded with rp_kv_row_load, then the loops of rp_ref_attention_head. scores: at least
+ * pos + 1 floats; row: head_dim floats. */
+void rp_ref_attention_paged_head(const rp_kv_layout *kv, const rp_step_seq *seq, int layer,
+                                 const rp_step_attn *a, int t, int h, float *scores, float *row);
 void rp_ref_gated_delta_head(const rp_delta_args *a, int h);
 
 #endif

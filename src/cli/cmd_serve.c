@@ -17,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/catalog.h"
 #include "cli/commands.h"
+#include "cli/model_opts.h"
 #include "cli/paths.h"
 #include "engine/engine.h"
 #include "model/gguf_model.h"
@@ -52,13 +53,14 @@ static void base_name(const char *path, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(n - i), path + i);
 }
 
-static rp_status load(const char *dir, const rp_server_config *cfg, serving *sv, rp_err *err)
+static rp_status load(const char *dir, const rp_server_config *cfg, rp_engine_config ecfg,
+                      serving *sv, rp_err *err)
 {
     rp_model_opts mopts = {.n_threads = cfg->n_threads};
     rp_status st = rp_model_load(dir, &mopts, &sv->model, err);
     if (st == RP_OK)
         st = rp_tokenizer_load(dir, &sv->tok, err);
-    rp_engine_config ecfg = {.max_queue = cfg->max_queue};
+    ecfg.max_queue = cfg->max_queue;
     if (st == RP_OK)
         st = rp_engine_new(sv->model, &ecfg, &sv->engine, err);
     char folder[256];
@@ -98,7 +100,9 @@ static rp_status resolve_model(const char *name, char **dir, rp_err *err)
 int rp_cmd_serve(int argc, char **argv)
 {
     rp_server_flags f = {0};
+    rp_engine_args ea = {0};
     rp_opt opts[] = {
+        RP_ENGINE_OPTS(ea),
         {"host", &f.host, NULL},
         {"port", &f.port, NULL},
         {"api-key", &f.api_key, NULL},
@@ -116,6 +120,9 @@ int rp_cmd_serve(int argc, char **argv)
     if (rp_args_parse(argc, argv, opts, (int)RP_ARRAY_LEN(opts), pos, 1, &n_pos) != 0)
         return 2;
     rp_err err = {0};
+    rp_engine_config ecfg = {0};
+    if (rp_engine_opts_parse("serve", &ea, &ecfg))
+        return 2;
     rp_server_config cfg;
     if (rp_server_config_resolve(&f, &cfg, &err) != RP_OK) {
         fprintf(stderr, "rapid %s\n", err.msg);
@@ -161,7 +168,7 @@ int rp_cmd_serve(int argc, char **argv)
         nanosleep(&ts, NULL);
     }
     serving sv = {0};
-    if (load(dir, &cfg, &sv, &err) != RP_OK) {
+    if (load(dir, &cfg, ecfg, &sv, &err) != RP_OK) {
         fprintf(stderr, "rapid serve: %s\n", err.msg);
         rp_server_stop(srv);
         serving_free(&sv);

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/model_opts.h"
 #include "engine/engine.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/model_impl.h"
 
@@ -72,9 +73,10 @@ static void stream_cb(const rp_event *ev, void *user)
 
 /* Aggregate decode: n_streams requests of a 16-token prompt and n_gen tokens each, submitted
  * together; tokens / wall time (the short prefills are included). */
-static double bench_streams(rp_model *m, int n_streams, int n_gen, rp_err *err)
+static double bench_streams(rp_model *m, int n_streams, int n_gen, rp_kv_dtype kvt, rp_err *err)
 {
-    rp_engine_config ec = {.max_context = 16 + n_gen + 8, .max_num_seqs = n_streams};
+    rp_engine_config ec = {.max_context = 16 + n_gen + 8, .max_num_seqs = n_streams,
+                           .kv_dtype = kvt};
     rp_engine *e;
     if (rp_engine_new(m, &ec, &e, err))
         return -1;
@@ -105,9 +107,10 @@ static double bench_streams(rp_model *m, int n_streams, int n_gen, rp_err *err)
 
 /* TTFT of an n-token prompt, then of the same prompt with a new last turn of 50 tokens (the
  * prefix comes from the cache). */
-static int bench_prefix(rp_model *m, int n, double *t_cold, double *t_warm, rp_err *err)
+static int bench_prefix(rp_model *m, int n, rp_kv_dtype kvt, double *t_cold, double *t_warm,
+                        rp_err *err)
 {
-    rp_engine_config ec = {.max_context = n + 64, .max_num_seqs = 1};
+    rp_engine_config ec = {.max_context = n + 64, .max_num_seqs = 1, .kv_dtype = kvt};
     rp_engine *e;
     if (rp_engine_new(m, &ec, &e, err))
         return -1;
@@ -134,6 +137,35 @@ static int bench_prefix(rp_model *m, int n, double *t_cold, double *t_warm, rp_e
     return rc;
 }
 
+/* Memory per cached token for every KV storage type: from the block layout, and measured as
+ * the KV allocation of a 64-block pool (CPU: the allocator's RP_TAG_KV counter). */
+static void print_kv_memory(rp_model *m)
+{
+    const rp_model_info *in = rp_model_get_info(m);
+    printf("kv memory per token (%d cache layers x K,V x %d heads x row):\n", m->n_kv_layers,
+           in->n_kv_heads);
+    for (int dt = 0; dt < RP_KV_DTYPE_COUNT; dt++) {
+        size_t row = rp_kv_row_bytes((rp_kv_dtype)dt, in->head_dim);
+        double layout = 2.0 * m->n_kv_layers * in->n_kv_heads * (double)row;
+        rp_kv_pool_opts o = {.dtype = (rp_kv_dtype)dt, .n_blocks = 64};
+        rp_kv_pool *p = NULL;
+        rp_err e;
+        int64_t before = rp_alloc_live_bytes(RP_TAG_KV);
+        if (!row || rp_kv_pool_new(m, &o, &p, &e)) {
+            printf("  %-5s (not available here)\n", rp_kv_dtype_name((rp_kv_dtype)dt));
+            continue;
+        }
+        double measured = (double)(rp_alloc_live_bytes(RP_TAG_KV) - before) / (64.0 * RP_KV_BLOCK_TOKENS);
+        rp_kv_pool_free(p);
+        if (rp_backend_host_buffers(m->be))
+            printf("  %-5s %8.0f bytes (layout), %8.0f bytes (pool allocation), %.3fx f32\n",
+                   rp_kv_dtype_name((rp_kv_dtype)dt), layout, measured,
+                   layout / (2.0 * m->n_kv_layers * in->n_kv_heads * 4.0 * in->head_dim));
+        else
+            printf("  %-5s %8.0f bytes (layout)\n", rp_kv_dtype_name((rp_kv_dtype)dt), layout);
+    }
+}
+
 static double cpu_seconds(void)
 {
     struct timespec ts;
@@ -144,21 +176,28 @@ static double cpu_seconds(void)
 int rp_model_bench_main(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt_s = "128", *gen_s = "32", *threads_s = NULL;
-    const char *streams_s = NULL, *prefix_s = NULL;
+    const char *streams_s = NULL, *prefix_s = NULL, *kvt_s = NULL;
     int json = 0;
     rp_device_args dev = {0};
     rp_opt opts[] = {RP_MODEL_DEVICE_OPTS(dev),
                      {"model", &model_dir, NULL},     {"prompt", &prompt_s, NULL},
                      {"gen", &gen_s, NULL},           {"threads", &threads_s, NULL},
                      {"streams", &streams_s, NULL},   {"prefix-cache", &prefix_s, NULL},
+                     {"kv-cache-dtype", &kvt_s, NULL},
                      {"json", NULL, &json}};
     if (rp_args_parse(argc, argv, opts, RP_ARRAY_LEN(opts), NULL, 0, NULL))
         return 2;
     long n_prompt, n_gen, threads = 0;
+    rp_kv_dtype kvt = RP_KV_F32;
+    if (kvt_s && rp_kv_dtype_parse(kvt_s, &kvt)) {
+        fprintf(stderr, "rapid bench: --kv-cache-dtype must be f32, bf16, f16, int8 or int4\n");
+        return 2;
+    }
     if (!model_dir || rp_args_int(prompt_s, &n_prompt) || rp_args_int(gen_s, &n_gen) ||
         n_prompt < 1 || n_gen < 1 || (threads_s && rp_args_int(threads_s, &threads))) {
         fprintf(stderr, "usage: rapid bench --model DIR [--prompt N] [--gen N] [--threads N] "
-                        "[--streams 1,4,16] [--prefix-cache N] [--json] [--device cuda|cpu] "
+                        "[--streams 1,4,16] [--prefix-cache N] [--kv-cache-dtype T] [--json] "
+                        "[--device cuda|cpu] "
                         "[--gpu-memory-fraction F]\n");
         return 2;
     }
@@ -228,6 +267,8 @@ int rp_model_bench_main(int argc, char **argv)
                bytes / 1e9, bw, ratio);
     rp_kv_free(kv);
     kv = NULL;
+    if (!json)
+        print_kv_memory(m);
     if (streams_s) {
         int *ns = NULL, n_ns = 0;
         if (rp_args_parse_ids(streams_s, &ns, &n_ns)) {
@@ -238,11 +279,11 @@ int rp_model_bench_main(int argc, char **argv)
         for (int i = 0; i < n_ns; i++) {
             /* CUDA: an untimed short run first, so cuBLASLt's per-shape tuning for this
              * batch size is not in the figure */
-            if (rp_backend_is_cuda(m->be) && bench_streams(m, ns[i], 4, &err) < 0) {
+            if (rp_backend_is_cuda(m->be) && bench_streams(m, ns[i], 4, kvt, &err) < 0) {
                 rp_free(ns);
                 goto out;
             }
-            double agg = bench_streams(m, ns[i], (int)n_gen, &err);
+            double agg = bench_streams(m, ns[i], (int)n_gen, kvt, &err);
             if (agg < 0) {
                 rp_free(ns);
                 goto out;
@@ -258,14 +299,14 @@ int rp_model_bench_main(int argc, char **argv)
         long n_pre;
         double cold, warm;
         if (rp_args_int(prefix_s, &n_pre) || n_pre < 1 ||
-            bench_prefix(m, (int)n_pre, &cold, &warm, &err)) {
+            bench_prefix(m, (int)n_pre, kvt, &cold, &warm, &err)) {
             if (!err.msg[0])
                 rp_err_set(&err, RP_ERR_INVALID, "--prefix-cache wants a token count");
             goto out;
         }
-        printf("prefix cache %ld-token prompt: TTFT %.3f s uncached, %.3f s resent with 50 new "
-               "tokens (%.1f%%)\n",
-               n_pre, cold, warm, 100.0 * warm / cold);
+        printf("prefix cache %ld-token prompt (kv %s): TTFT %.3f s uncached, %.3f s resent with "
+               "50 new tokens (%.1f%%)\n",
+               n_pre, rp_kv_dtype_name(kvt), cold, warm, 100.0 * warm / cold);
     }
     status = 0;
 out:

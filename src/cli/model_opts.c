@@ -28,3 +28,31 @@ int rp_model_opts_device(const char *cmd, const rp_device_args *a, rp_model_opts
     }
     return 0;
 }
+
+int rp_engine_opts_parse(const char *cmd, const rp_engine_args *a, rp_engine_config *ec)
+{
+    const char *mb = a->kv_cache_mb ? a->kv_cache_mb : getenv("RAPID_KV_CACHE_MB");
+    const char *dt = a->kv_cache_dtype ? a->kv_cache_dtype : getenv("RAPID_KV_CACHE_DTYPE");
+    if (mb && *mb) {
+        double v;
+        if (rp_args_float(mb, &v) || !(v > 0))
+            return fprintf(stderr, "rapid %s: --kv-cache-mb must be a positive number of MiB\n",
+                           cmd), 2;
+        ec->kv_cache_mb = v;
+    }
+    if (dt && *dt && rp_kv_dtype_parse(dt, &ec->kv_dtype))
+        return fprintf(stderr, "rapid %s: --kv-cache-dtype must be f32, bf16, f16, int8 or int4 "
+                               "(got '%s')\n", cmd, dt), 2;
+    long n;
+    if (a->max_num_seqs) {
+        if (rp_args_int(a->max_num_seqs, &n) || n < 1 || n > 128)
+            return fprintf(stderr, "rapid %s: --max-num-seqs must be in 1..128\n", cmd), 2;
+        ec->max_num_seqs = (int)n;
+    }
+    if (a->prefill_chunk) {
+        if (rp_args_int(a->prefill_chunk, &n) || n < 1 || n > 128)
+            return fprintf(stderr, "rapid %s: --prefill-chunk must be in 1..128\n", cmd), 2;
+        ec->prefill_chunk = (int)n;
+    }
+    return 0;
+}

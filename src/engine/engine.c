@@ -7,12 +7,19 @@
  *     prompt chunks of prefilling sequences (at most prefill_chunk each) until the batch is
  *     full. Weights are read once per step however many sequences run; the kernels are
  *     batch-invariant, so a sequence's tokens do not depend on its neighbours.
- *  3. Each slot keeps the ids its cache holds after its request ends. Admission picks the
- *     free slot with the longest common prefix (then the least recently used) and truncates
- *     its cache there: a resent conversation only evaluates its new tail.
+ *  3. The KV cache is one block pool (model/kv_cache.h). A request's full blocks are put in
+ *     the pool's prefix index as they fill; at admission the new sequence takes the longest
+ *     indexed prefix of its prompt (rp_kv_attach_prefix), so a resent conversation only
+ *     evaluates its new tail. A finished sequence returns its blocks (cached ones stay
+ *     evictable, least recently used first).
+ *  6. Admission reserves blocks: a request is admitted when the pool's free plus evictable
+ *     blocks cover what it can still need (prompt + max_tokens) plus what every running
+ *     sequence can still need. So a step never runs short, eviction never touches a block in
+ *     use, and a waiting request is admitted as soon as finished ones free enough (FIFO).
  *  4. Cancellation is a flag read by the engine thread between steps; every request gets
  *     exactly one DONE, always from the engine thread, so callers free state in one place.
- *  5. Nothing is allocated per step: samplers are made at admission, buffers at start.
+ *  5. Nothing is allocated per step: samplers are made at admission, buffers and the KV
+ *     pool at start (hybrids' state snapshots in cached blocks aside).
  */
 #include "engine/engine.h"
 
@@ -47,7 +54,7 @@ typedef enum slot_phase { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE } slot_phase;
 typedef struct slot {
     slot_phase phase;
     rp_kv *kv;
-    int32_t *ids; /* the tokens the cache holds (rp_kv_len of them) */
+    int final_len; /* positions the request can fill (its reservation) */
     request *req;
     rp_sampler *sampler;
     int32_t next_tok; /* DECODE: sampled, not yet evaluated */
@@ -71,6 +78,8 @@ struct rp_engine {
     uint64_t next_id;
     slot *slots;
     int n_slots;
+    rp_kv_pool *pool;
+    int n_blocks; /* the pool's, constant */
     uint64_t clock;
     rp_engine_stats stats; /* guarded by mu */
     /* step buffers */
@@ -98,6 +107,8 @@ static void request_free(request *r)
     rp_free(r->stop_ids);
     rp_free(r);
 }
+
+static void pool_stats(rp_engine *e);
 
 static void finish(request *r, rp_finish why, int32_t stop_token, int n_gen, int64_t t_first,
                    const rp_err *err)
@@ -130,71 +141,111 @@ static int is_stop(const rp_engine *e, const request *r, int32_t tok)
     return 0;
 }
 
-/* Ends the slot's request and frees the slot (its cache and ids stay for prefix reuse). */
+/* Ends the slot's request and frees the slot: its blocks go back to the pool (full ones stay
+ * in the prefix cache) before the DONE event, so a caller woken by it sees the stats after. */
 static void slot_finish(rp_engine *e, slot *sl, rp_finish why, int32_t stop_tok, const rp_err *err)
 {
     request *r = sl->req;
-    finish(r, why, stop_tok, sl->n_gen, sl->t_first, err);
+    int n_gen = sl->n_gen;
+    int64_t t_first = sl->t_first;
     rp_sampler_free(sl->sampler);
     sl->sampler = NULL;
     sl->phase = SLOT_FREE;
     sl->last_used = ++e->clock;
+    rp_kv_truncate(sl->kv, 0);
     pthread_mutex_lock(&e->mu);
     sl->req = NULL; /* under mu: rp_engine_cancel reads it */
     e->stats.n_running--;
     e->stats.n_requests++;
-    e->stats.n_generated += sl->n_gen;
+    e->stats.n_generated += n_gen;
+    pool_stats(e);
     pthread_mutex_unlock(&e->mu);
+    finish(r, why, stop_tok, n_gen, t_first, err);
     request_free(r);
 }
 
-static int common_prefix(const slot *sl, const request *r)
+/* Positions a request can fill: its prompt and every token it may generate. */
+static int final_len(const rp_engine *e, const request *r)
 {
-    int n = rp_kv_len(sl->kv), k = 0;
-    while (k < n && k < r->n_prompt && sl->ids[k] == r->prompt[k])
-        k++;
-    return k;
+    int limit = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
+    int n = r->n_prompt + limit;
+    return n < e->ctx ? n : e->ctx;
 }
 
-/* Moves waiting requests into free slots (called with mu held). */
+/* Blocks the running sequences may still take. */
+static int outstanding(const rp_engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i].phase != SLOT_FREE)
+            n += rp_kv_blocks_needed(e->slots[i].kv, e->slots[i].final_len);
+    return n;
+}
+
+/* Starts r in sl on its longest cached prefix when its blocks fit beside the running
+ * sequences' reservations (else without the prefix, whose copy on write costs a block).
+ * Returns the cached positions, or -1 (nothing attached) when it must wait. */
+static int try_place(rp_engine *e, slot *sl, request *r)
+{
+    int final = final_len(e, r), reserved = outstanding(e);
+    int keep = e->cfg.no_prefix_cache ? 0 : rp_kv_attach_prefix(sl->kv, r->prompt, r->n_prompt);
+    if (rp_kv_blocks_needed(sl->kv, final) <= rp_kv_pool_available(e->pool) - reserved)
+        return keep;
+    rp_kv_truncate(sl->kv, 0);
+    if (rp_kv_blocks_needed(sl->kv, final) <= rp_kv_pool_available(e->pool) - reserved)
+        return 0;
+    return -1;
+}
+
+static void pool_stats(rp_engine *e) /* called with mu held */
+{
+    rp_kv_pool_stats ps;
+    rp_kv_pool_get_stats(e->pool, &ps);
+    e->stats.kv_blocks_total = ps.n_blocks;
+    e->stats.kv_blocks_used = ps.n_used;
+    e->stats.kv_blocks_cached = ps.n_cached;
+    e->stats.kv_block_tokens = ps.block_tokens;
+    e->stats.kv_bytes_per_token = ps.bytes_per_token;
+    e->stats.kv_bytes = (int64_t)ps.bytes;
+    e->stats.kv_evicted_blocks = ps.n_evicted;
+}
+
+/* Moves waiting requests into free slots, first come first served (called with mu held). */
 static void admit(rp_engine *e)
 {
     while (e->head) {
         slot *best = NULL;
-        int best_k = -1;
         for (int i = 0; i < e->n_slots; i++) {
             slot *sl = &e->slots[i];
-            if (sl->phase != SLOT_FREE)
-                continue;
-            int k = common_prefix(sl, e->head);
-            if (k > best_k || (k == best_k && sl->last_used < best->last_used)) {
+            if (sl->phase == SLOT_FREE && (!best || sl->last_used < best->last_used))
                 best = sl;
-                best_k = k;
-            }
         }
         if (!best)
-            return;
+            break;
         request *r = e->head;
+        int keep = try_place(e, best, r);
+        if (keep < 0)
+            break; /* the head waits for blocks; the ones behind it wait their turn */
         e->head = r->next;
         if (!e->head)
             e->tail = NULL;
         e->n_waiting--;
         best->req = r;
+        best->final_len = final_len(e, r);
         best->admitted = ++e->clock;
         best->n_gen = 0;
         best->t_first = 0;
         best->phase = SLOT_PREFILL;
-        int keep = best_k < r->n_prompt ? best_k : r->n_prompt - 1; /* re-run the last token */
-        if (keep < rp_kv_len(best->kv) && rp_model_recurrent(e->model))
-            keep = 0; /* a hybrid's recurrent state cannot rewind without a snapshot */
-        rp_kv_truncate(best->kv, keep);
         e->stats.n_running++;
         e->stats.n_prompt_tokens += r->n_prompt;
         e->stats.n_cached_tokens += keep;
+        e->stats.prefix_hit_tokens += keep;
+        e->stats.prefix_miss_tokens += r->n_prompt - keep;
         if (keep > 0)
             RP_DEBUG("request %llu: %d of %d prompt tokens from the prefix cache",
                      (unsigned long long)r->id, keep, r->n_prompt);
     }
+    pool_stats(e);
 }
 
 static int prepare_slot(rp_engine *e, slot *sl)
@@ -211,10 +262,6 @@ static int prepare_slot(rp_engine *e, slot *sl)
 /* Adds one token of `sl` to the step batch. */
 static void push(rp_engine *e, int *n, slot *sl, int32_t tok, int want)
 {
-    int pos = rp_kv_len(sl->kv);
-    for (int i = *n - 1; i >= 0 && e->b_kv[i] == sl->kv; i--)
-        pos++;
-    sl->ids[pos] = tok;
     e->b_ids[*n] = tok;
     e->b_kv[*n] = sl->kv;
     e->b_want[*n] = (uint8_t)want;
@@ -248,6 +295,9 @@ static int build_batch(rp_engine *e, int *n_rows)
         int done = rp_kv_len(next->kv), left = next->req->n_prompt - done;
         int chunk = left < e->cfg.prefill_chunk ? left : e->cfg.prefill_chunk;
         chunk = chunk < max - n ? chunk : max - n;
+        int end = (done + chunk) / RP_KV_BLOCK_TOKENS * RP_KV_BLOCK_TOKENS;
+        if (rp_model_recurrent(e->model) && end > done && end < done + chunk)
+            chunk = end - done; /* end on a block boundary: its state snapshot is cached */
         for (int k = 0; k < chunk; k++)
             push(e, &n, next, next->req->prompt[done + k], done + k == next->req->n_prompt - 1);
         if (done + chunk == next->req->n_prompt)
@@ -321,10 +371,11 @@ static int step(rp_engine *e)
             }
         return 1;
     }
+    consume_rows(e, n_rows, b.argmax);
     pthread_mutex_lock(&e->mu);
     e->stats.n_steps++;
+    pool_stats(e);
     pthread_mutex_unlock(&e->mu);
-    consume_rows(e, n_rows, b.argmax);
     return 1;
 }
 
@@ -386,7 +437,6 @@ static void slots_free(rp_engine *e)
         return;
     for (int i = 0; i < e->n_slots; i++) {
         rp_kv_free(e->slots[i].kv);
-        rp_free(e->slots[i].ids);
         rp_sampler_free(e->slots[i].sampler);
     }
     rp_free(e->slots);
@@ -406,14 +456,26 @@ static rp_status alloc_buffers(rp_engine *e, rp_err *err)
     if (!e->slots || !e->b_ids || !e->b_kv || !e->b_want || !e->b_row_slot || !e->b_greedy ||
         !e->logits)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < e->n_slots; i++) {
-        rp_status rc = rp_kv_new(e->model, e->ctx, &e->slots[i].kv, err);
-        if (rc)
+    int per_seq = (e->ctx + RP_KV_BLOCK_TOKENS - 1) / RP_KV_BLOCK_TOKENS;
+    rp_kv_pool_opts po = {.dtype = e->cfg.kv_dtype,
+                          .n_blocks = e->cfg.kv_blocks,
+                          .max_bytes = (size_t)(e->cfg.kv_cache_mb * 1048576.0),
+                          .prefix_cache = !e->cfg.no_prefix_cache};
+    if (po.n_blocks <= 0 && e->cfg.kv_cache_mb <= 0)
+        po.n_blocks = e->n_slots * (per_seq + 1);
+    rp_status rc = rp_kv_pool_new(e->model, &po, &e->pool, err);
+    if (rc)
+        return rc;
+    rp_kv_pool_stats ps;
+    rp_kv_pool_get_stats(e->pool, &ps);
+    e->n_blocks = ps.n_blocks;
+    for (int i = 0; i < e->n_slots; i++)
+        if ((rc = rp_kv_new_in(e->pool, e->ctx, &e->slots[i].kv, err)))
             return rc;
-        e->slots[i].ids = rp_alloc(sizeof(int32_t) * (size_t)e->ctx);
-        if (!e->slots[i].ids)
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    }
+    pool_stats(e);
+    RP_INFO("KV cache: %d blocks of %d tokens, %s, %.1f MiB (%.0f bytes per token)",
+            ps.n_blocks, ps.block_tokens, rp_kv_dtype_name(e->cfg.kv_dtype),
+            (double)ps.bytes / 1048576.0, ps.bytes_per_token);
     return RP_OK;
 }
 
@@ -468,6 +530,7 @@ void rp_engine_free(rp_engine *e)
         pthread_join(e->thread, NULL); /* every request gets its DONE before this returns */
     }
     slots_free(e);
+    rp_kv_pool_free(e->pool);
     rp_free(e->b_ids);
     rp_free(e->b_kv);
     rp_free(e->b_want);
@@ -505,6 +568,14 @@ static rp_status validate(const rp_engine *e, const rp_gen_request *q, rp_err *e
                           "the context window is %d tokens, but %d prompt tokens + max_tokens "
                           "%d = %ld were requested",
                           e->ctx, q->n_prompt, q->max_tokens, (long)q->n_prompt + q->max_tokens);
+    int n_final = q->max_tokens > 0 ? q->n_prompt + q->max_tokens : e->ctx;
+    int n_blocks = (n_final + RP_KV_BLOCK_TOKENS - 1) / RP_KV_BLOCK_TOKENS;
+    if (n_blocks > e->n_blocks)
+        return rp_err_set(err, RP_ERR_INVALID,
+                          "%d prompt tokens + max_tokens %d need %d KV blocks of %d tokens but "
+                          "the whole KV cache has %d: raise --kv-cache-mb or lower max_tokens",
+                          q->n_prompt, q->max_tokens > 0 ? q->max_tokens : e->ctx - q->n_prompt,
+                          n_blocks, RP_KV_BLOCK_TOKENS, e->n_blocks);
     const rp_sampling *s = &q->sampling;
     if (s->temperature < 0 || s->top_p < 0 || s->top_p > 1 || s->min_p < 0 || s->min_p > 1 ||
         s->top_k < 0 || s->repetition_penalty < 0)

@@ -8,9 +8,15 @@
  *
  * Continuous batching: up to max_num_seqs requests run at once; every engine step is one
  * batched forward holding one decode token of every running sequence plus prompt chunks of
- * sequences still in prefill, so sequences join and leave between steps. Each running
- * sequence owns a cache slot; a finished slot keeps its tokens, and a new prompt is placed in
- * the free slot sharing its longest prefix, which is then not recomputed (prefix cache).
+ * sequences still in prefill, so sequences join and leave between steps. The KV cache is one
+ * pool of fixed-size blocks (model/kv_cache.h) allocated at start; a sequence holds a block
+ * table. Full blocks stay in a prefix cache after their request ends: a new prompt starting
+ * with the same tokens shares them and evaluates only its new tail.
+ *
+ * Admission reserves the blocks a request can ever need (prompt + max_tokens) against the free
+ * and evictable ones, so a running sequence never runs out of blocks and eviction only ever
+ * takes unreferenced cached blocks; a request that could never fit the pool is refused at
+ * submit (RP_ERR_INVALID, naming --kv-cache-mb); one that does not fit now waits its turn.
  *
  * Request lifecycle (the functions performing each transition in parentheses):
  *   WAITING --(admit: a slot is free)--> PREFILL --(last prompt chunk evaluated)--> DECODE
@@ -33,6 +39,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 
 typedef struct rp_engine rp_engine;
@@ -99,6 +106,11 @@ typedef struct rp_engine_config {
     int max_context;   /* per-sequence positions (0: the model's max_context, capped at 8192) */
     int max_num_seqs;  /* sequences decoded together (0: 8) */
     int prefill_chunk; /* prompt tokens per sequence per step (0: 64) */
+    double kv_cache_mb; /* KV pool size in MiB (<= 0: max_num_seqs full contexts, plus one
+                         * block each for copy on write) */
+    int kv_blocks;      /* > 0: exactly this many blocks (tests; overrides kv_cache_mb) */
+    rp_kv_dtype kv_dtype; /* storage of K and V (default RP_KV_F32) */
+    int no_prefix_cache;  /* 1: blocks are never shared between requests */
 } rp_engine_config;
 
 typedef struct rp_engine_stats {
@@ -109,6 +121,16 @@ typedef struct rp_engine_stats {
     int64_t n_cached_tokens;  /* prompt tokens served from the prefix cache */
     int64_t n_generated;
     int64_t n_steps;          /* batched forward steps */
+    /* the KV pool (model/kv_cache.h), as of the last step */
+    int kv_blocks_total;
+    int kv_blocks_used;       /* referenced by running sequences */
+    int kv_blocks_cached;     /* in the prefix cache (used or evictable) */
+    int kv_block_tokens;      /* positions per block */
+    double kv_bytes_per_token; /* all layers, K and V, scales included */
+    int64_t kv_bytes;         /* the pool's allocation */
+    int64_t kv_evicted_blocks; /* cached blocks evicted for reuse */
+    int64_t prefix_hit_tokens;  /* prompt tokens taken from the prefix cache (= n_cached_tokens) */
+    int64_t prefix_miss_tokens; /* prompt tokens evaluated */
 } rp_engine_stats;
 
 void rp_engine_get_stats(rp_engine *engine, rp_engine_stats *out);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "model/kv_cache.h"
 
 rp_status rp_blk_tensor(rp_model *m, rp_err *err, const rp_tensor **out, int opt, int64_t d0,
                         int64_t d1, const char *fmt, ...)
@@ -143,48 +144,24 @@ void rp_blk_gelu_tanh_mul(float *out, const float *gate, const float *up, int64_
 
 /* ---- attention caches ------------------------------------------------------------------ */
 
-rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap, int row,
-                          rp_err *err)
-{
-    memset(c, 0, sizeof *c);
-    c->n_layers = n_layers;
-    c->k = rp_calloc((size_t)n_layers, sizeof(float *));
-    c->v = rp_calloc((size_t)n_layers, sizeof(float *));
-    if (!c->k || !c->v) goto nomem;
-    /* Not zeroed: only positions < len are read, so untouched pages never get committed. */
-    for (int l = 0; l < n_layers; l++) {
-        if (has_attn && !has_attn[l]) continue;
-        c->k[l] = rp_alloc_aligned((size_t)cap * row * sizeof(float), RP_TAG_KV);
-        c->v[l] = rp_alloc_aligned((size_t)cap * row * sizeof(float), RP_TAG_KV);
-        if (!c->k[l] || !c->v[l]) goto nomem;
-    }
-    return RP_OK;
-nomem:
-    rp_blk_kv_free(c);
-    return rp_err_set(err, RP_ERR_NOMEM, "out of memory for a KV cache of %d tokens", cap);
-}
-
-void rp_blk_kv_free(rp_blk_kv *c)
-{
-    for (int l = 0; l < c->n_layers; l++) {
-        if (c->k) rp_free_aligned(c->k[l]);
-        if (c->v) rp_free_aligned(c->v[l]);
-    }
-    rp_free(c->k);
-    rp_free(c->v);
-    memset(c, 0, sizeof *c);
-}
-
 void rp_blk_attend(rp_backend *be, rp_blk_kv *c, int l, const float *k, const float *v,
                    rp_attn_args *a)
 {
-    size_t row = (size_t)a->n_kv_heads * a->head_dim;
-    RP_ASSERT(c->k[l] && c->v[l]);
-    memcpy(c->k[l] + (size_t)a->pos0 * row, k, sizeof(float) * (size_t)a->n_tok * row);
-    memcpy(c->v[l] + (size_t)a->pos0 * row, v, sizeof(float) * (size_t)a->n_tok * row);
-    a->k = c->k[l];
-    a->v = c->v[l];
-    rp_op_attention(be, a);
+    rp_kv *kv = c->kv;
+    int cl = kv->model->kv_layer[l];
+    RP_ASSERT(cl >= 0 && a->pos0 + a->n_tok <= kv->n_blocks * RP_KV_BLOCK_TOKENS);
+    rp_step_seq seq = rp_kv_step_seq(kv, 0, a->n_tok, a->pos0);
+    rp_op_step_begin(be, rp_kv_layout_of(kv), &seq, 1);
+    rp_op_kv_store(be, cl, k, v, a->n_kv_heads * a->head_dim);
+    rp_step_attn sa = {.q = a->q,
+                       .out = a->out,
+                       .n_heads = a->n_heads,
+                       .n_kv_heads = a->n_kv_heads,
+                       .head_dim = a->head_dim,
+                       .scale = a->scale,
+                       .window = a->window,
+                       .sinks = a->sinks};
+    rp_op_attention_step(be, cl, &sa);
 }
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
@@ -317,46 +294,39 @@ void rp_blk_l2norm(float *x, int n, float eps)
 
 rp_status rp_blk_attn_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
-    rp_model_config *c = &m->cfg;
+    if (kv->probe)
+        return RP_OK; /* every layer is a cache layer: the loader's default */
     rp_blk_kv *k = rp_calloc(1, sizeof *k);
     if (!k)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(k, c->n_layers, NULL, kv->cap, c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
+    k->kv = kv;
     kv->state = k;
+    (void)m;
     return RP_OK;
 }
 
 void rp_blk_attn_kv_deinit(rp_kv *kv)
 {
-    rp_blk_kv *k = kv->state;
-    if (!k)
-        return;
-    rp_blk_kv_free(k);
-    rp_free(k);
+    rp_free(kv->state);
     kv->state = NULL;
 }
 
 rp_status rp_blk_hybrid_kv_init(rp_model *m, rp_kv *kv, const uint8_t *has_attn, size_t rec_n,
                                 rp_err *err)
 {
-    rp_model_config *c = &m->cfg;
+    if (kv->probe) { /* the cache layers are the attention layers, in order */
+        m->n_kv_layers = 0;
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            m->kv_layer[l] = has_attn && !has_attn[l] ? -1 : m->n_kv_layers++;
+        return RP_OK;
+    }
     rp_blk_hybrid_kv *k = rp_calloc(1, sizeof *k);
     if (!k)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    rp_status rc = rp_blk_kv_alloc(&k->attn, c->n_layers, has_attn, kv->cap,
-                                   c->n_kv_heads * c->head_dim, err);
-    if (rc) {
-        rp_free(k);
-        return rc;
-    }
+    k->attn.kv = kv;
     size_t nb = (rec_n ? rec_n : 1) * sizeof(float);
     k->rec = rp_alloc_aligned(nb, RP_TAG_KV);
     if (!k->rec) {
-        rp_blk_kv_free(&k->attn);
         rp_free(k);
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory for the recurrent state");
     }
@@ -373,7 +343,6 @@ void rp_blk_hybrid_kv_deinit(rp_kv *kv)
     rp_blk_hybrid_kv *k = kv->state;
     if (!k)
         return;
-    rp_blk_kv_free(&k->attn);
     rp_free_aligned(k->rec);
     rp_free(k);
     kv->state = NULL;

@@ -6,7 +6,7 @@
  *
  * The conv is plain C on the caller thread: it is small next to the matmuls.
  *
- * Ownership: rp_blk_kv_alloc -> rp_blk_kv_free; rp_blk_route_alloc -> rp_blk_route_free;
+ * Ownership: rp_blk_route_alloc -> rp_blk_route_free;
  *            rp_blk_f32 / rp_blk_falloc results are freed with rp_free_aligned.
  *            Tensor views returned by binding live as long as the model's rp_st.
  * Threading: as the model (one thread at a time).
@@ -63,24 +63,21 @@ static inline float rp_blk_silu(float x)
 
 /* ---- attention caches ------------------------------------------------------------------ */
 
-/* Per-layer K and V of [cap][row] floats, only for layers with has_attn[l] set. */
+/* A recipe's handle on its sequence's paged cache (model/kv_cache.h): attention layers read
+ * and write the sequence's blocks through the backend's step ops. */
 typedef struct rp_blk_kv {
-    float **k, **v;
-    int n_layers;
+    rp_kv *kv;
 } rp_blk_kv;
 
-rp_status rp_blk_kv_alloc(rp_blk_kv *c, int n_layers, const uint8_t *has_attn, int cap, int row,
-                          rp_err *err);
-void rp_blk_kv_free(rp_blk_kv *c);
-
-/* kv_init / kv_deinit for recipes whose cache is attention only: kv->state is one rp_blk_kv
- * with a row of n_kv_heads * head_dim floats per position in every layer. */
+/* kv_init / kv_deinit for recipes whose cache is attention only: kv->state is one rp_blk_kv;
+ * every layer has attention. */
 rp_status rp_blk_attn_kv_init(rp_model *m, rp_kv *kv, rp_err *err);
 void rp_blk_attn_kv_deinit(rp_kv *kv);
 
 /* The cache of a hybrid (recurrent + attention) recipe: attention K/V for the layers marked
- * in has_attn, and rec_n floats of recurrent state (conv windows, delta-rule states), zero at
- * position 0 and exposed through kv->rec for snapshots. kv->state points at it. */
+ * in has_attn (the pool's cache layers, in order), and rec_n floats of recurrent state (conv
+ * windows, delta-rule states), zero at position 0 and exposed through kv->rec for snapshots.
+ * kv->state points at it. */
 typedef struct rp_blk_hybrid_kv {
     rp_blk_kv attn;
     float *rec;
@@ -89,8 +86,8 @@ rp_status rp_blk_hybrid_kv_init(rp_model *m, rp_kv *kv, const uint8_t *has_attn,
                                 rp_err *err);
 void rp_blk_hybrid_kv_deinit(rp_kv *kv);
 
-/* Appends n tokens' k, v ([n][n_kv_heads * head_dim]) at position a->pos0 of layer l, then
- * runs a (its k/v are set to the layer's cache here). */
+/* Stores n tokens' k, v ([n][n_kv_heads * head_dim]) at positions a->pos0.. of layer l of
+ * the sequence's blocks, then runs attention a over them (a->k / a->v are not used). */
 void rp_blk_attend(rp_backend *be, rp_blk_kv *c, int l, const float *k, const float *v,
                    rp_attn_args *a);
 

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "model/blocks.h"
 #include "model/model_impl.h"
 #include "model/rope.h"
 
@@ -42,10 +43,6 @@ typedef struct llama {
     float *logits; /* RP_MAX_CHUNK rows, only when buffers are not host memory */
     int32_t pos[RP_MAX_CHUNK];
 } llama;
-
-typedef struct llama_kv {
-    float *k, *v; /* [n_layers][cap][n_kv_heads * head_dim] (backend buffers) */
-} llama_kv;
 
 /* The backend's copy of a bound weight (NULL stays NULL); a tensor seen before (tied
  * embeddings) gets its first copy. */
@@ -221,38 +218,6 @@ static rp_status llama_init(rp_model *m, rp_err *err)
     return RP_OK;
 }
 
-static rp_status llama_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
-{
-    rp_model_config *c = &m->cfg;
-    llama_kv *s = rp_calloc(1, sizeof *s);
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    kv->state = s;
-    size_t row = (size_t)c->n_kv_heads * c->head_dim;
-    size_t bytes = (size_t)c->n_layers * (size_t)kv->cap * row * sizeof(float);
-    /* Not zeroed: only positions < len are read, so untouched pages never get committed. */
-    s->k = rp_backend_buf_alloc(m->be, bytes, RP_TAG_KV);
-    s->v = rp_backend_buf_alloc(m->be, bytes, RP_TAG_KV);
-    if (!s->k || !s->v) {
-        kv->model->arch->kv_deinit(kv);
-        kv->state = NULL;
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%s)",
-                          kv->cap, rp_backend_describe(m->be));
-    }
-    return RP_OK;
-}
-
-static void llama_kv_deinit(rp_kv *kv)
-{
-    llama_kv *s = kv->state;
-    if (!s)
-        return;
-    rp_backend_buf_free(kv->model->be, s->k);
-    rp_backend_buf_free(kv->model->be, s->v);
-    rp_free(s);
-    kv->state = NULL;
-}
-
 static void linear(rp_backend *be, const rp_tensor *w, const rp_tensor *b, const float *x, int n,
                    float *y)
 {
@@ -348,14 +313,13 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
         s->pos[t] = first ? b->kv[t]->len : s->pos[t - 1] + 1;
         max_len = s->pos[t] + 1 > max_len ? s->pos[t] + 1 : max_len;
         if (first) {
-            llama_kv *kvs = b->kv[t]->state;
-            seqs[n_seqs++] = (rp_step_seq){.k = kvs->k, .v = kvs->v, .cap = b->kv[t]->cap,
-                                           .t0 = t, .n_tok = 0, .pos0 = s->pos[t]};
+            RP_ASSERT(rp_kv_layout_of(b->kv[t]) == rp_kv_layout_of(b->kv[0])); /* one pool */
+            seqs[n_seqs++] = rp_kv_step_seq(b->kv[t], t, 0, s->pos[t]);
         }
         seqs[n_seqs - 1].n_tok++;
     }
     rp_op_embed(m->be, s->embed, b->ids, n, s->x);
-    rp_op_step_begin(m->be, seqs, n_seqs);
+    rp_op_step_begin(m->be, rp_kv_layout_of(b->kv[0]), seqs, n_seqs);
     rp_rope_update(&s->rope, max_len);
     step st = {.n = n, .kv = b->kv};
     for (int l = 0; l < c->n_layers; l++) {
@@ -410,7 +374,7 @@ const rp_arch rp_arch_llama = {
     .deinit = llama_deinit,
     .forward = llama_forward,
     .forward_batch = llama_forward_batch,
-    .kv_init = llama_kv_init,
-    .kv_deinit = llama_kv_deinit,
+    .kv_init = rp_blk_attn_kv_init,
+    .kv_deinit = rp_blk_attn_kv_deinit,
     .batch_argmax = 1,
 };

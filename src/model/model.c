@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "model/gguf_model.h"
+#include "model/kv_cache.h"
 #include "model/mlx.h"
 #include "model/model_impl.h"
 
@@ -166,7 +167,7 @@ rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **o
         }
     }
     fill_info(m);
-    if ((rc = m->arch->init(m, err)))
+    if ((rc = m->arch->init(m, err)) || (rc = rp_kv_probe(m, err)))
         goto fail;
     RP_INFO("loaded %s (%s, %lld params, %s) on %s", dir, m->cfg.arch,
             (long long)m->info.n_params, m->info.dtype, rp_backend_describe(m->be));
@@ -184,49 +185,13 @@ void rp_model_free(rp_model *m)
     if (m->arch && m->arch_state)
         m->arch->deinit(m);
     rp_backend_free(m->be);
+    rp_free(m->kv_layer);
     rp_st_close(m->st);
     rp_model_config_deinit(&m->cfg);
     rp_free(m);
 }
 
 const rp_model_info *rp_model_get_info(const rp_model *m) { return &m->info; }
-
-rp_status rp_kv_new(rp_model *m, int max_tokens, rp_kv **out, rp_err *err)
-{
-    rp_kv *kv = rp_calloc(1, sizeof *kv);
-    if (!kv)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    kv->model = m;
-    kv->cap = max_tokens > 0 ? max_tokens : m->info.max_context;
-    rp_status rc = m->arch->kv_init(m, kv, err);
-    if (rc) {
-        rp_free(kv);
-        return rc;
-    }
-    *out = kv;
-    return RP_OK;
-}
-
-void rp_kv_free(rp_kv *kv)
-{
-    if (!kv)
-        return;
-    kv->model->arch->kv_deinit(kv);
-    rp_free(kv);
-}
-
-int rp_kv_len(const rp_kv *kv) { return kv->len; }
-int rp_kv_capacity(const rp_kv *kv) { return kv->cap; }
-
-void rp_kv_truncate(rp_kv *kv, int n)
-{
-    if (n >= 0 && n < kv->len)
-        kv->len = n;
-    if (n == 0 && kv->rec_n) { /* the state at the start of a sequence is all zeros */
-        memset(kv->rec, 0, kv->rec_n * sizeof(float));
-        kv->rec_pos = 0;
-    }
-}
 
 rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                         int all_logits, rp_err *err)
@@ -246,6 +211,9 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
                           "the recurrent state describes position %d but the cache was "
                           "truncated to %d: restore a snapshot taken there",
                           kv->rec_pos, kv->len);
+    rp_status rc = rp_kv_prepare(kv, ids, n, err);
+    if (rc)
+        return rc;
     size_t vocab = (size_t)m->info.vocab_size;
     for (int done = 0; done < n;) {
         int chunk = n - done < RP_MAX_CHUNK ? n - done : RP_MAX_CHUNK;
@@ -259,10 +227,11 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
             dst = logits;
             n_logits = 1;
         }
-        rp_status rc = m->arch->forward(m, kv, ids + done, chunk, dst, n_logits, err);
+        rc = m->arch->forward(m, kv, ids + done, chunk, dst, n_logits, err);
         if (rc)
             return rc;
         kv->rec_pos = kv->len;
+        rp_kv_indexed(kv);
         done += chunk;
     }
     return RP_OK;
@@ -279,6 +248,9 @@ static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
         if (b->ids[i] < 0 || b->ids[i] >= m->info.vocab_size)
             return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
                               b->ids[i], m->info.vocab_size);
+        if (b->kv[i]->pool != b->kv[0]->pool)
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "the sequences of a batch must share one KV pool (rp_kv_new_in)");
         int j = i; /* start of this token's run */
         while (j > 0 && b->kv[j - 1] == b->kv[i])
             j--;
@@ -312,14 +284,32 @@ rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_
     rp_status rc = check_batch(m, b, err);
     if (rc)
         return rc;
-    size_t vocab = (size_t)m->info.vocab_size;
+    for (int i = 0; i < b->n_tok;) { /* room and ids for every sequence before any compute */
+        int j = i;
+        while (j < b->n_tok && b->kv[j] == b->kv[i])
+            j++;
+        if (b->kv[i]->rec_n && b->kv[i]->rec_pos != b->kv[i]->len)
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "the recurrent state describes position %d but the cache was "
+                              "truncated to %d: restore a snapshot taken there",
+                              b->kv[i]->rec_pos, b->kv[i]->len);
+        if ((rc = rp_kv_prepare(b->kv[i], b->ids + i, j - i, err)))
+            return rc;
+        i = j;
+    }
     if (m->arch->forward_batch) {
         rc = m->arch->forward_batch(m, b, logits, err);
+        for (int i = 0; i < b->n_tok && rc == RP_OK; i++)
+            if (i + 1 == b->n_tok || b->kv[i + 1] != b->kv[i]) {
+                b->kv[i]->rec_pos = b->kv[i]->len;
+                rp_kv_indexed(b->kv[i]);
+            }
         if (rc || !b->argmax || m->arch->batch_argmax)
             return rc;
-        argmax_host(b, logits, vocab);
+        argmax_host(b, logits, (size_t)m->info.vocab_size);
         return RP_OK;
     }
+    size_t vocab = (size_t)m->info.vocab_size;
     int row = 0;
     for (int i = 0; i < b->n_tok;) { /* one sequence's run at a time */
         int j = i;
@@ -330,6 +320,8 @@ rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_
                               want ? logits + (size_t)row * vocab : NULL, want, err);
         if (rc)
             return rc;
+        b->kv[i]->rec_pos = b->kv[i]->len;
+        rp_kv_indexed(b->kv[i]);
         row += want;
         i = j;
     }
@@ -339,45 +331,3 @@ rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_
 }
 
 int rp_model_recurrent(const rp_model *m) { return m->arch->recurrent; }
-
-struct rp_kv_snap {
-    const rp_model *model;
-    int pos;
-    size_t n;
-    float data[];
-};
-
-rp_status rp_kv_snapshot(const rp_kv *kv, rp_kv_snap **out, rp_err *err)
-{
-    if (kv->rec_n && kv->rec_pos != kv->len)
-        return rp_err_set(err, RP_ERR_INVALID,
-                          "no recurrent state at position %d (the cache was truncated)", kv->len);
-    rp_kv_snap *s = rp_alloc(sizeof *s + kv->rec_n * sizeof(float));
-    if (!s)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for a state snapshot");
-    s->model = kv->model;
-    s->pos = kv->len;
-    s->n = kv->rec_n;
-    if (s->n)
-        memcpy(s->data, kv->rec, s->n * sizeof(float));
-    *out = s;
-    return RP_OK;
-}
-
-rp_status rp_kv_restore(rp_kv *kv, const rp_kv_snap *s, rp_err *err)
-{
-    if (s->model != kv->model || s->n != kv->rec_n)
-        return rp_err_set(err, RP_ERR_INVALID, "the snapshot belongs to another model");
-    if (s->pos > kv->len)
-        return rp_err_set(err, RP_ERR_INVALID,
-                          "the snapshot is at position %d but the cache holds only %d", s->pos,
-                          kv->len);
-    if (s->n)
-        memcpy(kv->rec, s->data, s->n * sizeof(float));
-    kv->len = kv->rec_pos = s->pos;
-    return RP_OK;
-}
-
-int rp_kv_snap_pos(const rp_kv_snap *s) { return s->pos; }
-size_t rp_kv_snap_bytes(const rp_kv_snap *s) { return sizeof *s + s->n * sizeof(float); }
-void rp_kv_snapshot_free(rp_kv_snap *s) { rp_free(s); }

@@ -63,7 +63,9 @@ rp_status rp_model_load(const char *dir, const rp_model_opts *opts, rp_model **o
 void rp_model_free(rp_model *model);
 const rp_model_info *rp_model_get_info(const rp_model *model);
 
-/* A KV cache for one sequence of up to max_tokens positions (0: the model's max_context). */
+/* A KV cache for one sequence of up to max_tokens positions (0: the model's max_context), in
+ * a private f32 block pool just big enough (model/kv_cache.h has shared pools, other storage
+ * types and the prefix cache). */
 rp_status rp_kv_new(rp_model *model, int max_tokens, rp_kv **out, rp_err *err);
 void rp_kv_free(rp_kv *kv);
 int rp_kv_len(const rp_kv *kv);      /* positions filled */
@@ -105,7 +107,8 @@ rp_status rp_model_eval(rp_model *model, rp_kv *kv, const int32_t *ids, int n, f
 /* One forward step over several sequences (continuous batching). Token i belongs to kv[i]
  * and goes at the next free position of that cache; the tokens of one sequence must be
  * consecutive. Weights are read once for the whole batch. want_logits[i] asks for a row of
- * logits for token i (rows in token order); only a sequence's last token may ask.
+ * logits for token i (rows in token order); only a sequence's last token may ask. All the
+ * sequences must draw on one pool (rp_kv_new_in; RP_ERR_INVALID otherwise).
  * Results do not depend on what else is in the batch (batch-invariant kernels). */
 typedef struct rp_batch {
     int n_tok;

@@ -40,12 +40,27 @@ struct rp_model {
     rp_backend *be;
     const rp_arch *arch;
     void *arch_state; /* the recipe's weights and buffers */
+    /* KV geometry, learnt at load from a probe call of arch->kv_init (kv->probe set) */
+    int n_kv_layers; /* layers with attention: the cache layers of a block */
+    int *kv_layer;   /* [n_layers]: cache layer of each layer, -1 for none */
 };
+
+typedef struct rp_kv_pool rp_kv_pool;
 
 struct rp_kv {
     rp_model *model;
+    rp_kv_pool *pool;
+    int own_pool; /* rp_kv_new: a private pool, freed with the sequence */
+    int probe;    /* the load-time geometry probe: kv_init only records m->kv_layer */
     int len, cap;
-    void *state; /* the recipe's cache */
+    int32_t *blocks; /* block table: position p in blocks[p / RP_KV_BLOCK_TOKENS] */
+    int n_blocks, max_blocks;
+    int32_t *ids;  /* [cap] token at each position (the prefix index keys) */
+    int n_indexed; /* leading full blocks already in (or checked against) the index */
+    int idx_prev;  /* the indexed block standing for position block n_indexed - 1 (-1: none):
+                    * ours, or the cached twin our private copy duplicates */
+    uint32_t idx_prev_gen;
+    void *state;   /* the recipe's cache */
     /* Hybrids: the recurrent state as one flat block the recipe owns (set in kv_init;
      * rec_n == 0 otherwise), describing the sequence at position rec_pos (model.c keeps
      * rec_pos in step with len after every forward; snapshots copy the block). */
@@ -53,6 +68,17 @@ struct rp_kv {
     size_t rec_n;
     int rec_pos;
 };
+
+/* The forward's side of the paged cache (model/kv_cache.c): before n tokens go in at len,
+ * rp_kv_prepare makes room (rp_kv_reserve) and records the ids; after the forward moved len,
+ * rp_kv_indexed puts newly full blocks into the prefix index (snapshots for hybrids). */
+rp_status rp_kv_prepare(rp_kv *kv, const int32_t *ids, int n, rp_err *err);
+void rp_kv_indexed(rp_kv *kv);
+/* Called by the model loader: the KV geometry (m->n_kv_layers, m->kv_layer). */
+rp_status rp_kv_probe(rp_model *m, rp_err *err);
+/* The step layout of one sequence's tokens (t0 = first activation row). */
+rp_step_seq rp_kv_step_seq(const rp_kv *kv, int t0, int n_tok, int pos0);
+const rp_kv_layout *rp_kv_layout_of(const rp_kv *kv);
 
 /* Looks up `name`, checks dims (0 = any) and dtype is a matmul/norm type; names what is wrong. */
 rp_status rp_model_tensor(rp_model *m, const char *name, int64_t d0, int64_t d1,

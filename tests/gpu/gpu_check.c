@@ -20,6 +20,7 @@
 #include "base/half.h"
 #include "engine/engine.h"
 #include "fixture_util.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 
 #define F32_TOL 1e-3f
@@ -99,11 +100,14 @@ static float decode_worst(rp_model *m, const fixture *f)
 static float batch_worst(rp_model *m, const fixture *f)
 {
     rp_kv *a = NULL, *b = NULL, *c = NULL;
+    rp_kv_pool *pool = NULL; /* the sequences of one step share a pool */
+    rp_kv_pool_opts po = {.dtype = RP_KV_F32, .n_blocks = 16};
     rp_err err = {0};
     float worst = INFINITY;
     float *lg = rp_alloc(sizeof(float) * 3 * (size_t)f->vocab);
-    if (f->n_ids < 6 || rp_kv_new(m, 64, &a, &err) || rp_kv_new(m, 64, &b, &err) ||
-        rp_kv_new(m, 64, &c, &err) || rp_model_eval(m, a, f->ids, 5, NULL, 0, &err) ||
+    if (f->n_ids < 6 || rp_kv_pool_new(m, &po, &pool, &err) ||
+        rp_kv_new_in(pool, 64, &a, &err) || rp_kv_new_in(pool, 64, &b, &err) ||
+        rp_kv_new_in(pool, 64, &c, &err) || rp_model_eval(m, a, f->ids, 5, NULL, 0, &err) ||
         rp_model_eval(m, b, f->ids, 2, NULL, 0, &err))
         goto out;
     int32_t ids[4] = {f->ids[5], f->ids[2], f->ids[3], f->ids[0]};
@@ -126,6 +130,7 @@ out:
     rp_kv_free(a);
     rp_kv_free(b);
     rp_kv_free(c);
+    rp_kv_pool_free(pool);
     return worst;
 }
 

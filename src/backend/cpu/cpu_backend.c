@@ -47,6 +47,12 @@ typedef struct cpu_backend {
     long scratch_len;
     rp_step_seq *seqs; /* the step layout (rp_op_step_begin) */
     int n_seqs, seqs_cap;
+    int *row_seq; /* sequence of each activation row of the step */
+    int n_rows, rows_cap;
+    rp_kv_layout kv; /* the step's KV pool */
+    float (*dot)(const float *a, const float *b, int n);           /* attention kernels */
+    void (*axpy)(float *y, float a, const float *x, int n);
+    void (*load_row)(rp_kv_dtype dt, const void *src, int hd, float *out);
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
@@ -64,6 +70,8 @@ typedef struct cpu_backend {
 #define CPU(bk) ((cpu_backend *)(bk))
 
 static const rp_backend_vt g_cpu_vt;
+static float dot_portable(const float *a, const float *b, int n);
+static void axpy_portable(float *y, float a, const float *x, int n);
 
 static void cpu_destroy(rp_backend *bk)
 {
@@ -73,6 +81,7 @@ static void cpu_destroy(rp_backend *bk)
             rp_free_aligned(b->scratch[i]);
     rp_free(b->scratch);
     rp_free(b->seqs);
+    rp_free(b->row_seq);
     rp_free_aligned(b->act_q);
     rp_free_aligned(b->act_ds);
     rp_free_aligned(b->amx_x);
@@ -103,7 +112,15 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     b->ref = ref_kernels == 1;
     b->exact = ref_kernels == RP_BACKEND_EXACT;
     rp_cpu_kernels_scalar(&b->k);
+    b->dot = dot_portable;
+    b->axpy = axpy_portable;
+    b->load_row = rp_kv_row_load;
 #if defined(__x86_64__)
+    if (rp_cpu()->isa >= RP_ISA_AVX512) {
+        b->dot = rp_attn_dot_avx512;
+        b->axpy = rp_attn_axpy_avx512;
+        b->load_row = rp_attn_load_row_avx512;
+    }
     if (rp_cpu()->isa >= RP_ISA_AVX2)
         rp_cpu_kernels_avx2(&b->k);
     if (rp_cpu()->isa >= RP_ISA_AVX512)
@@ -727,6 +744,25 @@ static void cpu_attention(rp_backend *bk, const rp_attn_args *a)
 
 /* ---- the recipe's step ops ------------------------------------------------------------- */
 
+/* Portable attention kernels: 8 independent partial sums, combined in a fixed order. */
+static float dot_portable(const float *a, const float *b, int n)
+{
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++)
+            acc[u] += a[i + u] * b[i + u];
+    for (; i < n; i++)
+        acc[0] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void axpy_portable(float *y, float a, const float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 static void cpu_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, int dim)
 {
     float tmp[16384];
@@ -751,50 +787,165 @@ static void cpu_gather_rows(rp_backend *b, float *dst, const float *src, const i
             memmove(dst + (size_t)i * dim, src + (size_t)rows[i] * dim, sizeof(float) * dim);
 }
 
-static void cpu_step_begin(rp_backend *bk, const rp_step_seq *seqs, int n_seqs)
+static void cpu_step_begin(rp_backend *bk, const rp_kv_layout *kv, const rp_step_seq *seqs,
+                           int n_seqs)
 {
     cpu_backend *b = CPU(bk);
-    if (n_seqs > b->seqs_cap) {
-        rp_step_seq *p = rp_realloc(b->seqs, sizeof *p * (size_t)n_seqs);
+    int n_rows = 0;
+    for (int s = 0; s < n_seqs; s++)
+        n_rows = seqs[s].t0 + seqs[s].n_tok > n_rows ? seqs[s].t0 + seqs[s].n_tok : n_rows;
+    if (n_seqs > b->seqs_cap || n_rows > b->rows_cap) {
+        int cap = n_seqs > n_rows ? n_seqs : n_rows;
+        cap = cap < 256 ? 256 : cap; /* RP_MAX_CHUNK rows: allocated once in practice */
+        rp_step_seq *p = rp_realloc(b->seqs, sizeof *p * (size_t)cap);
         RP_ASSERT(p); /* a few KB; failing here means the host is gone */
         b->seqs = p;
-        b->seqs_cap = n_seqs;
+        int *r = rp_realloc(b->row_seq, sizeof *r * (size_t)cap);
+        RP_ASSERT(r);
+        b->row_seq = r;
+        b->seqs_cap = b->rows_cap = cap;
     }
     memcpy(b->seqs, seqs, sizeof *seqs * (size_t)n_seqs);
     b->n_seqs = n_seqs;
+    b->n_rows = n_rows;
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < seqs[s].n_tok; i++)
+            b->row_seq[seqs[s].t0 + i] = s;
+    b->kv = *kv;
 }
 
 static void cpu_kv_store(rp_backend *bk, int layer, const float *k, const float *v, int kv_dim)
 {
     cpu_backend *b = CPU(bk);
+    const rp_kv_layout *L = &b->kv;
+    RP_ASSERT(kv_dim == L->n_kv_heads * L->head_dim && layer < L->n_layers);
     for (int s = 0; s < b->n_seqs; s++) {
         const rp_step_seq *q = &b->seqs[s];
-        size_t base = ((size_t)layer * q->cap + (size_t)q->pos0) * kv_dim;
-        size_t n = (size_t)q->n_tok * kv_dim * sizeof(float);
-        memcpy(q->k + base, k + (size_t)q->t0 * kv_dim, n);
-        memcpy(q->v + base, v + (size_t)q->t0 * kv_dim, n);
+        for (int i = 0; i < q->n_tok; i++) {
+            size_t row = (size_t)(q->t0 + i) * kv_dim;
+            for (int h = 0; h < L->n_kv_heads; h++) {
+                size_t off = row + (size_t)h * L->head_dim;
+                rp_kv_row_store(L->dtype, k + off, L->head_dim,
+                                rp_kv_row_at(L, q->blocks, layer, 0, q->pos0 + i, h));
+                rp_kv_row_store(L->dtype, v + off, L->head_dim,
+                                rp_kv_row_at(L, q->blocks, layer, 1, q->pos0 + i, h));
+            }
+        }
+    }
+}
+
+/* A row in f32: the stored row itself for F32, else decoded into buf. */
+static const float *row_f32(const cpu_backend *b, const rp_kv_layout *L, const void *src,
+                            float *buf)
+{
+    if (L->dtype == RP_KV_F32)
+        return src;
+    b->load_row(L->dtype, src, L->head_dim, buf);
+    return buf;
+}
+
+typedef struct pattn_job {
+    cpu_backend *b;
+    int layer;
+    const rp_step_attn *a;
+} pattn_job;
+
+/* One (row of the step, KV head): the G = n_heads / n_kv_heads query heads that share the KV
+ * head, so each key and value row is read (and decoded) once for all of them. Per query head
+ * the arithmetic is fixed (two-pass softmax, keys in order), whatever else is in the step:
+ * results are batch-invariant. scratch: G * (pos + 1) scores, G * head_dim sums, two rows. */
+static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r, int kvh,
+                        float *scratch)
+{
+    const rp_kv_layout *L = &b->kv;
+    const rp_step_seq *sq = &b->seqs[b->row_seq[r]];
+    int G = a->n_heads / a->n_kv_heads, d = a->head_dim, pos = sq->pos0 + (r - sq->t0);
+    int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0, n = pos + 1 - j0;
+    const float *q = a->q + ((size_t)r * a->n_heads + (size_t)kvh * G) * d;
+    float *sc = scratch, *acc = sc + (size_t)G * n, *kbuf = acc + (size_t)G * d, *vbuf = kbuf + d;
+    for (int j = 0; j < n; j++) {
+        const float *k = row_f32(b, L, rp_kv_row_at(L, sq->blocks, layer, 0, j0 + j, kvh), kbuf);
+        for (int g = 0; g < G; g++)
+            sc[(size_t)g * n + j] = b->dot(q + (size_t)g * d, k, d) * a->scale;
+    }
+    float inv[64];
+    RP_ASSERT(G <= 64);
+    for (int g = 0; g < G; g++) {
+        float *p = sc + (size_t)g * n, mx = -INFINITY;
+        for (int j = 0; j < n; j++)
+            mx = p[j] > mx ? p[j] : mx;
+        float sink = a->sinks ? a->sinks[kvh * G + g] : -INFINITY;
+        mx = sink > mx ? sink : mx;
+        float sum = a->sinks ? expf(sink - mx) : 0.0f;
+        for (int j = 0; j < n; j++) {
+            p[j] = expf(p[j] - mx);
+            sum += p[j];
+        }
+        inv[g] = 1.0f / sum;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)G * d);
+    for (int j = 0; j < n; j++) {
+        const float *v = row_f32(b, L, rp_kv_row_at(L, sq->blocks, layer, 1, j0 + j, kvh), vbuf);
+        for (int g = 0; g < G; g++)
+            b->axpy(acc + (size_t)g * d, sc[(size_t)g * n + j], v, d);
+    }
+    for (int g = 0; g < G; g++) {
+        float *o = a->out + ((size_t)r * a->n_heads + (size_t)kvh * G + g) * d;
+        for (int i = 0; i < d; i++)
+            o[i] = acc[(size_t)g * d + i] * inv[g];
+    }
+}
+
+static void pattn_part(void *p, int i, int n)
+{
+    pattn_job *j = p;
+    cpu_backend *b = j->b;
+    const rp_step_attn *a = j->a;
+    long n_items = (long)b->n_rows * a->n_kv_heads, lo, hi;
+    rp_pool_split(n_items, i, n, 1, &lo, &hi);
+    float *scratch = b->scratch[i];
+    int G = a->n_heads / a->n_kv_heads;
+    for (long k = lo; k < hi; k++) {
+        int r = (int)(k / a->n_kv_heads), kvh = (int)(k % a->n_kv_heads);
+        if (!b->ref) {
+            paged_group(b, j->layer, a, r, kvh, scratch);
+            continue;
+        }
+        const rp_step_seq *sq = &b->seqs[b->row_seq[r]];
+        for (int g = 0; g < G; g++)
+            rp_ref_attention_paged_head(&b->kv, sq, j->layer, a, r - sq->t0, kvh * G + g,
+                                        scratch, scratch + b->scratch_len - a->head_dim);
     }
 }
 
 static void cpu_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
 {
     cpu_backend *b = CPU(bk);
-    size_t qd = (size_t)a->n_heads * a->head_dim, kvd = (size_t)a->n_kv_heads * a->head_dim;
+    RP_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && layer < b->kv.n_layers &&
+              a->n_kv_heads == b->kv.n_kv_heads && a->head_dim == b->kv.head_dim);
+    int max_pos = 0;
+    long work = 0;
     for (int s = 0; s < b->n_seqs; s++) {
-        const rp_step_seq *q = &b->seqs[s];
-        rp_attn_args args = {.q = a->q + (size_t)q->t0 * qd,
-                             .k = q->k + (size_t)layer * q->cap * kvd,
-                             .v = q->v + (size_t)layer * q->cap * kvd,
-                             .out = a->out + (size_t)q->t0 * qd,
-                             .n_tok = q->n_tok,
-                             .pos0 = q->pos0,
-                             .n_heads = a->n_heads,
-                             .n_kv_heads = a->n_kv_heads,
-                             .head_dim = a->head_dim,
-                             .scale = a->scale,
-                             .window = a->window};
-        cpu_attention(bk, &args);
+        int last = b->seqs[s].pos0 + b->seqs[s].n_tok;
+        max_pos = last > max_pos ? last : max_pos;
+        work += (long)b->seqs[s].n_tok * last;
     }
+    int G = a->n_heads / a->n_kv_heads;
+    long need = (long)G * (max_pos + 1) + (long)(G + 2) * a->head_dim + 64;
+    if (need > b->scratch_len) {
+        long len = need * 2 > 4096 ? need * 2 : 4096;
+        for (int i = 0; i < b->n_threads; i++) {
+            rp_free_aligned(b->scratch[i]);
+            b->scratch[i] = rp_alloc_aligned((size_t)len * sizeof(float), RP_TAG_MODEL);
+            RP_ASSERT(b->scratch[i]); /* a few KB per thread; failing here means the host is gone */
+        }
+        b->scratch_len = len;
+    }
+    pattn_job j = {.b = b, .layer = layer, .a = a};
+    if (work * a->n_heads < 4096)
+        pattn_part(&j, 0, 1);
+    else
+        rp_pool_run(b->pool, pattn_part, &j);
 }
 
 static const rp_backend_vt g_cpu_vt = {

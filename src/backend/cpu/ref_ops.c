@@ -154,3 +154,41 @@ void rp_ref_gated_delta_head(const rp_delta_args *a, int h)
         }
     }
 }
+
+/* rp_ref_attention_head over paged, possibly quantized blocks: each K and V row is decoded to
+ * f32 with the shared codec, then the same loops. */
+void rp_ref_attention_paged_head(const rp_kv_layout *kv, const rp_step_seq *seq, int layer,
+                                 const rp_step_attn *a, int t, int h, float *scores, float *row)
+{
+    int pos = seq->pos0 + t, kvh = h / (a->n_heads / a->n_kv_heads), d = a->head_dim;
+    int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    const float *q = a->q + ((long)(seq->t0 + t) * a->n_heads + h) * d;
+    float mx = -INFINITY;
+    for (int j = j0; j <= pos; j++) {
+        rp_kv_row_load(kv->dtype, rp_kv_row_at(kv, seq->blocks, layer, 0, j, kvh), d, row);
+        float s = 0.0f;
+        for (int i = 0; i < d; i++)
+            s += q[i] * row[i];
+        s *= a->scale;
+        scores[j] = s;
+        if (s > mx)
+            mx = s;
+    }
+    float sink = a->sinks ? a->sinks[h] : -INFINITY;
+    if (sink > mx)
+        mx = sink;
+    float sum = a->sinks ? expf(sink - mx) : 0.0f;
+    for (int j = j0; j <= pos; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    float *o = a->out + ((long)(seq->t0 + t) * a->n_heads + h) * d;
+    for (int i = 0; i < d; i++)
+        o[i] = 0.0f;
+    for (int j = j0; j <= pos; j++) {
+        rp_kv_row_load(kv->dtype, rp_kv_row_at(kv, seq->blocks, layer, 1, j, kvh), d, row);
+        float p = scores[j] / sum;
+        for (int i = 0; i < d; i++)
+            o[i] += p * row[i];
+    }
+}

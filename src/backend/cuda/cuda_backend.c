@@ -28,6 +28,8 @@ typedef struct cuda_backend {
     int n_weights, cap_weights;
     rp_cuda_tok *toks;
     int toks_cap;
+    int32_t *tbl; /* the step's block tables, concatenated */
+    int tbl_cap;
     void **bufs; /* live buffers and their sizes, for the budget */
     size_t *buf_bytes;
     int n_bufs, cap_bufs;
@@ -50,6 +52,7 @@ static void cuda_destroy(rp_backend *bk)
     rp_free(b->bufs);
     rp_free(b->buf_bytes);
     rp_free(b->toks);
+    rp_free(b->tbl);
     rp_cuda_ctx_free(b->ctx);
     rp_free(b);
 }
@@ -245,23 +248,41 @@ static void cuda_gather_rows(rp_backend *bk, float *dst, const float *src, const
     rp_cuda_gather_rows(CB(bk)->ctx, dst, src, rows, n, dim);
 }
 
-static void cuda_step_begin(rp_backend *bk, const rp_step_seq *seqs, int n_seqs)
+static void cuda_step_begin(rp_backend *bk, const rp_kv_layout *kv, const rp_step_seq *seqs,
+                            int n_seqs)
 {
     cuda_backend *b = CB(bk);
-    int n = 0;
-    for (int s = 0; s < n_seqs; s++)
+    RP_ASSERT(kv->dtype == RP_KV_F32); /* the pool refuses other types on CUDA */
+    int n = 0, n_tbl = 0;
+    for (int s = 0; s < n_seqs; s++) {
         n += seqs[s].n_tok;
+        n_tbl += seqs[s].n_blocks;
+    }
     if (n > b->toks_cap) {
         rp_cuda_tok *p = rp_realloc(b->toks, sizeof *p * (size_t)n);
         RP_ASSERT(p); /* a few KB; failing here means the host is gone */
         b->toks = p;
         b->toks_cap = n;
     }
-    for (int s = 0; s < n_seqs; s++)
+    if (n_tbl > b->tbl_cap) {
+        int cap = n_tbl < 1024 ? 1024 : n_tbl * 2;
+        int32_t *p = rp_realloc(b->tbl, sizeof *p * (size_t)cap);
+        RP_ASSERT(p);
+        b->tbl = p;
+        b->tbl_cap = cap;
+    }
+    int off = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        memcpy(b->tbl + off, seqs[s].blocks, sizeof(int32_t) * (size_t)seqs[s].n_blocks);
         for (int i = 0; i < seqs[s].n_tok; i++)
-            b->toks[seqs[s].t0 + i] = (rp_cuda_tok){.k = seqs[s].k, .v = seqs[s].v,
-                                                    .pos = seqs[s].pos0 + i, .cap = seqs[s].cap};
-    rp_cuda_step(b->ctx, b->toks, n);
+            b->toks[seqs[s].t0 + i] = (rp_cuda_tok){.tbl = off, .pos = seqs[s].pos0 + i};
+        off += seqs[s].n_blocks;
+    }
+    rp_cuda_kv ck = {.base = kv->base,
+                     .block_tokens = kv->block_tokens,
+                     .block_floats = (long)(kv->block_bytes / sizeof(float)),
+                     .half_floats = (long)(kv->half_bytes / sizeof(float))};
+    rp_cuda_step(b->ctx, b->toks, n, b->tbl, n_tbl, &ck);
 }
 
 static void cuda_kv_store(rp_backend *bk, int layer, const float *k, const float *v, int kv_dim)

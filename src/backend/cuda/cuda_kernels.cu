@@ -118,6 +118,9 @@ struct rp_cuda_ctx {
     size_t part_bytes;
     rp_cuda_tok *tok_host, *tok_dev;
     int n_tok, tok_cap, max_pos;
+    int32_t *tbl_host, *tbl_dev; /* the step's block tables */
+    int tbl_cap;
+    rp_cuda_kv kv;               /* the step's pool */
     cudaEvent_t tok_ev;
     float *inv_host, *inv_dev;
     int n_inv;
@@ -468,6 +471,8 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     cudaFreeHost(c->tok_host);
     cudaFreeHost(c->pin);
     cudaFree(c->tok_dev);
+    cudaFreeHost(c->tbl_host);
+    cudaFree(c->tbl_dev);
     cudaFree(c->inv_dev);
     rp_free(c->inv_host);
     rp_free(c->pos_host);
@@ -1843,7 +1848,8 @@ extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src
 
 /* ---- the step: token table, KV store, attention ------------------------------------------- */
 
-extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
+extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, const int32_t *tbl,
+                             int n_tbl, const rp_cuda_kv *kv)
 {
     prof_scope ps(c, P_STEP);
     if (c->rec) { /* a step that copied no logits out: run it as it is */
@@ -1865,6 +1871,20 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
             abort();
         }
     }
+    if (n_tbl > c->tbl_cap) {
+        CK(cudaStreamSynchronize(c->stream));
+        cudaFreeHost(c->tbl_host);
+        cudaFree(c->tbl_dev);
+        c->tbl_cap = n_tbl < 1024 ? 1024 : n_tbl * 2;
+        CK(cudaMallocHost((void **)&c->tbl_host, sizeof(int32_t) * c->tbl_cap));
+        CK(cudaMalloc((void **)&c->tbl_dev, sizeof(int32_t) * c->tbl_cap));
+    }
+    if (n_tbl > 0) {
+        memcpy(c->tbl_host, tbl, sizeof(int32_t) * n_tbl);
+        CK(cudaMemcpyAsync(c->tbl_dev, c->tbl_host, sizeof(int32_t) * n_tbl,
+                           cudaMemcpyHostToDevice, c->stream));
+    }
+    c->kv = *kv;
     memcpy(c->tok_host, toks, sizeof(rp_cuda_tok) * n);
     c->max_pos = 0;
     for (int t = 0; t < n; t++) {
@@ -1879,14 +1899,24 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n)
     c->rec_dirty = 0;
 }
 
-__global__ void kv_store_kernel(const rp_cuda_tok *toks, int layer, const float *k,
-                                const float *v, int kvd)
+/* The f32 row start of (layer, K or V, position) of token d's sequence. */
+__device__ __forceinline__ float *kv_row(const rp_cuda_kv &kv, const int32_t *tbl,
+                                         const rp_cuda_tok &d, int layer, int v, int pos)
+{
+    long blk = tbl[d.tbl + pos / kv.block_tokens];
+    return kv.base + blk * kv.block_floats + (long)(2 * layer + v) * kv.half_floats;
+}
+
+__global__ void kv_store_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv,
+                                int layer, const float *k, const float *v, int kvd)
 {
     rp_cuda_tok d = toks[blockIdx.x];
-    size_t off = ((size_t)layer * d.cap + d.pos) * kvd;
+    size_t off = (size_t)(d.pos % kv.block_tokens) * kvd;
+    float *kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
+    float *vd = kv_row(kv, tbl, d, layer, 1, d.pos) + off;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
-        d.k[off + i] = k[(size_t)blockIdx.x * kvd + i];
-        d.v[off + i] = v[(size_t)blockIdx.x * kvd + i];
+        kd[i] = k[(size_t)blockIdx.x * kvd + i];
+        vd[i] = v[(size_t)blockIdx.x * kvd + i];
     }
 }
 
@@ -1896,8 +1926,10 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
     prof_scope ps(c, P_KV);
     int nt = c->n_tok;
     const rp_cuda_tok *td = c->tok_dev;
+    const int32_t *tbl = c->tbl_dev;
+    rp_cuda_kv kv = c->kv;
     LAUNCH(c, {
-        kv_store_kernel<<<nt, 256, 0, c->stream>>>(td, layer, k, v, kvd);
+        kv_store_kernel<<<nt, 256, 0, c->stream>>>(td, tbl, kv, layer, k, v, kvd);
         LAUNCHED();
     });
 }
@@ -1906,8 +1938,9 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
  * j0 + ch*ACH .. +ACH. Writes (max, sum, acc[D]) per head to part. */
 template <int G>
 __global__ void __launch_bounds__(ACH)
-    attn_chunk_kernel(const rp_cuda_tok *toks, int layer, const float *q, int H, int KVH, int D,
-                      float scale, int window, int n_chunks, int kc, float *part)
+    attn_chunk_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv, int layer,
+                      const float *q, int H, int KVH, int D, float scale, int window,
+                      int n_chunks, int kc, float *part)
 {
     extern __shared__ float sm[];
     float *qs = sm;             /* G * D */
@@ -1918,8 +1951,6 @@ __global__ void __launch_bounds__(ACH)
     rp_cuda_tok d = toks[t];
     int pos = d.pos, j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     size_t kvd = (size_t)KVH * D;
-    const float *kb = d.k + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
-    const float *vb = d.v + (size_t)layer * d.cap * kvd + (size_t)kvh * D;
     int jb = j0 + ch * kc, je = min(jb + kc, pos + 1), nk = je - jb;
     for (int i = tid; i < G * D; i += ACH)
         qs[i] = q[((size_t)t * H + h0) * D + i];
@@ -1938,7 +1969,9 @@ __global__ void __launch_bounds__(ACH)
     int lane = tid % 32, warp = tid / 32;
 #pragma unroll 2
     for (int j = warp; j < nk; j += ACH / 32) {
-        const float *kr = kb + (size_t)(jb + j) * kvd;
+        int p = jb + j;
+        const float *kr = kv_row(kv, tbl, d, layer, 0, p) + (size_t)(p % kv.block_tokens) * kvd +
+                          (size_t)kvh * D;
         float s[G];
 #pragma unroll
         for (int g = 0; g < G; g++)
@@ -1981,10 +2014,11 @@ __global__ void __launch_bounds__(ACH)
 #pragma unroll
         for (int g = 0; g < G; g++)
             acc[g] = 0.0f;
-        const float *vc = vb + (size_t)jb * kvd + i;
 #pragma unroll 4
         for (int j = 0; j < nk; j++) {
-            float vv = vc[(size_t)j * kvd];
+            int p = jb + j;
+            float vv = kv_row(kv, tbl, d, layer, 1, p)[(size_t)(p % kv.block_tokens) * kvd +
+                                                       (size_t)kvh * D + i];
 #pragma unroll
             for (int g = 0; g < G; g++)
                 acc[g] = fmaf(ps[g * ACH + j], vv, acc[g]);
@@ -2047,23 +2081,25 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     dim3 grid((unsigned)(H / G), (unsigned)c->n_tok, (unsigned)n_chunks);
     size_t smem = sizeof(float) * ((size_t)G * D + (size_t)G * ACH + 32);
     const rp_cuda_tok *td = c->tok_dev;
+    const int32_t *tbl = c->tbl_dev;
+    rp_cuda_kv kv = c->kv;
     int nt = c->n_tok;
     LAUNCH(c, {
         switch (G) {
         case 8:
-            attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 4:
-            attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 2:
-            attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         default:
-            attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(td, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         }

@@ -26,11 +26,19 @@ typedef struct rp_cuda_ctx rp_cuda_ctx;
 /* dtype codes: the same numbering as rp_dtype (f32 0, f16 1, bf16 2) */
 enum { RP_CUDA_F32 = 0, RP_CUDA_F16 = 1, RP_CUDA_BF16 = 2 };
 
-/* One token of a step: its sequence's cache (layer 0 base) and position. */
+/* One token of a step: where its sequence's block table starts in the step's tables, and
+ * its position. */
 typedef struct rp_cuda_tok {
-    float *k, *v;
-    int pos, cap;
+    int tbl;
+    int pos;
 } rp_cuda_tok;
+
+/* The step's KV pool (f32 rows; layout as rp_kv_layout in backend.h, in floats). */
+typedef struct rp_cuda_kv {
+    float *base;
+    int block_tokens;
+    long block_floats, half_floats;
+} rp_cuda_kv;
 
 int rp_cuda_device_count(void);
 rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len);
@@ -66,8 +74,10 @@ void rp_cuda_embed(rp_cuda_ctx *c, int dtype, const void *table_dev, long cols,
 /* dst[i] = src[rows[i]] (rows on the host); dst may alias src. */
 void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src, const int32_t *rows,
                          int n, int dim);
-/* The step's tokens (host array, copied). */
-void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n_tok);
+/* The step's tokens, its sequences' block tables (n_tbl entries) and its pool (host arrays,
+ * copied). */
+void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n_tok, const int32_t *tbl,
+                  int n_tbl, const rp_cuda_kv *kv);
 void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v, int kv_dim);
 void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, int n_heads,
                        int n_kv_heads, int head_dim, float scale, int window);

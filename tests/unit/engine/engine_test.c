@@ -8,6 +8,7 @@
 
 #include "base/alloc.h"
 #include "engine/engine.h"
+#include "model/kv_cache.h"
 #include "../model/fixture_util.h"
 
 static rp_model *g_model;
@@ -295,5 +296,173 @@ Test(engine, resent_conversation_reuses_prefix)
     rp_engine_stats st;
     rp_engine_get_stats(e, &st);
     cr_assert_geq(st.n_cached_tokens, 16, "cached %lld", (long long)st.n_cached_tokens);
+    rp_engine_free(e);
+}
+
+/* ---- paged KV: prefix hits, pressure, limits -------------------------------------------- */
+
+/* n tokens of "conversation" g: equal for equal g (shared prefixes), valid ids. */
+static void conv_tokens(int32_t *out, int n, int g, int from)
+{
+    for (int k = from; k < from + n; k++)
+        out[k - from] = (int32_t)((k * 37 + g * 101 + 11) % g_fx.vocab);
+}
+
+typedef struct job {
+    int32_t prompt[96];
+    int n_prompt, max_tokens;
+    collector c;
+} job;
+
+static void submit_jobs(rp_engine *e, job *jobs, int n)
+{
+    rp_err err;
+    for (int i = 0; i < n; i++) {
+        jobs[i].c = (collector){.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        rp_gen_request r = greedy(jobs[i].max_tokens);
+        r.prompt = jobs[i].prompt;
+        r.n_prompt = jobs[i].n_prompt;
+        cr_assert_eq(rp_engine_submit(e, &r, collect_cb, &jobs[i].c, NULL, &err), RP_OK, "%s",
+                     err.msg);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&jobs[i].c.mu);
+        while (!jobs[i].c.done)
+            pthread_cond_wait(&jobs[i].c.cv, &jobs[i].c.mu);
+        pthread_mutex_unlock(&jobs[i].c.mu);
+    }
+}
+
+/* Each job's tokens against the same request alone on an engine without a prefix cache. */
+static void check_against_alone(job *jobs, int n)
+{
+    rp_err err;
+    rp_engine *alone;
+    rp_engine_config c1 = {.max_context = 128, .max_num_seqs = 1, .no_prefix_cache = 1};
+    cr_assert_eq(rp_engine_new(g_model, &c1, &alone, &err), RP_OK);
+    for (int i = 0; i < n; i++) {
+        rp_gen_request r = greedy(jobs[i].max_tokens);
+        r.prompt = jobs[i].prompt;
+        r.n_prompt = jobs[i].n_prompt;
+        int32_t *ref;
+        int nr;
+        cr_assert_eq(rp_engine_generate(alone, &r, &ref, &nr, NULL, &err), RP_OK);
+        cr_assert_eq(jobs[i].c.finish, RP_FINISH_LENGTH);
+        cr_assert_eq(jobs[i].c.n, nr, "job %d: %d tokens, %d alone", i, jobs[i].c.n, nr);
+        for (int k = 0; k < nr; k++)
+            cr_assert_eq(jobs[i].c.toks[k], ref[k], "job %d token %d differs from alone", i, k);
+        rp_free(ref);
+    }
+    rp_engine_free(alone);
+}
+
+Test(engine, prefix_hits_batched_equal_alone)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 128, .max_num_seqs = 16, .prefill_chunk = 7};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    int64_t kv_bytes = rp_alloc_live_bytes(RP_TAG_KV); /* the pool: allocated once */
+    job *jobs = rp_calloc(17, sizeof *jobs);
+    jobs[0].n_prompt = 40; /* the shared prefix alone first: its blocks get cached */
+    conv_tokens(jobs[0].prompt, 40, 1, 0);
+    jobs[0].max_tokens = 3;
+    submit_jobs(e, jobs, 1);
+    for (int i = 1; i < 17; i++) { /* then 16 at once, each the prefix and its own tail */
+        conv_tokens(jobs[i].prompt, 40, 1, 0);
+        int tail = 1 + i % 6;
+        conv_tokens(jobs[i].prompt + 40, tail, 100 + i, 40);
+        jobs[i].n_prompt = 40 + tail;
+        jobs[i].max_tokens = 4 + i % 5;
+    }
+    submit_jobs(e, jobs + 1, 16);
+    rp_engine_stats st;
+    rp_engine_get_stats(e, &st);
+    cr_assert_geq(st.prefix_hit_tokens, 16 * 32, "hit %lld tokens", (long long)st.prefix_hit_tokens);
+    cr_assert_eq(st.prefix_hit_tokens + st.prefix_miss_tokens, st.n_prompt_tokens);
+    cr_assert_eq(st.kv_blocks_used, 0, "every block returned");
+    cr_assert_geq(st.kv_blocks_cached, 2);
+    cr_assert_eq(st.kv_block_tokens, RP_KV_BLOCK_TOKENS);
+    cr_assert_eq(rp_alloc_live_bytes(RP_TAG_KV), kv_bytes, "KV memory changed per request");
+    cr_assert_eq(st.kv_bytes, kv_bytes);
+    rp_engine_free(e);
+    check_against_alone(jobs, 17);
+    rp_free(jobs);
+}
+
+Test(engine, fully_cached_prompt_copies_the_last_block)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 128, .max_num_seqs = 2};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    job jobs[3] = {0};
+    for (int i = 0; i < 3; i++) { /* 32 tokens = 2 whole blocks, sent three times */
+        conv_tokens(jobs[i].prompt, 32, 2, 0);
+        jobs[i].n_prompt = 32;
+        jobs[i].max_tokens = 8;
+    }
+    submit_jobs(e, jobs, 1);
+    submit_jobs(e, jobs + 1, 2); /* both share the cached blocks, each copies block 1 */
+    rp_engine_stats st;
+    rp_engine_get_stats(e, &st);
+    cr_assert_geq(st.prefix_hit_tokens, 2 * 31);
+    rp_engine_free(e);
+    check_against_alone(jobs, 3);
+}
+
+Test(engine, eviction_under_pressure_keeps_tokens)
+{
+    rp_err err;
+    rp_engine *e;
+    /* 8 blocks of 16; each request is 16 shared tokens (a system prompt), 18 of one of six
+     * conversations and a short tail: 3 blocks with its generated tokens, 2 once the shared
+     * block is a hit. Running sequences hold most of the pool, so the conversations' cached
+     * blocks keep being evicted while requests wait their turn. */
+    rp_engine_config cfg = {.max_context = 64, .max_num_seqs = 4, .kv_blocks = 8,
+                            .prefill_chunk = 5};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    enum { N = 32 };
+    job *jobs = rp_calloc(N, sizeof *jobs);
+    for (int i = 0; i < N; i++) {
+        conv_tokens(jobs[i].prompt, 16, 7, 0);
+        conv_tokens(jobs[i].prompt + 16, 18, i % 6, 16);
+        int tail = 1 + i % 3;
+        conv_tokens(jobs[i].prompt + 34, tail, 200 + i, 34);
+        jobs[i].n_prompt = 34 + tail;
+        jobs[i].max_tokens = 4 + i % 5;
+    }
+    submit_jobs(e, jobs, N);
+    rp_engine_stats st;
+    rp_engine_get_stats(e, &st);
+    cr_assert_eq(st.n_requests, N);
+    cr_assert_gt(st.kv_evicted_blocks, 0, "the pool was never short");
+    cr_assert_geq(st.prefix_hit_tokens, 16 * (N / 2), "hit %lld", (long long)st.prefix_hit_tokens);
+    cr_assert_eq(st.kv_blocks_total, 8);
+    cr_assert_eq(st.kv_blocks_used, 0);
+    rp_engine_free(e);
+    check_against_alone(jobs, N);
+    rp_free(jobs);
+}
+
+Test(engine, request_that_can_never_fit_is_refused)
+{
+    rp_err err;
+    rp_engine *e;
+    rp_engine_config cfg = {.max_context = 64, .kv_blocks = 2};
+    cr_assert_eq(rp_engine_new(g_model, &cfg, &e, &err), RP_OK);
+    int32_t p[40];
+    conv_tokens(p, 40, 3, 0);
+    rp_gen_request r = greedy(8);
+    r.prompt = p;
+    r.n_prompt = 40;
+    cr_assert_eq(rp_engine_submit(e, &r, watch_cb, NULL, NULL, &err), RP_ERR_INVALID);
+    cr_assert(strstr(err.msg, "kv-cache-mb"), "%s", err.msg);
+    r.n_prompt = 20; /* 28 positions, 2 blocks: fits */
+    int32_t *out;
+    int n;
+    cr_assert_eq(rp_engine_generate(e, &r, &out, &n, NULL, &err), RP_OK, "%s", err.msg);
+    cr_assert_eq(n, 8);
+    rp_free(out);
     rp_engine_free(e);
 }

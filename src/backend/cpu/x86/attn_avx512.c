@@ -1,0 +1,80 @@
+/* backend/cpu/x86/attn_avx512.c - the paged attention's inner loops (q.k and p*v) for AVX-512.
+ * Compiled with the AVX-512 flags; chosen at run time when the CPU has them. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+
+float rp_attn_dot_avx512(const float *a, const float *b, int n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    float s = _mm512_reduce_add_ps(acc);
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void rp_attn_axpy_avx512(float *y, float a, const float *x, int n)
+{
+    __m512 av = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* rp_kv_row_load with 16 elements at a time (the same values: every conversion is exact). */
+void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out)
+{
+    if (hd % 16 || (dt == RP_KV_INT4 && hd % 32)) { /* loads never pass the row's end */
+        rp_kv_row_load(dt, src, hd, out);
+        return;
+    }
+    const unsigned char *p = src;
+    switch (dt) {
+    case RP_KV_BF16:
+        for (int i = 0; i < hd; i += 16) {
+            __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * i)));
+            _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+        }
+        return;
+    case RP_KV_F16:
+        for (int i = 0; i < hd; i += 16)
+            _mm512_storeu_ps(out + i,
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * i))));
+        return;
+    case RP_KV_INT8: {
+        float d;
+        memcpy(&d, p + hd, 4);
+        __m512 dv = _mm512_set1_ps(d);
+        for (int i = 0; i < hd; i += 16) {
+            __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + i)));
+            _mm512_storeu_ps(out + i, _mm512_mul_ps(dv, _mm512_cvtepi32_ps(q)));
+        }
+        return;
+    }
+    case RP_KV_INT4: {
+        float d;
+        memcpy(&d, p + hd / 2, 4);
+        __m512 dv = _mm512_set1_ps(d);
+        __m512i eight = _mm512_set1_epi32(8), lo4 = _mm512_set1_epi32(15);
+        __m512i perm_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        __m512i perm_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        for (int i = 0; i < hd; i += 32) { /* 16 bytes: elements i .. i + 31 */
+            __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + i / 2)));
+            __m512i lo = _mm512_sub_epi32(_mm512_and_si512(b, lo4), eight);  /* even elements */
+            __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight);   /* odd elements */
+            __m512i e0 = _mm512_permutex2var_epi32(lo, perm_lo, hi);
+            __m512i e1 = _mm512_permutex2var_epi32(lo, perm_hi, hi);
+            _mm512_storeu_ps(out + i, _mm512_mul_ps(dv, _mm512_cvtepi32_ps(e0)));
+            _mm512_storeu_ps(out + i + 16, _mm512_mul_ps(dv, _mm512_cvtepi32_ps(e1)));
+        }
+        return;
+    }
+    default: rp_kv_row_load(dt, src, hd, out); return;
+    }
+}

@@ -1,0 +1,3 @@
+list(APPEND RP_SOURCES
+  src/model/kv_cache.c
+)

@@ -1,0 +1,1 @@
+rp_add_unit_test(kv_test tests/unit/backend/kv_test.c)
