@@ -352,21 +352,26 @@ static const engine_row g_engine_rows[] = {
      "Prompt tokens served from the prefix cache instead of being recomputed.", OP_VALUE,
      STAT(n_cached_tokens), NO_STAT},
     {"rapid_prefix_cache_miss_tokens_total", "counter",
-     "Prompt tokens computed because the prefix cache did not hold them.", OP_DIFF,
-     STAT(n_prompt_tokens), STAT(n_cached_tokens)},
+     "Prompt tokens computed because the prefix cache did not hold them.", OP_VALUE,
+     STAT(prefix_miss_tokens), NO_STAT},
     {"rapid_prefix_cache_hit_rate", "gauge",
      "Share of admitted prompt tokens served from the prefix cache since start.", OP_RATIO,
      STAT(n_cached_tokens), STAT(n_prompt_tokens)},
-    /* The paged KV pool (issue 11), once rp_engine_stats has these fields:
+    /* the paged KV pool */
     {"rapid_kv_blocks_total", "gauge", "KV cache blocks in the pool.", OP_VALUE,
      STAT(kv_blocks_total), NO_STAT},
     {"rapid_kv_blocks_used", "gauge", "KV cache blocks held by running sequences.", OP_VALUE,
      STAT(kv_blocks_used), NO_STAT},
     {"rapid_kv_blocks_free", "gauge", "KV cache blocks not held by a running sequence.",
      OP_DIFF, STAT(kv_blocks_total), STAT(kv_blocks_used)},
-    {"rapid_kv_blocks_cached", "gauge", "Unreferenced blocks kept for the prefix cache.",
-     OP_VALUE, STAT(kv_blocks_cached), NO_STAT},
-    */
+    {"rapid_kv_blocks_cached", "gauge",
+     "KV cache blocks indexed in the prefix cache (in use or evictable).", OP_VALUE,
+     STAT(kv_blocks_cached), NO_STAT},
+    {"rapid_kv_evicted_blocks_total", "counter",
+     "Cached KV blocks evicted to make room (LRU).", OP_VALUE, STAT(kv_evicted_blocks),
+     NO_STAT},
+    {"rapid_kv_bytes_per_token", "gauge", "Bytes of KV cache one cached token takes.", OP_VALUE,
+     STAT(kv_bytes_per_token), NO_STAT},
 };
 
 static double stat_value(const rp_engine_stats *es, stat_ref ref)

@@ -32,8 +32,8 @@
  * The checkpoint still needs a model.safetensors (any tensor; the tests write one 1-element
  * tensor): the loader opens it for every architecture.
  *
- * Ownership: the script (id arrays) lives in the recipe state; each cache keeps its own copy
- *            of the ids it has seen. Threading: as every recipe (model.h). Errors:
+ * Ownership: the script (id arrays) lives in the recipe state; the ids it reads are the
+ *            cache's own (rp_kv ids, model_impl.h). Threading: as every recipe (model.h). Errors:
  *            RP_ERR_INVALID for a malformed rapid_script (named), RP_ERR_NOMEM.
  */
 #include <string.h>
@@ -57,10 +57,6 @@ typedef struct scripted {
     int n_rules;
     int32_t eos;
 } scripted;
-
-typedef struct scripted_kv {
-    int32_t *seen; /* the ids at positions [0, kv->len) */
-} scripted_kv;
 
 static rp_status read_ids(json_t *a, const char *what, int vocab, ids *out, rp_err *err)
 {
@@ -177,8 +173,11 @@ static rp_status scripted_forward(rp_model *m, rp_kv *kv, const int32_t *ids_in,
 {
     (void)err;
     scripted *s = m->arch_state;
-    scripted_kv *k = kv->state;
-    memcpy(k->seen + kv->len, ids_in, (size_t)n * sizeof(int32_t));
+    /* kv->ids holds every position's token (rp_kv_prepare recorded ids_in before this call,
+     * and a prefix-cache hit brought the cached positions' ids), so the rules see the whole
+     * prompt even when most of it came from the prefix cache */
+    (void)ids_in;
+    const int32_t *seen = kv->ids;
     int base = kv->len;
     kv->len += n;
     size_t vocab = (size_t)m->cfg.vocab_size;
@@ -187,32 +186,21 @@ static rp_status scripted_forward(rp_model *m, rp_kv *kv, const int32_t *ids_in,
         float *row = logits + (size_t)r * vocab;
         for (size_t i = 0; i < vocab; i++)
             row[i] = -1e9f;
-        row[next_token(s, k->seen, upto)] = 0.0f;
+        row[next_token(s, seen, upto)] = 0.0f;
     }
     return RP_OK;
 }
 
+/* No attention layers, so no blocks of its own: the pool's per-position ids are all it reads. */
 static rp_status scripted_kv_init(rp_model *m, rp_kv *kv, rp_err *err)
 {
     (void)m;
-    scripted_kv *k = rp_calloc(1, sizeof *k);
-    if (!k || !(k->seen = rp_alloc((size_t)(kv->cap > 0 ? kv->cap : 1) * sizeof(int32_t)))) {
-        rp_free(k);
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-    }
-    kv->state = k;
+    (void)err;
+    kv->state = NULL;
     return RP_OK;
 }
 
-static void scripted_kv_deinit(rp_kv *kv)
-{
-    scripted_kv *k = kv->state;
-    if (!k)
-        return;
-    rp_free(k->seen);
-    rp_free(k);
-    kv->state = NULL;
-}
+static void scripted_kv_deinit(rp_kv *kv) { kv->state = NULL; }
 
 const rp_arch rp_arch_scripted = {
     .name = "scripted",

@@ -173,6 +173,12 @@ test('counters and histograms move by exactly what the requests did', async (t) 
   assert.ok(rate >= 0 && rate <= 1);
   assert.equal(get(after, 'rapid_requests_in_flight'), 0);
   assert.equal(get(after, 'rapid_num_requests_running'), 0);
+  // the paged KV pool: nothing held once every request is done, its cached blocks indexed
+  assert.ok(get(after, 'rapid_kv_blocks_total') > 0);
+  assert.equal(get(after, 'rapid_kv_blocks_used'), 0);
+  assert.equal(get(after, 'rapid_kv_blocks_free'), get(after, 'rapid_kv_blocks_total'));
+  assert.ok(get(after, 'rapid_kv_blocks_cached') <= get(after, 'rapid_kv_blocks_total'));
+  assert.ok(get(after, 'rapid_kv_bytes_per_token') > 0);
   assert.equal(get(after, 'rapid_num_requests_waiting'), 0);
   assert.equal(get(after, 'rapid_model_loaded'), 1);
   assert.equal((await srv.stop()).code, 0, srv.log);

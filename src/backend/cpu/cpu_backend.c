@@ -189,16 +189,18 @@ typedef struct matmul_job {
     void **qx_rowbuf;
 } matmul_job;
 
-/* rows [r0, r1) of matrix m */
-static void matmul_rows(const matmul_job *j, int m, long r0, long r1)
+/* rows [r0, r1) of matrix m, on pool thread `thread` */
+static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread)
 {
     const rp_tensor *w = j->ws[m];
     float *y = j->ys[m];
 #if defined(__x86_64__)
     if (j->qx_x) {
-        rp_qx_prefill(j->w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[i], j->y);
+        rp_qx_prefill(w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
         return;
     }
+#else
+    (void)thread;
     if (j->amx_x) {
         long r = rp_amx_matmul_bf16(w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, y);
         if (r < r1)
@@ -233,7 +235,7 @@ static void matmul_part(void *p, int i, int n)
             m++;
         long r0 = (c - (m ? j->end[m - 1] : 0)) * j->chunk;
         long rows = (long)j->ws[m]->shape[0];
-        matmul_rows(j, m, r0, r0 + j->chunk < rows ? r0 + j->chunk : rows);
+        matmul_rows(j, m, r0, r0 + j->chunk < rows ? r0 + j->chunk : rows, i);
     }
 }
 
@@ -268,9 +270,28 @@ void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64,
     }
 }
 
+/* The job's matrices and its work items: `chunk` rows each, about 8 per thread over the call,
+ * 32..256 rows (a multiple of the AMX 32-row step). Returns the rows of all matrices. */
+static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, float *const *ys,
+                          int n_threads)
+{
+    long all_rows = 0;
+    j->n_w = n;
+    for (int i = 0; i < n; i++) {
+        RP_ASSERT(ws[i]->n_dims == 2);
+        j->ws[i] = ws[i];
+        j->ys[i] = ys[i];
+        all_rows += (long)ws[i]->shape[0];
+    }
+    long chunk = (all_rows / (8L * n_threads) + 31) / 32 * 32;
+    j->chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
+    for (int i = 0; i < n; i++)
+        j->end[i] = (i ? j->end[i - 1] : 0) + ((long)ws[i]->shape[0] + j->chunk - 1) / j->chunk;
+    return all_rows;
+}
+
 /* One pool job for n matrices over the same x (the same dtype, columns and group size: one
- * activation packing serves all; otherwise one call each). Work items are `chunk` rows:
- * about 8 per thread over the call, 32..256 rows (a multiple of the AMX 32-row step). */
+ * activation packing serves all; otherwise one call each; work items: matmul_layout). */
 static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, const float *x,
                          int n_tok, float *const *ys)
 {
@@ -316,9 +337,10 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
             b->qx_rowcap = rowb;
         }
         rp_qx_pack_bf16(x, n_tok, cols, b->qx_x);
-        matmul_job jq = {.w = w, .x = x, .n_tok = n_tok, .y = y, .kernel = k,
-                         .qx_x = b->qx_x, .qx_rowbuf = b->qx_rowbuf};
-        rp_pool_run(b->pool, matmul_part, &jq);
+        matmul_job jq = {.x = x, .n_tok = n_tok, .kernel = k, .qx_x = b->qx_x,
+                         .qx_rowbuf = b->qx_rowbuf};
+        matmul_layout(&jq, n, ws, ys, b->n_threads);
+        rp_pool_run_any(b->pool, matmul_part, &jq);
         return;
     }
 #endif
@@ -344,18 +366,8 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
             qk = rp_qx_gguf_decode;
 #endif
     }
-    matmul_job j = {.n_w = n, .x = x, .xq = &xq, .n_tok = n_tok, .kernel = k, .qkernel = qk};
-    long all_rows = 0;
-    for (int i = 0; i < n; i++) {
-        RP_ASSERT(ws[i]->n_dims == 2);
-        j.ws[i] = ws[i];
-        j.ys[i] = ys[i];
-        all_rows += (long)ws[i]->shape[0];
-    }
-    long chunk = (all_rows / (8L * b->n_threads) + 31) / 32 * 32;
-    j.chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
-    for (int i = 0; i < n; i++)
-        j.end[i] = (i ? j.end[i - 1] : 0) + ((long)ws[i]->shape[0] + j.chunk - 1) / j.chunk;
+    matmul_job j = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k, .qkernel = qk};
+    long all_rows = matmul_layout(&j, n, ws, ys, b->n_threads);
 #if defined(__x86_64__)
     /* prefill of bf16 weights on AMX tiles: activations rounded to bf16, or split into three
      * bf16 parts in exact mode (see kernels_amx.c) */

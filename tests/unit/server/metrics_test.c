@@ -520,7 +520,9 @@ Test(metrics, counters_and_histograms_move_by_the_right_amounts)
 
     rp_engine_stats es = {.n_running = 3, .n_waiting = 2, .n_requests = 9,
                           .n_prompt_tokens = 400, .n_cached_tokens = 300, .n_generated = 50,
-                          .n_steps = 70};
+                          .n_steps = 70, .prefix_hit_tokens = 300, .prefix_miss_tokens = 100,
+                          .kv_blocks_total = 64, .kv_blocks_used = 10, .kv_blocks_cached = 20,
+                          .kv_evicted_blocks = 7, .kv_bytes_per_token = 17408.0};
     t = render(m, &es);
     cr_assert_eq(value_of(t, "rapid_model_loaded"), 1);
     cr_assert_eq(value_of(t, "rapid_http_requests_total{endpoint=\"/v1/chat/completions\","
@@ -552,6 +554,12 @@ Test(metrics, counters_and_histograms_move_by_the_right_amounts)
     cr_assert_eq(value_of(t, "rapid_prefix_cache_hit_tokens_total"), 300);
     cr_assert_eq(value_of(t, "rapid_prefix_cache_miss_tokens_total"), 100);
     cr_assert_float_eq(value_of(t, "rapid_prefix_cache_hit_rate"), 0.75, 1e-12);
+    cr_assert_eq(value_of(t, "rapid_kv_blocks_total"), 64);
+    cr_assert_eq(value_of(t, "rapid_kv_blocks_used"), 10);
+    cr_assert_eq(value_of(t, "rapid_kv_blocks_free"), 54);
+    cr_assert_eq(value_of(t, "rapid_kv_blocks_cached"), 20);
+    cr_assert_eq(value_of(t, "rapid_kv_evicted_blocks_total"), 7);
+    cr_assert_eq(value_of(t, "rapid_kv_bytes_per_token"), 17408);
     rp_free(t);
 
     es = (rp_engine_stats){0}; /* no prompt yet: the hit rate is 0, not NaN */
