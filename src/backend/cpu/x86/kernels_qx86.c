@@ -421,7 +421,9 @@ void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, i
 int rp_qx_prefill_fits(const rp_tensor *w, int n_tok)
 {
     long cols = (long)w->shape[1];
-    return rp_dtype_is_quant(w->dtype) && w->dtype != RP_DT_MXFP4 && n_tok >= RP_QX_MIN_TOKENS &&
+    int type_ok = (rp_dtype_is_quant(w->dtype) && w->dtype != RP_DT_MXFP4) ||
+                  w->dtype == RP_DT_BF16;
+    return type_ok && n_tok >= RP_QX_MIN_TOKENS &&
            cols % 32 == 0 && cols % rp_dtype_block(w->dtype) == 0 && cols <= 65536 &&
            (w->dtype != RP_DT_MLX4 && w->dtype != RP_DT_MLX8 ? 1 : cols % w->group_size == 0);
 }
@@ -499,6 +501,9 @@ void rp_qx_dequant_bf16(const rp_tensor *w, long row, uint16_t *out, float *f32)
     size_t rb = rp_dtype_row_bytes(w->dtype, cols);
     const uint8_t *p = (const uint8_t *)w->data + (size_t)row * rb;
     switch (w->dtype) {
+    case RP_DT_BF16: /* already the tiles' element type: a copy into the padded stride */
+        memcpy(out, p, rb);
+        return;
     case RP_DT_MLX4:
     case RP_DT_MLX8: {
         long gs = w->group_size, ng = cols / gs;
