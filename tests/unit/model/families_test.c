@@ -54,29 +54,7 @@ static float frand_t(unsigned *s)
     return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
-static float *prefill_logits(const char *dir, const fixture *f, int ref, rp_err *err)
-{
-    rp_model *m = NULL;
-    rp_kv *kv = NULL;
-    rp_model_opts o = {.n_threads = 2, .ref_kernels = ref};
-    float *lg = rp_alloc(sizeof(float) * (size_t)f->n_ids * f->vocab);
-    if (rp_model_load(dir, &o, &m, err) || rp_kv_new(m, 64, &kv, err) ||
-        rp_model_eval(m, kv, f->ids, f->n_ids, lg, 1, err)) {
-        rp_free(lg);
-        lg = NULL;
-    }
-    rp_kv_free(kv);
-    rp_model_free(m);
-    return lg;
-}
 
 ParameterizedTestParameters(families, prefill_matches_transformers)
 {
@@ -90,7 +68,7 @@ ParameterizedTest(int *idx, families, prefill_matches_transformers)
     cr_assert_eq(fixture_load(name, &f), 0, "fixture %s missing", name);
     for (int ref = 0; ref < 2; ref++) {
         rp_err err = {0};
-        float *lg = prefill_logits(f.dir, &f, ref, &err);
+        float *lg = fixture_eval(f.dir, f.ids, f.n_ids, f.vocab, ref, &err);
         cr_assert_not_null(lg, "%s: %s", name, err.msg);
         float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
         cr_log_info("%s %s kernels: max |logit diff| %.3g", name, ref ? "reference" : "fast", d);
@@ -181,14 +159,14 @@ Test(families, bf16_and_f16_weights_within_tolerance)
             char dir[512];
             cr_assert_eq(fixture_convert(&f, dts[j], 0, dir), 0);
             rp_err err = {0};
-            float *lg = prefill_logits(dir, &f, RP_BACKEND_EXACT, &err);
+            float *lg = fixture_eval(dir, f.ids, f.n_ids, f.vocab, RP_BACKEND_EXACT, &err);
             cr_assert_not_null(lg, "%s as %s: %s", g_fam[i], rp_dtype_name(dts[j]), err.msg);
             float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
             cr_log_info("%s as %s: max |logit diff| %.3g", g_fam[i], rp_dtype_name(dts[j]), d);
             cr_expect_leq(d, tols[j], "%s as %s: max diff %g", g_fam[i], rp_dtype_name(dts[j]), d);
             rp_free(lg);
             /* the default mode: bf16 prefill also rounds the activations to bf16 */
-            lg = prefill_logits(dir, &f, 0, &err);
+            lg = fixture_eval(dir, f.ids, f.n_ids, f.vocab, 0, &err);
             cr_assert_not_null(lg, "%s as %s: %s", g_fam[i], rp_dtype_name(dts[j]), err.msg);
             d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
             cr_log_info("%s as %s, default mode: max |logit diff| %.3g", g_fam[i],
@@ -212,8 +190,8 @@ Test(families, bf16_kernels_equal_f32_math_on_same_values)
         cr_assert_eq(fixture_convert_ex(&f, RP_DT_BF16, 0, 0, d16), 0);
         cr_assert_eq(fixture_convert_ex(&f, RP_DT_F32, 0, 1, d32), 0);
         rp_err err = {0};
-        float *a = prefill_logits(d16, &f, RP_BACKEND_EXACT, &err);
-        float *b = prefill_logits(d32, &f, 1, &err);
+        float *a = fixture_eval(d16, f.ids, f.n_ids, f.vocab, RP_BACKEND_EXACT, &err);
+        float *b = fixture_eval(d32, f.ids, f.n_ids, f.vocab, 1, &err);
         cr_assert(a && b, "%s", err.msg);
         float d = max_abs_diff(a, b, (long)f.n_ids * f.vocab);
         cr_log_info("%s: bf16 kernels vs f32 reference on the same values: %.3g", g_fam[i], d);
@@ -265,7 +243,7 @@ ParameterizedTest(int *idx, families, engine_reruns_hybrid_prompts)
             for (int i = 0; i < n; i++)
                 cr_expect_eq(out[i], f.greedy[i], "%s run %d: token %d", name, run, i);
         else /* the shorter prompt's first token is transformers' argmax at that position */
-            cr_expect_eq(out[0], argmax(f.logits + (size_t)(n_prompt - 1) * f.vocab, f.vocab));
+            cr_expect_eq(out[0], argmax_f32(f.logits + (size_t)(n_prompt - 1) * f.vocab, f.vocab));
         if (run == 0)
             first = out;
         else
@@ -480,7 +458,7 @@ static void quantize_stack(float *w, int E, int in, int out, uint8_t *blocks, ui
 static float *gpt_oss_logits(const char *dir, const fixture *f, int ref)
 {
     rp_err err = {0};
-    float *lg = prefill_logits(dir, f, ref, &err);
+    float *lg = fixture_eval(dir, f->ids, f->n_ids, f->vocab, ref, &err);
     cr_assert_not_null(lg, "%s: %s", dir, err.msg);
     return lg;
 }
@@ -641,7 +619,7 @@ static json_t *fixture_config(const fixture *f)
 static void expect_same_logits(const char *dir, const fixture *f, const char *what)
 {
     rp_err err = {0};
-    float *lg = prefill_logits(dir, f, 0, &err);
+    float *lg = fixture_eval(dir, f->ids, f->n_ids, f->vocab, 0, &err);
     cr_assert_not_null(lg, "%s: %s", what, err.msg);
     float d = max_abs_diff(lg, f->logits, (long)f->n_ids * f->vocab);
     cr_log_info("%s: max |logit diff| %.3g", what, d);

@@ -11,6 +11,7 @@
 #include "base/alloc.h"
 #include "base/file.h"
 #include "base/half.h"
+#include "model/model.h"
 #include "model/safetensors.h"
 
 int fixture_load(const char *name, fixture *f)
@@ -171,11 +172,48 @@ int fixture_convert_ex(const fixture *f, rp_dtype dt, int v4_config, int round_b
 
 void fixture_remove(const char *dir)
 {
-    static const char *files[] = {"config.json", "generation_config.json", "model.safetensors"};
+    static const char *files[] = {"config.json", "generation_config.json", "model.safetensors",
+                                  "ids.json", "logits.bin"};
     char path[700];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         unlink(path);
     }
     rmdir(dir);
+}
+
+float max_abs(const float *a, long n)
+{
+    float m = 0;
+    for (long i = 0; i < n; i++)
+        m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+int argmax_f32(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+float *fixture_eval(const char *dir, const int32_t *ids, int n, int vocab, int ref_kernels,
+                    rp_err *err)
+{
+    rp_err local = {0};
+    rp_err *e = err ? err : &local;
+    rp_model *m = NULL;
+    rp_kv *kv = NULL;
+    rp_model_opts o = {.n_threads = 2, .ref_kernels = ref_kernels};
+    float *lg = rp_alloc(sizeof(float) * (size_t)n * (size_t)vocab);
+    if (!lg || rp_model_load(dir, &o, &m, e) || rp_kv_new(m, n, &kv, e) ||
+        rp_model_eval(m, kv, ids, n, lg, 1, e)) {
+        if (!err) fprintf(stderr, "%s: %s\n", dir, e->msg);
+        rp_free(lg);
+        lg = NULL;
+    }
+    rp_kv_free(kv);
+    rp_model_free(m);
+    return lg;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "base/status.h"
 
 typedef struct fixture {
     char dir[512];
@@ -34,10 +35,20 @@ int fixture_convert(const fixture *f, rp_dtype dt, int v4_config, char *out_dir)
 int fixture_convert_ex(const fixture *f, rp_dtype dt, int v4_config, int round_bf16,
                        char *out_dir);
 
-/* Removes a directory made by fixture_convert. */
+/* Removes a model directory a test made (fixture_convert, quantize, a GGUF twin). */
 void fixture_remove(const char *dir);
 
 /* max |a - b| over n floats */
 float max_abs_diff(const float *a, const float *b, long n);
+/* max |a| over n floats */
+float max_abs(const float *a, long n);
+/* index of the largest of x[0..n) (the first on ties) */
+int argmax_f32(const float *x, int n);
+
+/* Loads the model in dir (ref_kernels as rp_model_opts: 0 fast, 1 reference, 2 exact),
+ * evaluates ids[0..n) from an empty cache and returns every position's logits (n * vocab
+ * floats, rp_free). NULL on failure, with the reason in *err, or on stderr when err is NULL. */
+float *fixture_eval(const char *dir, const int32_t *ids, int n, int vocab, int ref_kernels,
+                    rp_err *err);
 
 #endif

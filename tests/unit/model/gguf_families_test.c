@@ -47,39 +47,8 @@ static const fam g_fams[] = {
     {"qwen3_moe", 0.6f}, {"gemma3", 0.03f}, {"qwen3_5", 1.0f}, {"lfm2", 0.12f},
     {"gpt_oss", 0.4f},   {"phi3", 0.06f}};
 
-static float *run(const char *path, const int32_t *ids, int n, int vocab, int ref)
-{
-    rp_model *m = NULL;
-    rp_kv *kv = NULL;
-    rp_err err = {0};
-    rp_model_opts o = {.n_threads = 2, .ref_kernels = ref};
-    float *lg = rp_alloc(sizeof(float) * (size_t)n * vocab);
-    if (rp_model_load(path, &o, &m, &err) || rp_kv_new(m, 160, &kv, &err) ||
-        rp_model_eval(m, kv, ids, n, lg, 1, &err)) {
-        cr_log_error("%s: %s", path, err.msg);
-        rp_free(lg);
-        lg = NULL;
-    }
-    rp_kv_free(kv);
-    rp_model_free(m);
-    return lg;
-}
 
-static float max_abs(const float *a, long n)
-{
-    float m = 0;
-    for (long i = 0; i < n; i++)
-        m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
-    return m;
-}
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* ids then greedy: logits within F32_TOL over the ids, argmax = the greedy token after. */
 static void check_f32(const char *what, const char *path, const fixture *f)
@@ -90,13 +59,13 @@ static void check_f32(const char *what, const char *path, const fixture *f)
         ids[n++] = f->ids[i];
     for (int i = 0; i < f->n_greedy && n < 128; i++)
         ids[n++] = f->greedy[i];
-    float *lg = run(path, ids, n, f->vocab, 0);
+    float *lg = fixture_eval(path, ids, n, f->vocab, 0, NULL);
     cr_assert(lg, "%s: does not run", what);
     float d = max_abs_diff(lg, f->logits, (long)f->n_ids * f->vocab);
     cr_log_info("%-24s F32 GGUF vs transformers %.2e", what, d);
     cr_assert(d <= F32_TOL, "%s: GGUF F32 logits %g from transformers", what, d);
     for (int j = 0; j < f->n_greedy; j++)
-        cr_assert(argmax(lg + (size_t)(f->n_ids - 1 + j) * f->vocab, f->vocab) == f->greedy[j],
+        cr_assert(argmax_f32(lg + (size_t)(f->n_ids - 1 + j) * f->vocab, f->vocab) == f->greedy[j],
                   "%s: greedy token %d differs", what, j);
     rp_free(lg);
 }
@@ -138,8 +107,9 @@ Test(gguf_families, quantized_files_match_dequantized_twin, .timeout = 300)
             gguf_opts o = {.gemma_pattern = 1};
             cr_assert(gguf_write_ex(f.dir, types[k], 0, qp, &o) == 0);
             cr_assert(gguf_write_ex(f.dir, types[k], 1, tp, &o) == 0);
-            float *t = run(tp, f.ids, f.n_ids, f.vocab, 0), *r = run(qp, f.ids, f.n_ids, f.vocab, 1),
-                  *q = run(qp, f.ids, f.n_ids, f.vocab, 0);
+            float *t = fixture_eval(tp, f.ids, f.n_ids, f.vocab, 0, NULL),
+                  *r = fixture_eval(qp, f.ids, f.n_ids, f.vocab, 1, NULL),
+                  *q = fixture_eval(qp, f.ids, f.n_ids, f.vocab, 0, NULL);
             cr_assert(t && r && q);
             float scale = max_abs(t, len), dr = max_abs_diff(r, t, len), dq = max_abs_diff(q, t, len);
             cr_log_info("%-10s gguf %-5s ref vs twin %.1e, fast vs twin %.4f (%.2f%% of %.2f), vs "
@@ -183,7 +153,8 @@ Test(gguf_families, gemma3_default_layer_pattern_is_llama_cpp_s)
     tmp_path(p, sizeof p, "g3");
     gguf_opts o = {0};
     cr_assert(gguf_write_ex(f.dir, RP_DT_F32, 0, p, &o) == 0);
-    float *a = run(p, f.ids, f.n_ids, f.vocab, 0), *b = run(dir, f.ids, f.n_ids, f.vocab, 0);
+    float *a = fixture_eval(p, f.ids, f.n_ids, f.vocab, 0, NULL),
+          *b = fixture_eval(dir, f.ids, f.n_ids, f.vocab, 0, NULL);
     cr_assert(a && b);
     float d = max_abs_diff(a, b, (long)f.n_ids * f.vocab);
     cr_assert(d <= SAME_TOL, "gemma3 GGUF without a pattern differs by %g", d);
@@ -293,8 +264,9 @@ Test(gguf_families, gpt_oss_mxfp4_experts_match_dequantized_twin)
     cr_assert(gguf_write_ex(f.dir, RP_DT_MXFP4, 0, qp, &o) == 0);
     cr_assert(gguf_write_ex(f.dir, RP_DT_MXFP4, 1, tp, &o) == 0);
     long len = (long)f.n_ids * f.vocab;
-    float *t = run(tp, f.ids, f.n_ids, f.vocab, 0), *r = run(qp, f.ids, f.n_ids, f.vocab, 1),
-          *q = run(qp, f.ids, f.n_ids, f.vocab, 0);
+    float *t = fixture_eval(tp, f.ids, f.n_ids, f.vocab, 0, NULL),
+          *r = fixture_eval(qp, f.ids, f.n_ids, f.vocab, 1, NULL),
+          *q = fixture_eval(qp, f.ids, f.n_ids, f.vocab, 0, NULL);
     cr_assert(t && r && q);
     float scale = max_abs(t, len), dr = max_abs_diff(r, t, len), dq = max_abs_diff(q, t, len);
     cr_log_info("gpt_oss gguf mxfp4 experts: ref vs twin %.1e, fast vs twin %.4f, vs "
@@ -338,7 +310,8 @@ Test(gguf_families, phi3_longrope_factors_are_read)
         ids[n++] = f.ids[i];
     for (int i = 0; i < f.n_greedy && n < 64; i++)
         ids[n++] = f.greedy[i];
-    float *a = run(p, ids, n, f.vocab, 0), *b = run(dir, ids, n, f.vocab, 0);
+    float *a = fixture_eval(p, ids, n, f.vocab, 0, NULL),
+          *b = fixture_eval(dir, ids, n, f.vocab, 0, NULL);
     cr_assert(a && b);
     float d = max_abs_diff(a, b, (long)n * f.vocab);
     cr_assert(d <= SAME_TOL, "phi3 LongRoPE GGUF differs by %g", d);

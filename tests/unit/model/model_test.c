@@ -37,21 +37,6 @@ static const char *g_dense[] = {"llama_gqa",         "llama_tied_mha", "llama_he
 static int g_dense_idx[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
 _Static_assert(RP_ARRAY_LEN(g_dense_idx) == RP_ARRAY_LEN(g_dense), "one index per fixture");
 
-static float *prefill_logits(const char *dir, const fixture *f, int ref, rp_err *err)
-{
-    rp_model *m = NULL;
-    rp_kv *kv = NULL;
-    rp_model_opts o = {.n_threads = 2, .ref_kernels = ref};
-    float *lg = rp_alloc(sizeof(float) * (size_t)f->n_ids * f->vocab);
-    if (rp_model_load(dir, &o, &m, err) || rp_kv_new(m, 64, &kv, err) ||
-        rp_model_eval(m, kv, f->ids, f->n_ids, lg, 1, err)) {
-        rp_free(lg);
-        lg = NULL;
-    }
-    rp_kv_free(kv);
-    rp_model_free(m);
-    return lg;
-}
 
 ParameterizedTestParameters(model, prefill_matches_transformers)
 {
@@ -65,7 +50,7 @@ ParameterizedTest(int *idx, model, prefill_matches_transformers)
     cr_assert_eq(fixture_load(*name, &f), 0, "fixture %s missing", *name);
     for (int ref = 0; ref < 2; ref++) {
         rp_err err = {0};
-        float *lg = prefill_logits(f.dir, &f, ref, &err);
+        float *lg = fixture_eval(f.dir, f.ids, f.n_ids, f.vocab, ref, &err);
         cr_assert_not_null(lg, "%s: %s", *name, err.msg);
         float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
         cr_log_info("%s %s kernels: max |logit diff| %.3g", *name, ref ? "reference" : "fast", d);
@@ -152,7 +137,7 @@ static void check_converted(const char *name, rp_dtype dt, int v4, float tol)
     char dir[512];
     cr_assert_eq(fixture_convert(&f, dt, v4, dir), 0);
     rp_err err = {0};
-    float *lg = prefill_logits(dir, &f, 0, &err);
+    float *lg = fixture_eval(dir, f.ids, f.n_ids, f.vocab, 0, &err);
     cr_assert_not_null(lg, "%s converted: %s", name, err.msg);
     float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
     cr_log_info("%s as %s%s: max |logit diff| %.3g", name, rp_dtype_name(dt),
@@ -183,8 +168,9 @@ Test(model, bf16_kernels_equal_f32_math_on_same_values)
         rp_err err = {0};
         /* exact mode: the AMX prefill keeps f32 activations; the default rounds them to
          * bf16 (what transformers' bf16 inference does too), measured up to 0.15 here */
-        float *a = prefill_logits(d16, &f, RP_BACKEND_EXACT, &err);
-        float *b = prefill_logits(d32, &f, 1, &err), *c = prefill_logits(d16, &f, 0, &err);
+        float *a = fixture_eval(d16, f.ids, f.n_ids, f.vocab, RP_BACKEND_EXACT, &err);
+        float *b = fixture_eval(d32, f.ids, f.n_ids, f.vocab, 1, &err),
+              *c = fixture_eval(d16, f.ids, f.n_ids, f.vocab, 0, &err);
         cr_assert(a && b && c, "%s", err.msg);
         float d = max_abs_diff(a, b, (long)f.n_ids * f.vocab);
         cr_expect_leq(d, SAME_VALUES_TOL, "%s: bf16 kernels vs f32 reference: %g", g_dense[i], d);

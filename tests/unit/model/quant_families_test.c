@@ -70,43 +70,8 @@ static seq full_seq(const fixture *f)
     return s;
 }
 
-static float *run(const char *path, const seq *s, int vocab, int ref)
-{
-    rp_model *m = NULL;
-    rp_kv *kv = NULL;
-    rp_err err = {0};
-    rp_model_opts o = {.n_threads = 2, .ref_kernels = ref};
-    float *lg = rp_alloc(sizeof(float) * (size_t)s->n * vocab);
-    if (rp_model_load(path, &o, &m, &err) || rp_kv_new(m, 160, &kv, &err) ||
-        rp_model_eval(m, kv, s->ids, s->n, lg, 1, &err)) {
-        cr_log_error("%s: %s", path, err.msg);
-        rp_free(lg);
-        lg = NULL;
-    }
-    rp_kv_free(kv);
-    rp_model_free(m);
-    return lg;
-}
 
-static float max_abs(const float *a, long n)
-{
-    float m = 0;
-    for (long i = 0; i < n; i++)
-        m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
-    return m;
-}
 
-static void rm_dir(const char *dir)
-{
-    static const char *files[] = {"config.json", "generation_config.json", "model.safetensors",
-                                  "ids.json", "logits.bin"};
-    char path[700];
-    for (size_t i = 0; i < RP_ARRAY_LEN(files); i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
-}
 
 static void copy_config(const char *from, const char *to, int drop_quant)
 {
@@ -231,8 +196,9 @@ static void compare(const char *what, const char *qdir, const char *twin, const 
 {
     seq s = full_seq(f);
     long len = (long)s.n * f->vocab;
-    float *t = run(twin, &s, f->vocab, 0), *r = run(qdir, &s, f->vocab, 1),
-          *q = run(qdir, &s, f->vocab, 0);
+    float *t = fixture_eval(twin, s.ids, s.n, f->vocab, 0, NULL),
+          *r = fixture_eval(qdir, s.ids, s.n, f->vocab, 1, NULL),
+          *q = fixture_eval(qdir, s.ids, s.n, f->vocab, 0, NULL);
     cr_assert(t && r && q, "%s: failed to run", what);
     float scale = max_abs(t, len), d_ref = max_abs_diff(r, t, len), d_q = max_abs_diff(q, t, len);
     float d_hf = max_abs_diff(q, f->logits, (long)f->n_ids * f->vocab);
@@ -276,8 +242,8 @@ ParameterizedTest(int *idx, quant_families, mlx_matches_dequantized_twin, .timeo
         make_twin(qdir, twin);
         snprintf(what, sizeof what, "%s mlx%d g%d", name, g_cfgs[k][0], g_cfgs[k][1]);
         compare(what, qdir, twin, &f, g_fast_tol[*idx]);
-        rm_dir(qdir);
-        rm_dir(twin);
+        fixture_remove(qdir);
+        fixture_remove(twin);
     }
     fixture_free(&f);
 }
@@ -328,7 +294,7 @@ Test(quant_families, quantize_keeps_vectors_convs_and_expert_stacks_float)
         cr_assert(n_quant > 0);
         rp_st_close(src);
         rp_st_close(q);
-        rm_dir(qdir);
+        fixture_remove(qdir);
         fixture_free(&f);
     }
 }
@@ -413,12 +379,13 @@ Test(quant_families, qwen3_moe_switch_mlp_stacks_equal_per_expert_tensors, .time
     seq s = full_seq(&f);
     char stacked[512];
     stack_experts(f.dir, 4, stacked);
-    float *a = run(f.dir, &s, f.vocab, 0), *b = run(stacked, &s, f.vocab, 0);
+    float *a = fixture_eval(f.dir, s.ids, s.n, f.vocab, 0, NULL),
+          *b = fixture_eval(stacked, s.ids, s.n, f.vocab, 0, NULL);
     cr_assert(a && b);
     cr_assert(memcmp(a, b, sizeof(float) * (size_t)s.n * f.vocab) == 0,
               "stacked experts differ by %g", max_abs_diff(a, b, (long)s.n * f.vocab));
     rp_free(a);
     rp_free(b);
-    rm_dir(stacked);
+    fixture_remove(stacked);
     fixture_free(&f);
 }

@@ -35,40 +35,16 @@
  * from transformers' (logged), so the int8 activations add a small fraction of that. */
 #define INT8_TOL 0.06f
 
-static float *logits(const char *path, const int32_t *ids, int n, int vocab, int ref)
-{
-    rp_model *m = NULL;
-    rp_kv *kv = NULL;
-    rp_err err = {0};
-    rp_model_opts o = {.n_threads = 2, .ref_kernels = ref};
-    float *lg = rp_alloc(sizeof(float) * (size_t)n * vocab);
-    if (rp_model_load(path, &o, &m, &err) || rp_kv_new(m, 64, &kv, &err) ||
-        rp_model_eval(m, kv, ids, n, lg, 1, &err)) {
-        cr_log_error("%s: %s", path, err.msg);
-        rp_free(lg);
-        lg = NULL;
-    }
-    rp_kv_free(kv);
-    rp_model_free(m);
-    return lg;
-}
 
-static float max_abs(const float *a, long n)
-{
-    float m = 0;
-    for (long i = 0; i < n; i++)
-        m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
-    return m;
-}
 
 /* Compares a quantized model with its twin; returns max |diff| of the int8 path. */
 static void check_pair(const char *what, const char *qpath, const char *twin,
                        const int32_t *ids, int n, int vocab, const float *hf)
 {
     long len = (long)n * vocab;
-    float *t = logits(twin, ids, n, vocab, 0);
-    float *r = logits(qpath, ids, n, vocab, 1);
-    float *q = logits(qpath, ids, n, vocab, 0);
+    float *t = fixture_eval(twin, ids, n, vocab, 0, NULL);
+    float *r = fixture_eval(qpath, ids, n, vocab, 1, NULL);
+    float *q = fixture_eval(qpath, ids, n, vocab, 0, NULL);
     cr_assert(t && r && q, "%s: failed to run", what);
     float scale = max_abs(t, len), d_ref = max_abs_diff(r, t, len), d_q = max_abs_diff(q, t, len);
     cr_log_info("%-22s ref vs twin %.2e, int8 vs twin %.4f (%.2f%% of max |logit| %.2f)%s%.4f",
@@ -143,17 +119,6 @@ static void make_mlx_twin(const fixture *f, int bits, int gs, char *out)
     rp_free(cfg);
 }
 
-static void rm_dir(const char *dir)
-{
-    static const char *files[] = {"config.json", "generation_config.json", "model.safetensors",
-                                  "ids.json", "logits.bin"};
-    char path[700];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
-}
 
 Test(quant_model, mlx_checkpoints_match_dequantized_twin)
 {
@@ -173,8 +138,8 @@ Test(quant_model, mlx_checkpoints_match_dequantized_twin)
             make_mlx_twin(&f, cfgs[k][0], cfgs[k][1], twin);
             snprintf(what, sizeof what, "%s mlx%d g%d", fx[i], cfgs[k][0], cfgs[k][1]);
             check_pair(what, qdir, twin, f.ids, f.n_ids, f.vocab, f.logits);
-            rm_dir(qdir);
-            rm_dir(twin);
+            fixture_remove(qdir);
+            fixture_remove(twin);
         }
         fixture_free(&f);
     }
@@ -192,7 +157,7 @@ Test(quant_model, gguf_f32_files_match_transformers)
         char path[64];
         snprintf(path, sizeof path, "/tmp/rp_gguf_%d_f32.gguf", (int)getpid());
         cr_assert(gguf_write_from_dir(f.dir, RP_DT_F32, 0, path) == 0);
-        float *lg = logits(path, f.ids, f.n_ids, f.vocab, 0);
+        float *lg = fixture_eval(path, f.ids, f.n_ids, f.vocab, 0, NULL);
         cr_assert(lg);
         float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
         cr_assert(d <= F32_TOL, "%s: GGUF F32 logits %g from transformers", fx[i], d);
@@ -305,7 +270,8 @@ Test(quant_model, gguf_k_quants_on_a_wide_model)
     char p[64];
     snprintf(p, sizeof p, "/tmp/rp_gguf_%d_w.gguf", (int)getpid());
     cr_assert(gguf_write_from_dir(dir, RP_DT_F32, 0, p) == 0);
-    float *a = logits(dir, ids, 12, 512, 0), *b = logits(p, ids, 12, 512, 0);
+    float *a = fixture_eval(dir, ids, 12, 512, 0, NULL),
+          *b = fixture_eval(p, ids, 12, 512, 0, NULL);
     cr_assert(a && b);
     cr_assert(max_abs_diff(a, b, 12 * 512) <= SAME_TOL, "wide F32 GGUF differs by %g",
               max_abs_diff(a, b, 12 * 512));
@@ -315,7 +281,7 @@ Test(quant_model, gguf_k_quants_on_a_wide_model)
         gguf_pair(dir, types[k], ids, 12, 512, NULL, "wide");
     rp_free(a);
     rp_free(b);
-    rm_dir(dir);
+    fixture_remove(dir);
 }
 
 Test(quant_model, gguf_unsupported_type_is_named)
@@ -400,7 +366,7 @@ Test(quant_model, mlx_per_module_overrides)
     snprintf(path, sizeof path, "%s/config.json", mix);
     json_dump_file(cfg, path, 0);
     json_decref(cfg);
-    float *lg = logits(mix, f.ids, f.n_ids, f.vocab, 1);
+    float *lg = fixture_eval(mix, f.ids, f.n_ids, f.vocab, 1, NULL);
     cr_assert(lg, "the mixed checkpoint loads");
     float d = max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab);
     cr_log_info("mixed 4/8-bit checkpoint vs transformers: %.4f", d);
@@ -421,8 +387,8 @@ Test(quant_model, mlx_per_module_overrides)
     rp_st_close(sa);
     rp_st_close(sb);
     rp_st_close(sf);
-    rm_dir(a);
-    rm_dir(b);
-    rm_dir(mix);
+    fixture_remove(a);
+    fixture_remove(b);
+    fixture_remove(mix);
     fixture_free(&f);
 }
