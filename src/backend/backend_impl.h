@@ -114,20 +114,6 @@ void rp_amx_pack_bf16(const float *x, int n_tok, long cols, int parts, uint16_t 
 long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
                         int parts, float *y);
 
-/* AMX int8 prefill of MLX weights: rp_amx_pack_q lays a call's rp_qact out as VNNI B tiles
- * (plus transposed run scales and per-group sums of x) in rp_amx_qpacked_bytes of buf;
- * rp_amx_matmul_mlx then does rows [r0, r) in blocks of 16 and returns r (n_tok <= 128,
- * cols / group_size <= 512; otherwise it returns r0 and does nothing). */
-typedef struct rp_amx_qact {
-    const int8_t *b;
-    const float *dT, *xg;
-    int n_tok;
-    int run64; /* the rp_qact's run64 */
-} rp_amx_qact;
-size_t rp_amx_qpacked_bytes(int n_tok, long cols, int gs);
-void rp_amx_pack_q(const rp_qact *a, int n_tok, long cols, int gs, void *buf, rp_amx_qact *out);
-long rp_amx_matmul_mlx(const rp_tensor *w, long r0, long r1, const rp_amx_qact *a, float *y);
-
 /* Attention inner loops for AVX-512 (backend/cpu/x86/attn_avx512.c): a dot product of n
  * floats with 16 lanes of partial sums combined in a fixed order, and y += a x. */
 float rp_attn_dot_avx512(const float *a, const float *b, int n);

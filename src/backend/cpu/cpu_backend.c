@@ -128,7 +128,8 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !b->ref)
         b->amx = rp_amx_enable();
     {
-        /* RAPID_CPU_QX=0: the previous quantized kernels (a benchmarking knob) */
+        /* RAPID_CPU_QX=0: the 256/512-bit int8 kernels of kernels_avx2/avx512.c for decode and
+         * prefill alike, instead of kernels_qx86.c (a benchmarking knob) */
         const char *qx = getenv("RAPID_CPU_QX");
         int on = !ref_kernels && !(qx && qx[0] == '0');
         b->qx_dec = on && rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
@@ -184,7 +185,6 @@ typedef struct matmul_job {
     rp_qmatmul_kernel qkernel;
     const uint16_t *amx_x; /* set: AMX bf16 path */
     int amx_parts;         /* bf16 numbers per activation in amx_x (1 or 3) */
-    const rp_amx_qact *amx_q; /* set: AMX int8 path (MLX) */
     const uint16_t *qx_x;     /* set: quantized prefill on AMX-BF16 (kernels_qx86.c) */
     void **qx_rowbuf;
 } matmul_job;
@@ -205,12 +205,6 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread
         long r = rp_amx_matmul_bf16(w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, y);
         if (r < r1)
             j->kernel(w, r, r1, j->x, j->n_tok, y);
-        return;
-    }
-    if (j->amx_q) {
-        long r = rp_amx_matmul_mlx(w, r0, r1, j->amx_q, y);
-        if (r < r1)
-            j->qkernel(w, r, r1, j->xq, j->n_tok, y);
         return;
     }
 #endif
@@ -383,21 +377,6 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         }
         rp_amx_pack_bf16(x, n_tok, cols, j.amx_parts, b->amx_x);
         j.amx_x = b->amx_x;
-    }
-    rp_amx_qact aq;
-    /* (MLX 4-bit with group size 32 has two groups in an even/odd run: not on tiles) */
-    if (b->amx && qk && (w->dtype == RP_DT_MLX8 || (w->dtype == RP_DT_MLX4 && w->group_size >= 64)) &&
-        n_tok >= RP_AMX_MIN_TOKENS && n_tok <= 128 && cols / w->group_size <= 512 &&
-        w->shape[0] >= 16) {
-        size_t need = rp_amx_qpacked_bytes(n_tok, cols, w->group_size);
-        if (need > b->amx_cap) {
-            rp_free_aligned(b->amx_x);
-            b->amx_x = rp_alloc_aligned(need, RP_TAG_MODEL);
-            RP_ASSERT(b->amx_x);
-            b->amx_cap = need;
-        }
-        rp_amx_pack_q(&xq, n_tok, cols, w->group_size, b->amx_x, &aq);
-        j.amx_q = &aq;
     }
 #endif
     /* tiny matrices are not worth waking the pool */

@@ -405,7 +405,7 @@ Test(quant, bf16_prefill_matches_reference)
     rp_backend_free(fast);
 }
 
-/* ---- 6. MLX prefill through the backend (AMX int8 tiles when present) ------------------- */
+/* ---- 6. MLX prefill through the backend (AMX-BF16 over dequantized rows when present) --- */
 
 Test(quant, mlx_prefill_matches_reference)
 {
