@@ -144,7 +144,10 @@ void rp_op_rope(rp_backend *b, float *x, int n_tok, int n_heads, int head_dim, i
  * n_heads / n_kv_heads. q: [n_tok][n_heads][head_dim], out: same shape.
  * window > 0 limits each query to the last `window` keys (sliding window).
  * sinks (NULL: none) holds one logit per query head that joins the softmax's denominator
- * without a value (gpt-oss attention sinks): p_j = exp(s_j) / (sum_i exp(s_i) + exp(sink)). */
+ * without a value (gpt-oss attention sinks): p_j = exp(s_j) / (sum_i exp(s_i) + exp(sink)).
+ * The models attend through the paged rp_op_attention_step; this contiguous form is the
+ * plain-C reference on every CPU backend (the oracle the paged kernels are tested against),
+ * host buffers only. */
 typedef struct rp_attn_args {
     const float *q;
     const float *k;

@@ -637,66 +637,13 @@ void rp_op_gated_delta(rp_backend *b, const rp_delta_args *a)
 
 /* ---- attention ------------------------------------------------------------------------- */
 
+/* rp_op_attention, over a contiguous cache: the plain-C reference loops, fanned out over the
+ * pool. The models attend through the paged step op below; this one is the oracle tests
+ * compare it with, so it stays the reference on every CPU backend. */
 typedef struct attn_job {
     const rp_attn_args *a;
     float **scratch;
-    int ref;
 } attn_job;
-
-/* Optimised path for one (token, head): same math as the reference, with the dot products
- * and the value sum in contiguous loops the compiler vectorises. */
-static void attention_head(const rp_attn_args *a, int t, int h, float *scores)
-{
-    int pos = a->pos0 + t, kvh = h / (a->n_heads / a->n_kv_heads), d = a->head_dim;
-    int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    const float *q = a->q + ((long)t * a->n_heads + h) * d;
-    long kv_stride = (long)a->n_kv_heads * d;
-    const float *kbase = a->k + (long)kvh * d, *vbase = a->v + (long)kvh * d;
-    float mx = -INFINITY;
-    for (int j = j0; j <= pos; j++) {
-        const float *k = kbase + (long)j * kv_stride;
-        /* 16 partial sums: the compiler vectorises them (one running sum would be a chain
-         * of dependent scalar adds, most of the prefill attention time) */
-        float part[16] = {0}, s = 0.0f;
-        int i = 0;
-        for (; i + 16 <= d; i += 16)
-            for (int l = 0; l < 16; l++)
-                part[l] += q[i + l] * k[i + l];
-        for (; i < d; i++)
-            s += q[i] * k[i];
-        for (int l = 0; l < 16; l++)
-            s += part[l];
-        s *= a->scale;
-        scores[j] = s;
-        mx = s > mx ? s : mx;
-    }
-    float sink = a->sinks ? a->sinks[h] : -INFINITY;
-    if (sink > mx)
-        mx = sink;
-    float sum = a->sinks ? expf(sink - mx) : 0.0f;
-    for (int j = j0; j <= pos; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
-    float acc[1024];
-    RP_ASSERT(d <= 1024);
-    for (int i = 0; i < d; i++)
-        acc[i] = 0.0f;
-    for (int j = j0; j <= pos; j++) {
-        const float *v = vbase + (long)j * kv_stride;
-        float p = scores[j];
-        int i = 0;
-        for (; i + 16 <= d; i += 16) /* fixed-length inner loop: vectorised */
-            for (int l = 0; l < 16; l++)
-                acc[i + l] += p * v[i + l];
-        for (; i < d; i++)
-            acc[i] += p * v[i];
-    }
-    float inv = 1.0f / sum;
-    float *o = a->out + ((long)t * a->n_heads + h) * d;
-    for (int i = 0; i < d; i++)
-        o[i] = acc[i] * inv;
-}
 
 static void attn_part(void *p, int i, int n)
 {
@@ -705,10 +652,7 @@ static void attn_part(void *p, int i, int n)
     rp_pool_split(n_pairs, i, n, 1, &b, &e);
     for (long k = b; k < e; k++) {
         int t = (int)(k / j->a->n_heads), h = (int)(k % j->a->n_heads);
-        if (j->ref)
-            rp_ref_attention_head(j->a, t, h, j->scratch[i]);
-        else
-            attention_head(j->a, t, h, j->scratch[i]);
+        rp_ref_attention_head(j->a, t, h, j->scratch[i]);
     }
 }
 
@@ -726,7 +670,7 @@ static void cpu_attention(rp_backend *bk, const rp_attn_args *a)
         }
         b->scratch_len = len;
     }
-    attn_job j = {.a = a, .scratch = b->scratch, .ref = b->ref};
+    attn_job j = {.a = a, .scratch = b->scratch};
     if ((long)a->n_tok * a->n_heads * (a->pos0 + a->n_tok) < 4096)
         attn_part(&j, 0, 1);
     else

@@ -18,11 +18,13 @@ static float frand(unsigned *s)
     return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-Test(families_ops, attention_sinks_match_reference)
+/* A dominant sink leaves almost nothing for the values, with and without a window (the fast
+ * paged kernel is checked against this reference in kv_test.c). */
+Test(families_ops, attention_sink_dominates)
 {
-    rp_backend *fast = rp_backend_new(2, 0), *ref = rp_backend_new(2, 1);
+    rp_backend *ref = rp_backend_new(2, 1);
     enum { T = 6, H = 4, KVH = 2, D = 16, CTX = 24, POS0 = CTX - T };
-    static float q[T * H * D], k[CTX * KVH * D], v[CTX * KVH * D], o1[T * H * D], o2[T * H * D];
+    static float q[T * H * D], k[CTX * KVH * D], v[CTX * KVH * D], o2[T * H * D];
     unsigned seed = 7;
     for (int i = 0; i < T * H * D; i++)
         q[i] = frand(&seed);
@@ -35,7 +37,7 @@ Test(families_ops, attention_sinks_match_reference)
         rp_attn_args a = {.q = q,
                           .k = k,
                           .v = v,
-                          .out = o1,
+                          .out = o2,
                           .n_tok = T,
                           .pos0 = POS0,
                           .n_heads = H,
@@ -44,17 +46,11 @@ Test(families_ops, attention_sinks_match_reference)
                           .scale = 0.25f,
                           .window = window,
                           .sinks = sinks};
-        rp_op_attention(fast, &a);
-        a.out = o2;
         rp_op_attention(ref, &a);
-        for (int i = 0; i < T * H * D; i++)
-            cr_assert_float_eq(o1[i], o2[i], 1e-5f, "window %d, element %d", window, i);
-        /* a sink of 20 leaves almost nothing for the values */
         for (int t = 0; t < T; t++)
             for (int i = 0; i < D; i++)
                 cr_assert_leq(fabsf(o2[(t * H + 3) * D + i]), 1e-6f);
     }
-    rp_backend_free(fast);
     rp_backend_free(ref);
 }
 
