@@ -5,41 +5,16 @@
 // and the loading state follow the other /v1 routes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { rapid, openai, anthropic, post, waitHealthy } from './lib.mjs';
+import { startServer, openai, anthropic, post, waitHealthy } from './lib.mjs';
 
 const model = path.join(process.env.RP_SOURCE_DIR, 'models/default');
 if (!fs.existsSync(path.join(model, 'config.json'))) throw new Error(`missing the default model: ${model}`);
 
-// `rapid serve models/default --port 0 ...`, like lib.mjs's startServer does for the tiny model.
-async function startDefault(args = [], env = {}, { wait = true } = {}) {
-  const proc = spawn(rapid, ['serve', model, '--port', '0', ...args], {
-    env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let log = '';
-  proc.stderr.on('data', (d) => { log += d; });
-  proc.stdout.on('data', (d) => { log += d; });
-  const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })));
-  const port = await new Promise((resolve, reject) => {
-    const t = setInterval(() => {
-      const m = /listening on http:\/\/[^:]+:(\d+)/.exec(log);
-      if (m) { clearInterval(t); resolve(Number(m[1])); }
-    }, 20);
-    exited.then((e) => { clearInterval(t); reject(new Error(`rapid serve exited (${e.code}):\n${log}`)); });
-  });
-  const srv = {
-    proc, port, url: `http://127.0.0.1:${port}`, exited,
-    get log() { return log; },
-    async stop() {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
-      return exited;
-    },
-  };
-  if (wait) await waitHealthy(srv);
-  return srv;
-}
+// `rapid serve models/default --port 0 ...` through lib.mjs's startServer.
+const startDefault = (args = [], env = {}, { wait = true } = {}) =>
+  startServer(args, env, { wait, model });
 
 // Parses Prometheus text (format 0.0.4), checking every line against the grammar; returns
 // series ("name{labels}" as written) -> value, and the TYPE of each family.
