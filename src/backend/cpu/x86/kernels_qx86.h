@@ -1,4 +1,5 @@
-/* backend/cpu/x86/kernels_qx86.h - fast x86 kernels for quantized weights (kernels_qx86.c):
+/* backend/cpu/x86/kernels_qx86.h - fast x86 kernels for quantized weights (decode in
+ * kernels_qx86.c, prefill in kernels_qx86_prefill.c):
  * MLX decode on AVX-512 VNNI, and prefill of every quantized type on AMX-BF16 tiles.
  *
  * Ownership: every pointer is the caller's; nothing is allocated. Threading: pure functions;
