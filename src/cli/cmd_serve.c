@@ -53,10 +53,10 @@ static void base_name(const char *path, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(n - i), path + i);
 }
 
-static rp_status load(const char *dir, const rp_server_config *cfg, rp_engine_config ecfg,
-                      serving *sv, rp_err *err)
+static rp_status load(const char *dir, const rp_server_config *cfg, rp_model_opts mopts,
+                      rp_engine_config ecfg, serving *sv, rp_err *err)
 {
-    rp_model_opts mopts = {.n_threads = cfg->n_threads};
+    mopts.n_threads = cfg->n_threads;
     rp_status st = rp_model_load(dir, &mopts, &sv->model, err);
     if (st == RP_OK)
         st = rp_tokenizer_load(dir, &sv->tok, err);
@@ -101,8 +101,10 @@ int rp_cmd_serve(int argc, char **argv)
 {
     rp_server_flags f = {0};
     rp_engine_args ea = {0};
+    rp_device_args da = {0};
     rp_opt opts[] = {
         RP_ENGINE_OPTS(ea),
+        RP_MODEL_DEVICE_OPTS(da),
         {"host", &f.host, NULL},
         {"port", &f.port, NULL},
         {"api-key", &f.api_key, NULL},
@@ -121,7 +123,8 @@ int rp_cmd_serve(int argc, char **argv)
         return 2;
     rp_err err = {0};
     rp_engine_config ecfg = {0};
-    if (rp_engine_opts_parse("serve", &ea, &ecfg))
+    rp_model_opts mopts = {0};
+    if (rp_engine_opts_parse("serve", &ea, &ecfg) || rp_model_opts_device("serve", &da, &mopts))
         return 2;
     rp_server_config cfg;
     if (rp_server_config_resolve(&f, &cfg, &err) != RP_OK) {
@@ -168,7 +171,7 @@ int rp_cmd_serve(int argc, char **argv)
         nanosleep(&ts, NULL);
     }
     serving sv = {0};
-    if (load(dir, &cfg, ecfg, &sv, &err) != RP_OK) {
+    if (load(dir, &cfg, mopts, ecfg, &sv, &err) != RP_OK) {
         fprintf(stderr, "rapid serve: %s\n", err.msg);
         rp_server_stop(srv);
         serving_free(&sv);

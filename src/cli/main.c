@@ -21,7 +21,8 @@ static const rp_cmd g_commands[] = {
      "            [--threads N] [--max-queue N] [--tool-call-parser NAME]\n"
      "            [--reasoning-parser NAME] [--kv-cache-mb N]\n"
      "            [--kv-cache-dtype f32|bf16|f16|int8|int4] [--max-num-seqs N]\n"
-     "            [--prefill-chunk N]\n"
+     "            [--prefill-chunk N] [--device cpu|cuda|auto]\n"
+     "            [--gpu-memory-fraction F]\n"
      "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
     {"chat", rp_cmd_chat, "chat with a running server in the terminal",
      "rapid chat [MODEL] [--url URL] [--system TEXT] [--no-think]\n"

@@ -194,6 +194,14 @@ def main():
     rc, out, err = run(["recipe", "--memory", "lots"], env)
     check(rc == 2, "recipe --memory garbage: exit 2")
 
+    # serve --device (the server's load runs after the listener is up: a bad device is a
+    # load failure, exit 1 with the reason; a bad value is a usage error, exit 2)
+    rc, out, err = run(["serve", "--device", "tpu", "--port", "0"], base)
+    check(rc == 2 and "--device must be cuda, cpu or auto" in err, "serve --device tpu: usage error")
+    if not os.path.exists("/dev/nvidia0"):
+        rc, out, err = run(["serve", "--device", "cuda", "--port", "0"], base)
+        check(rc == 1 and "CUDA" in err, "serve --device cuda without a GPU: exit 1 naming CUDA")
+
     # doctor
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
