@@ -117,6 +117,7 @@ if [[ $what == *" server "* ]]; then
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   grep -i "cuda\|device\|backend" "$out/serve.log" | head -5
+  grep -q ") on cuda " "$out/serve.log" || { echo "serve did not load on the GPU"; rc=1; }
   grep -q '"choices"' "$out/curl.log" && grep -q 'data: \[DONE\]' "$out/curl.log" &&
     grep -q 'message_stop' "$out/curl.log" && grep -q '"content"' "$out/curl.log" &&
     echo "curl check: ok" || { echo "curl check: FAILED"; rc=1; }
