@@ -1,4 +1,4 @@
-/* model/blocks.h - pieces the family recipes share (phi3, gemma3, qwen3_moe, lfm2, qwen3_5,
+/* model/blocks.h - pieces the family recipes share (gemma3, qwen3_moe, lfm2, qwen3_5,
  * gpt_oss): tensor binding by formatted name, attention caches for the layers that have one,
  * mixture-of-experts routing with tokens grouped by expert, and the recurrent blocks of the
  * hybrids (causal depthwise conv1d with its window state; the gated delta rule itself is the

@@ -3,7 +3,6 @@ list(APPEND RP_SOURCES
   src/model/gemma3.c
   src/model/gpt_oss.c
   src/model/lfm2.c
-  src/model/phi3.c
   src/model/qwen3_5.c
   src/model/qwen3_moe.c
 )

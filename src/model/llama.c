@@ -1,12 +1,16 @@
-/* model/llama.c - the Llama family recipe: Llama (1-3.x), Mistral, Qwen2, Qwen3.
+/* model/llama.c - the Llama family recipe: Llama (1-3.x), Mistral, Qwen2, Qwen3, Phi-3.
  *
  * One pre-norm decoder block per layer:
  *   h = rmsnorm(x) ; q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)
  *   [Qwen3: per-head rmsnorm of q and k] ; rope(q, k) ; attention over the cache ; x += Wo a
  *   h = rmsnorm(x) ; x += Wdown (silu(Wgate h) * Wup h)
  * then logits = lm_head(rmsnorm(x)) (lm_head = embed_tokens when tied).
- * The family members differ only in which tensors exist (biases, q/k norms) and in the
- * attention window, so one forward serves all; required tensors are checked per architecture.
+ * The family members differ only in which tensors exist (biases, q/k norms), in the
+ * attention window and in the rotary embedding (rope.c: partial rotary, LongRoPE and the other
+ * scalings come from config.json), so one forward serves all; required tensors are checked per
+ * architecture. Phi-3 (Phi-3.5, Phi-4-mini) stores q/k/v as one qkv_proj ([q | k | v] rows)
+ * and gate/up as one gate_up_proj ([gate | up]); they are bound as row views of the fused
+ * tensors (nothing is copied on the CPU) and its sliding window, when set, covers every layer.
  *
  * Backend-agnostic: every touch of activation or cache memory is a backend op (embedding
  * lookup, bias, KV store, row gather), buffers come from rp_backend_buf_alloc and weights
@@ -29,7 +33,8 @@ typedef struct layer {
     const rp_tensor *q_norm, *k_norm;
     const rp_tensor *w_gate, *w_up, *w_down;
     const rp_tensor *b_gate, *b_up, *b_down;
-    int window; /* sliding window, 0 = full */
+    rp_tensor fused[5]; /* Phi-3: the row views wq, wk, wv, w_gate, w_up point at */
+    int window;         /* sliding window, 0 = full */
 } layer;
 
 typedef struct llama {
@@ -77,6 +82,28 @@ static rp_status bind_layer(rp_model *m, int i, layer *L, rp_err *err)
         return rc;
     T(attn_norm, "input_layernorm.weight", dim, 0);
     T(ffn_norm, "post_attention_layernorm.weight", dim, 0);
+    if (strcmp(c->arch, "Phi3ForCausalLM") == 0) {
+        const rp_tensor *qkv, *gu;
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", i);
+        if ((rc = rp_model_tensor(m, name, qd + 2 * kvd, dim, &qkv, err)))
+            return rc;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_up_proj.weight", i);
+        if ((rc = rp_model_tensor(m, name, 2 * ffn, dim, &gu, err)))
+            return rc;
+        L->fused[0] = rp_blk_rows(qkv, 0, qd);
+        L->fused[1] = rp_blk_rows(qkv, qd, kvd);
+        L->fused[2] = rp_blk_rows(qkv, qd + kvd, kvd);
+        L->fused[3] = rp_blk_rows(gu, 0, ffn);
+        L->fused[4] = rp_blk_rows(gu, ffn, ffn);
+        L->wq = &L->fused[0];
+        L->wk = &L->fused[1];
+        L->wv = &L->fused[2];
+        L->w_gate = &L->fused[3];
+        L->w_up = &L->fused[4];
+        T(wo, "self_attn.o_proj.weight", dim, qd);
+        T(w_down, "mlp.down_proj.weight", dim, ffn);
+        return RP_OK;
+    }
     T(wq, "self_attn.q_proj.weight", qd, dim);
     T(wk, "self_attn.k_proj.weight", kvd, dim);
     T(wv, "self_attn.v_proj.weight", kvd, dim);
@@ -105,7 +132,7 @@ static int layer_window(const rp_model_config *c, int i)
 {
     if (c->sliding_window <= 0)
         return 0;
-    if (strcmp(c->arch, "MistralForCausalLM") == 0)
+    if (strcmp(c->arch, "MistralForCausalLM") == 0 || strcmp(c->arch, "Phi3ForCausalLM") == 0)
         return c->sliding_window;
     if (strcmp(c->arch, "Qwen2ForCausalLM") == 0 || strcmp(c->arch, "Qwen3ForCausalLM") == 0) {
         json_t *lt = json_object_get(c->json, "layer_types");

@@ -20,7 +20,7 @@ static const arch_entry g_archs[] = {
     {"MistralForCausalLM", &rp_arch_llama},
     {"Qwen2ForCausalLM", &rp_arch_llama},
     {"Qwen3ForCausalLM", &rp_arch_llama},
-    {"Phi3ForCausalLM", &rp_arch_phi3},
+    {"Phi3ForCausalLM", &rp_arch_llama},
     {"Gemma3ForCausalLM", &rp_arch_gemma3},
     {"Gemma3ForConditionalGeneration", &rp_arch_gemma3},
     {"Qwen3MoeForCausalLM", &rp_arch_qwen3_moe},

@@ -88,7 +88,6 @@ rp_status rp_model_tensor_opt(rp_model *m, const char *name, int64_t d0, int64_t
                               const rp_tensor **out, rp_err *err);
 
 extern const rp_arch rp_arch_llama;
-extern const rp_arch rp_arch_phi3;
 extern const rp_arch rp_arch_gemma3;
 extern const rp_arch rp_arch_qwen3_moe;
 extern const rp_arch rp_arch_lfm2;
