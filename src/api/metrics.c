@@ -357,6 +357,12 @@ static const engine_row g_engine_rows[] = {
     {"rapid_prefix_cache_hit_rate", "gauge",
      "Share of admitted prompt tokens served from the prefix cache since start.", OP_RATIO,
      STAT(n_cached_tokens), STAT(n_prompt_tokens)},
+    {"rapid_spec_draft_tokens_total", "counter",
+     "Draft tokens evaluated by speculative decoding (prompt lookup).", OP_VALUE,
+     STAT(spec_draft_tokens), NO_STAT},
+    {"rapid_spec_accepted_tokens_total", "counter",
+     "Draft tokens accepted: emitted without a forward step of their own.", OP_VALUE,
+     STAT(spec_accepted_tokens), NO_STAT},
     /* the paged KV pool */
     {"rapid_kv_blocks_total", "gauge", "KV cache blocks in the pool.", OP_VALUE,
      STAT(kv_blocks_total), NO_STAT},

@@ -13,7 +13,8 @@
 #include "engine/engine.h"
 
 typedef struct gen_opts {
-    const char *model, *ids, *max_tokens, *temperature, *top_k, *top_p, *min_p, *seed, *threads;
+    const char *model, *ids, *max_tokens, *temperature, *top_k, *top_p, *min_p, *seed, *threads,
+        *spec;
     int ref, ignore_eos;
 } gen_opts;
 
@@ -67,13 +68,15 @@ int rp_cmd_generate(int argc, char **argv)
                      {"min-p", &o.min_p, NULL},
                      {"seed", &o.seed, NULL},
                      {"threads", &o.threads, NULL},
+                     {"speculative-tokens", &o.spec, NULL},
                      {"ignore-eos", NULL, &o.ignore_eos},
                      {"ref-kernels", NULL, &o.ref}};
     if (rp_args_parse(argc, argv, opts, RP_ARRAY_LEN(opts), NULL, 0, NULL))
         return 2;
     if (!o.model || !o.ids || !o.max_tokens) {
         fprintf(stderr, "usage: rapid generate --model DIR --ids 1,2,3 --max-tokens N "
-                        "[--device cuda|cpu] [--gpu-memory-fraction F]\n");
+                        "[--device cuda|cpu] [--gpu-memory-fraction F] "
+                        "[--speculative-tokens N]\n");
         return 2;
     }
     rp_gen_request req = {0};
@@ -94,6 +97,14 @@ int rp_cmd_generate(int argc, char **argv)
     int32_t *out = NULL;
     int n_out = 0, status = 1;
     rp_engine_config ec = {.max_context = n + (int)max_tokens};
+    long spec = 0;
+    if (o.spec && (rp_args_int(o.spec, &spec) || spec < 0 || spec > RP_MAX_SPEC_TOKENS)) {
+        fprintf(stderr, "rapid generate: --speculative-tokens must be in 0..%d\n",
+                RP_MAX_SPEC_TOKENS);
+        rp_free(ids);
+        return 2;
+    }
+    ec.spec_tokens = (int)spec;
     req.prompt = (const int32_t *)ids;
     req.n_prompt = n;
     req.max_tokens = (int)max_tokens;

@@ -21,7 +21,7 @@ static const rp_cmd g_commands[] = {
      "            [--threads N] [--max-queue N] [--tool-call-parser NAME]\n"
      "            [--reasoning-parser NAME] [--kv-cache-mb N]\n"
      "            [--kv-cache-dtype f32|bf16|f16|int8|int4] [--max-num-seqs N]\n"
-     "            [--prefill-chunk N] [--device cpu|cuda|auto]\n"
+     "            [--prefill-chunk N] [--speculative-tokens N] [--device cpu|cuda|auto]\n"
      "            [--gpu-memory-fraction F]\n"
      "  flags fall back to RAPID_HOST, RAPID_PORT, RAPID_API_KEY, ... (see README)"},
     {"chat", rp_cmd_chat, "chat with a running server in the terminal",
@@ -59,6 +59,7 @@ static const rp_cmd g_commands[] = {
     {"generate", rp_cmd_generate, "generate token ids from token ids",
      "rapid generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
      "               [--top-p P] [--min-p P] [--seed S] [--threads N] [--ignore-eos]\n"
+     "               [--speculative-tokens N]\n"
      "  Greedy unless --temperature is given; prints the generated ids on one line."},
     {"logits", rp_cmd_logits, "write float32 logits for token ids",
      "rapid logits --model DIR --ids 1,2,3 --out FILE [--threads N] [--ref-kernels]\n"

@@ -49,6 +49,13 @@ int rp_engine_opts_parse(const char *cmd, const rp_engine_args *a, rp_engine_con
             return fprintf(stderr, "rapid %s: --max-num-seqs must be in 1..128\n", cmd), 2;
         ec->max_num_seqs = (int)n;
     }
+    const char *sp = a->spec_tokens ? a->spec_tokens : getenv("RAPID_SPECULATIVE_TOKENS");
+    if (sp && *sp) {
+        if (rp_args_int(sp, &n) || n < 0 || n > RP_MAX_SPEC_TOKENS)
+            return fprintf(stderr, "rapid %s: --speculative-tokens must be in 0..%d\n", cmd,
+                           RP_MAX_SPEC_TOKENS), 2;
+        ec->spec_tokens = (int)n;
+    }
     if (a->prefill_chunk) {
         if (rp_args_int(a->prefill_chunk, &n) || n < 1 || n > 128)
             return fprintf(stderr, "rapid %s: --prefill-chunk must be in 1..128\n", cmd), 2;

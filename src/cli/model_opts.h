@@ -25,15 +25,19 @@ int rp_model_opts_device(const char *cmd, const rp_device_args *a, rp_model_opts
 
 /* The engine's cache and batching options: --kv-cache-mb N (RAPID_KV_CACHE_MB; default:
  * max-num-seqs full contexts), --kv-cache-dtype f32|bf16|f16|int8|int4 (RAPID_KV_CACHE_DTYPE;
- * default f32), --max-num-seqs N, --prefill-chunk N. rp_engine_opts_parse fills those fields
- * of ec (0 / the defaults when absent); same return convention as above. */
+ * default f32), --max-num-seqs N, --prefill-chunk N, --speculative-tokens N
+ * (RAPID_SPECULATIVE_TOKENS; default 0 = off). rp_engine_opts_parse fills those fields of ec
+ * (0 / the defaults when absent); same return convention as above. */
 typedef struct rp_engine_args {
-    const char *kv_cache_mb, *kv_cache_dtype, *max_num_seqs, *prefill_chunk;
+    const char *kv_cache_mb, *kv_cache_dtype, *max_num_seqs, *prefill_chunk, *spec_tokens;
 } rp_engine_args;
 
 #define RP_ENGINE_OPTS(a)                                                                      \
     {"kv-cache-mb", &(a).kv_cache_mb, NULL}, {"kv-cache-dtype", &(a).kv_cache_dtype, NULL},   \
-        {"max-num-seqs", &(a).max_num_seqs, NULL}, { "prefill-chunk", &(a).prefill_chunk, NULL }
+        {"max-num-seqs", &(a).max_num_seqs, NULL}, {"prefill-chunk", &(a).prefill_chunk, NULL}, \
+    {                                                                                          \
+        "speculative-tokens", &(a).spec_tokens, NULL                                           \
+    }
 
 int rp_engine_opts_parse(const char *cmd, const rp_engine_args *a, rp_engine_config *ec);
 

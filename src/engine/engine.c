@@ -20,6 +20,17 @@
  *     exactly one DONE, always from the engine thread, so callers free state in one place.
  *  5. Nothing is allocated per step: samplers are made at admission, buffers and the KV
  *     pool at start (hybrids' state snapshots in cached blocks aside).
+ *  7. Speculative decoding by prompt lookup (cfg.spec_tokens > 0): a greedy sequence whose
+ *     last few tokens occurred earlier in its prompt or output drafts the tokens that followed
+ *     them there (the most recent match of the longest n-gram, SPEC_NGRAM_MAX down to
+ *     SPEC_NGRAM_MIN) and evaluates [next token, drafts] as one causal run of the step, a
+ *     logits row each. Row j's argmax is the token greedy decoding would pick after draft j,
+ *     so drafts are accepted while they equal it, and the first mismatch is itself the next
+ *     token: the output is greedy decoding's, up to one step's worth of tokens at once. The
+ *     cache is truncated back over the rejected drafts (their full blocks may stay in the
+ *     prefix index: their K/V are right for the tokens they hold, and the sequence copies such
+ *     a block before writing into it). Hybrids cannot rewind their recurrent state, so they
+ *     never draft.
  */
 #include "engine/engine.h"
 
@@ -51,6 +62,11 @@ typedef struct request {
 
 typedef enum slot_phase { SLOT_FREE, SLOT_PREFILL, SLOT_DECODE } slot_phase;
 
+/* Prompt lookup: the n-gram lengths tried (longest first). One token is too weak a context:
+ * its matches are mostly wrong, and each wrong draft costs a row of compute. */
+#define SPEC_NGRAM_MAX 4
+#define SPEC_NGRAM_MIN 2
+
 typedef struct slot {
     slot_phase phase;
     rp_kv *kv;
@@ -58,6 +74,8 @@ typedef struct slot {
     request *req;
     rp_sampler *sampler;
     int32_t next_tok; /* DECODE: sampled, not yet evaluated */
+    int32_t *draft;   /* [cfg.spec_tokens]: this step's drafts after next_tok */
+    int n_draft;      /* drafts in this step's batch (0: a plain decode or prefill row) */
     int n_gen;
     int64_t t_first;
     uint64_t last_used;
@@ -88,7 +106,9 @@ struct rp_engine {
     uint8_t *b_want;
     slot **b_row_slot; /* slot of each logits row */
     int32_t *b_greedy; /* argmax of each row, when every row is greedy (rp_batch.argmax) */
-    float *logits;     /* max_batch rows */
+    float *logits;     /* max_rows rows */
+    int max_rows;      /* logits rows a step may ask for: a row per slot, plus drafts */
+    int64_t spec_drafted, spec_accepted; /* engine thread; copied into stats under mu */
 };
 
 void rp_sampling_default(rp_sampling *s)
@@ -268,15 +288,68 @@ static void push(rp_engine *e, int *n, slot *sl, int32_t tok, int want)
     (*n)++;
 }
 
-/* Fills the batch: decode tokens first, then prompt chunks (oldest admission first). Returns
- * the token count; e->b_row_slot gets the slot of each logits row in order. */
+/* Prompt lookup (note 7): up to k drafts into out for a sequence whose tokens are
+ * kv's [0, len) then next. Returns how many. */
+static int lookup_drafts(const rp_kv *kv, int32_t next, int k, int32_t *out)
+{
+    const int32_t *ids = rp_kv_tokens(kv);
+    int len = rp_kv_len(kv), total = len + 1;
+#define TOK(i) ((i) < len ? ids[i] : next)
+    for (int n = SPEC_NGRAM_MAX; n >= SPEC_NGRAM_MIN; n--) {
+        if (total <= n)
+            continue;
+        for (int j = total - n - 1; j >= 0; j--) { /* most recent earlier occurrence first */
+            int m = 0;
+            while (m < n && TOK(j + m) == TOK(total - n + m))
+                m++;
+            if (m < n)
+                continue;
+            int got = 0;
+            for (int s = j + n; s < total && got < k; s++)
+                out[got++] = TOK(s);
+            return got;
+        }
+    }
+#undef TOK
+    return 0;
+}
+
+/* Drafts sl may put in this step, within room batch places (note 7). */
+static int plan_drafts(rp_engine *e, slot *sl, int room)
+{
+    const request *r = sl->req;
+    int k = e->cfg.spec_tokens;
+    if (k <= 0 || rp_model_recurrent(e->model) || r->n_top >= 0 ||
+        !rp_sampler_greedy(sl->sampler))
+        return 0;
+    int limit = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
+    int left = limit - sl->n_gen - 1; /* tokens still allowed after next_tok's successor */
+    k = k < left ? k : left;
+    k = k < room ? k : room;
+    k = k < sl->final_len - rp_kv_len(sl->kv) - 1 ? k : sl->final_len - rp_kv_len(sl->kv) - 1;
+    return k > 0 ? lookup_drafts(sl->kv, sl->next_tok, k, sl->draft) : 0;
+}
+
+/* Fills the batch: decode tokens (each with its drafts) first, then prompt chunks (oldest
+ * admission first). Returns the token count; e->b_row_slot gets the slot of each logits row
+ * in order (a drafting slot has 1 + n_draft consecutive rows). */
 static int build_batch(rp_engine *e, int *n_rows)
 {
-    int n = 0, max = rp_model_max_batch(e->model), rows = 0;
+    int n = 0, max = rp_model_max_batch(e->model), rows = 0, n_decode = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n_decode += e->slots[i].phase == SLOT_DECODE;
     for (int i = 0; i < e->n_slots && n < max; i++) {
         slot *sl = &e->slots[i];
-        if (sl->phase == SLOT_DECODE) {
-            push(e, &n, sl, sl->next_tok, 1);
+        sl->n_draft = 0;
+        if (sl->phase != SLOT_DECODE)
+            continue;
+        n_decode--; /* the others behind this one each keep a place and a row */
+        push(e, &n, sl, sl->next_tok, 1);
+        e->b_row_slot[rows++] = sl;
+        int room = max - n - n_decode, row_room = e->max_rows - rows - n_decode;
+        sl->n_draft = plan_drafts(e, sl, room < row_room ? room : row_room);
+        for (int d = 0; d < sl->n_draft; d++) {
+            push(e, &n, sl, sl->draft[d], 1);
             e->b_row_slot[rows++] = sl;
         }
     }
@@ -290,7 +363,7 @@ static int build_batch(rp_engine *e, int *n_rows)
             if (sl->phase == SLOT_PREFILL && !queued && (!next || sl->admitted < next->admitted))
                 next = sl;
         }
-        if (!next || n >= max)
+        if (!next || n >= max || rows >= e->max_rows)
             break;
         int done = rp_kv_len(next->kv), left = next->req->n_prompt - done;
         int chunk = left < e->cfg.prefill_chunk ? left : e->cfg.prefill_chunk;
@@ -307,34 +380,63 @@ static int build_batch(rp_engine *e, int *n_rows)
     return n;
 }
 
-/* After a step: sample each row's next token, emit it, retire finished sequences. */
+/* Emits tok for sl (its stop, limit and context checks); returns 0 when sl finished.
+ * pos_after: the cache length once tok's predecessor is evaluated. */
+static int emit(rp_engine *e, slot *sl, rp_event *ev, int pos_after)
+{
+    request *r = sl->req;
+    if (is_stop(e, r, ev->token)) {
+        slot_finish(e, sl, RP_FINISH_STOP, ev->token, NULL);
+        return 0;
+    }
+    if (!sl->t_first)
+        sl->t_first = rp_now_ns();
+    rp_sampler_accept(sl->sampler, ev->token, 1);
+    r->cb(ev, r->user);
+    sl->n_gen++;
+    int limit = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
+    if (sl->n_gen >= limit || pos_after >= e->ctx) {
+        slot_finish(e, sl, RP_FINISH_LENGTH, -1, NULL);
+        return 0;
+    }
+    sl->next_tok = ev->token;
+    return 1;
+}
+
+/* After a step: sample each row's next token, emit it, retire finished sequences. A drafting
+ * slot's rows are checked in order (note 7). */
 static void consume_rows(rp_engine *e, int n_rows, const int32_t *greedy)
 {
     size_t vocab = (size_t)rp_model_get_info(e->model)->vocab_size;
-    for (int i = 0; i < n_rows; i++) {
+    for (int i = 0; i < n_rows;) {
         slot *sl = e->b_row_slot[i];
         request *r = sl->req;
+        int nd = sl->n_draft, n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
         sl->phase = SLOT_DECODE;
+        int32_t tok[1 + RP_MAX_SPEC_TOKENS];
+        int acc = 0; /* drafts accepted */
         rp_event ev = {.kind = RP_EV_TOKEN, .request_id = r->id};
-        int n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
-        ev.token = greedy ? greedy[i]
-                          : rp_sampler_sample(sl->sampler, e->logits + (size_t)i * vocab, n_top,
-                                              &ev.logprob, ev.top_ids, ev.top_logprobs);
-        ev.n_top = n_top > 0 ? n_top : 0;
-        if (is_stop(e, r, ev.token)) {
-            slot_finish(e, sl, RP_FINISH_STOP, ev.token, NULL);
-            continue;
+        for (int j = 0; j <= nd; j++) {
+            tok[j] = greedy ? greedy[i + j]
+                            : rp_sampler_sample(sl->sampler, e->logits + (size_t)(i + j) * vocab,
+                                                n_top, &ev.logprob, ev.top_ids, ev.top_logprobs);
+            if (j == nd || tok[j] != sl->draft[j])
+                break;
+            acc++;
         }
-        if (!sl->t_first)
-            sl->t_first = rp_now_ns();
-        rp_sampler_accept(sl->sampler, ev.token, 1);
-        r->cb(&ev, r->user);
-        sl->n_gen++;
-        int limit = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
-        if (sl->n_gen >= limit || rp_kv_len(sl->kv) >= e->ctx)
-            slot_finish(e, sl, RP_FINISH_LENGTH, -1, NULL);
-        else
-            sl->next_tok = ev.token;
+        if (nd) { /* the cache holds next_tok and nd drafts: keep next_tok and the accepted */
+            rp_kv_truncate(sl->kv, rp_kv_len(sl->kv) - (nd - acc));
+            e->spec_drafted += nd;
+            e->spec_accepted += acc;
+        }
+        ev.n_top = n_top > 0 ? n_top : 0;
+        int len = rp_kv_len(sl->kv);
+        for (int j = 0; j <= acc; j++) {
+            ev.token = tok[j];
+            if (!emit(e, sl, &ev, len - acc + j))
+                break;
+        }
+        i += nd + 1;
     }
 }
 
@@ -374,6 +476,8 @@ static int step(rp_engine *e)
     consume_rows(e, n_rows, b.argmax);
     pthread_mutex_lock(&e->mu);
     e->stats.n_steps++;
+    e->stats.spec_draft_tokens = e->spec_drafted;
+    e->stats.spec_accepted_tokens = e->spec_accepted;
     pool_stats(e);
     pthread_mutex_unlock(&e->mu);
     return 1;
@@ -438,6 +542,7 @@ static void slots_free(rp_engine *e)
     for (int i = 0; i < e->n_slots; i++) {
         rp_kv_free(e->slots[i].kv);
         rp_sampler_free(e->slots[i].sampler);
+        rp_free(e->slots[i].draft);
     }
     rp_free(e->slots);
 }
@@ -452,10 +557,15 @@ static rp_status alloc_buffers(rp_engine *e, rp_err *err)
     e->b_want = rp_alloc((size_t)max);
     e->b_row_slot = rp_alloc(sizeof(slot *) * (size_t)max);
     e->b_greedy = rp_alloc(sizeof(int32_t) * (size_t)max);
-    e->logits = rp_alloc_aligned(sizeof(float) * vocab * (size_t)e->n_slots, RP_TAG_MODEL);
+    e->max_rows = e->n_slots * (1 + e->cfg.spec_tokens);
+    e->max_rows = e->max_rows < max ? e->max_rows : max;
+    e->logits = rp_alloc_aligned(sizeof(float) * vocab * (size_t)e->max_rows, RP_TAG_MODEL);
     if (!e->slots || !e->b_ids || !e->b_kv || !e->b_want || !e->b_row_slot || !e->b_greedy ||
         !e->logits)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < e->n_slots && e->cfg.spec_tokens > 0; i++)
+        if (!(e->slots[i].draft = rp_alloc(sizeof(int32_t) * (size_t)e->cfg.spec_tokens)))
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     int per_seq = (e->ctx + RP_KV_BLOCK_TOKENS - 1) / RP_KV_BLOCK_TOKENS;
     rp_kv_pool_opts po = {.dtype = e->cfg.kv_dtype,
                           .n_blocks = e->cfg.kv_blocks,
@@ -494,6 +604,10 @@ rp_status rp_engine_new(rp_model *model, const rp_engine_config *cfg, rp_engine 
         e->cfg.max_num_seqs = 8;
     if (e->cfg.prefill_chunk <= 0)
         e->cfg.prefill_chunk = 64;
+    if (e->cfg.spec_tokens < 0)
+        e->cfg.spec_tokens = 0;
+    if (e->cfg.spec_tokens > RP_MAX_SPEC_TOKENS)
+        e->cfg.spec_tokens = RP_MAX_SPEC_TOKENS;
     const rp_model_info *in = rp_model_get_info(model);
     e->ctx = e->cfg.max_context > 0 ? e->cfg.max_context : in->max_context;
     if (e->cfg.max_context <= 0 && e->ctx > 8192)
@@ -529,6 +643,11 @@ void rp_engine_free(rp_engine *e)
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL); /* every request gets its DONE before this returns */
     }
+    if (e->cfg.spec_tokens > 0 && e->spec_drafted > 0)
+        RP_INFO("speculative decoding: %lld of %lld drafts accepted (%.0f%%), %lld tokens in "
+                "%lld steps", (long long)e->spec_accepted, (long long)e->spec_drafted,
+                100.0 * (double)e->spec_accepted / (double)e->spec_drafted,
+                (long long)e->stats.n_generated, (long long)e->stats.n_steps);
     slots_free(e);
     rp_kv_pool_free(e->pool);
     rp_free(e->b_ids);

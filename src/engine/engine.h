@@ -6,6 +6,9 @@
  * (detokenizing, stop strings, tool-call parsing) live above, in api/: a caller that decides
  * to stop (a stop string matched, the client left) calls rp_engine_cancel.
  *
+ * Speculative decoding (spec_tokens > 0): greedy sequences draft tokens by prompt lookup
+ * and verify them in the same step (engine.c, note 7).
+ *
  * Continuous batching: up to max_num_seqs requests run at once; every engine step is one
  * batched forward holding one decode token of every running sequence plus prompt chunks of
  * sequences still in prefill, so sequences join and leave between steps. The KV cache is one
@@ -111,7 +114,12 @@ typedef struct rp_engine_config {
     int kv_blocks;      /* > 0: exactly this many blocks (tests; overrides kv_cache_mb) */
     rp_kv_dtype kv_dtype; /* storage of K and V (default RP_KV_F32) */
     int no_prefix_cache;  /* 1: blocks are never shared between requests */
+    int spec_tokens;      /* speculative decoding by prompt lookup: up to this many draft
+                           * tokens per greedy sequence and step (0: off; at most
+                           * RP_MAX_SPEC_TOKENS). Output is greedy decoding's either way. */
 } rp_engine_config;
+
+#define RP_MAX_SPEC_TOKENS 16
 
 typedef struct rp_engine_stats {
     int n_running;
@@ -131,6 +139,8 @@ typedef struct rp_engine_stats {
     int64_t kv_evicted_blocks; /* cached blocks evicted for reuse */
     int64_t prefix_hit_tokens;  /* prompt tokens taken from the prefix cache (= n_cached_tokens) */
     int64_t prefix_miss_tokens; /* prompt tokens evaluated */
+    int64_t spec_draft_tokens;    /* draft tokens evaluated (speculative decoding) */
+    int64_t spec_accepted_tokens; /* of those, accepted (emitted without their own step) */
 } rp_engine_stats;
 
 void rp_engine_get_stats(rp_engine *engine, rp_engine_stats *out);

@@ -321,6 +321,7 @@ void rp_kv_free(rp_kv *kv)
 }
 
 int rp_kv_len(const rp_kv *kv) { return kv->len; }
+const int32_t *rp_kv_tokens(const rp_kv *kv) { return kv->ids; }
 int rp_kv_capacity(const rp_kv *kv) { return kv->cap; }
 
 static void set_idx_prev(rp_kv *kv);

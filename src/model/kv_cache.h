@@ -76,6 +76,10 @@ const rp_kv_layout *rp_kv_pool_layout(const rp_kv_pool *pool);
 rp_status rp_kv_new_in(rp_kv_pool *pool, int max_tokens, rp_kv **out, rp_err *err);
 rp_kv_pool *rp_kv_get_pool(const rp_kv *kv);
 
+/* The token at each of the first rp_kv_len(kv) positions (valid until the next step or
+ * truncate). */
+const int32_t *rp_kv_tokens(const rp_kv *kv);
+
 /* On an empty sequence: takes the longest indexed prefix of ids[0..n) (whole blocks; for a
  * hybrid, ending at a block with a state snapshot, which is restored) and sets the length to
  * it, but at most n - 1 (the last prompt token is always evaluated again for its logits).

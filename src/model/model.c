@@ -257,8 +257,10 @@ static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
         if (b->kv[i]->len + (i - j) + 1 > b->kv[i]->cap)
             return rp_err_set(err, RP_ERR_LIMIT, "a sequence of the batch is past its context (%d)",
                               b->kv[i]->cap);
-        if (b->want_logits && b->want_logits[i] && i + 1 < b->n_tok && b->kv[i + 1] == b->kv[i])
-            return rp_err_set(err, RP_ERR_INVALID, "logits asked for a token that is not last");
+        if (b->want_logits && b->want_logits[i] && i + 1 < b->n_tok &&
+            b->kv[i + 1] == b->kv[i] && !b->want_logits[i + 1])
+            return rp_err_set(err, RP_ERR_INVALID,
+                              "logits asked for a token not followed by asking ones of its run");
     }
     return RP_OK;
 }
@@ -315,7 +317,9 @@ rp_status rp_model_eval_batch(rp_model *m, const rp_batch *b, float *logits, rp_
         int j = i;
         while (j < b->n_tok && b->kv[j] == b->kv[i])
             j++;
-        int want = b->want_logits && b->want_logits[j - 1];
+        int want = 0; /* the run's last `want` tokens ask (check_batch) */
+        while (b->want_logits && want < j - i && b->want_logits[j - 1 - want])
+            want++;
         rc = m->arch->forward(m, b->kv[i], b->ids + i, j - i,
                               want ? logits + (size_t)row * vocab : NULL, want, err);
         if (rc)

@@ -107,7 +107,8 @@ rp_status rp_model_eval(rp_model *model, rp_kv *kv, const int32_t *ids, int n, f
 /* One forward step over several sequences (continuous batching). Token i belongs to kv[i]
  * and goes at the next free position of that cache; the tokens of one sequence must be
  * consecutive. Weights are read once for the whole batch. want_logits[i] asks for a row of
- * logits for token i (rows in token order); only a sequence's last token may ask. All the
+ * logits for token i (rows in token order); the tokens of a sequence that ask must be the
+ * last ones of its run (speculative decoding verifies drafts that way). All the
  * sequences must draw on one pool (rp_kv_new_in; RP_ERR_INVALID otherwise).
  * Results do not depend on what else is in the batch (batch-invariant kernels). */
 typedef struct rp_batch {
