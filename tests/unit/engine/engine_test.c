@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "model/kv_cache.h"
 #include "../model/fixture_util.h"
+#include "collector.h"
 
 static rp_model *g_model;
 static fixture g_fx;
@@ -184,28 +185,6 @@ Test(engine, seeded_sampling_is_reproducible)
 
 /* ---- continuous batching ---------------------------------------------------------------- */
 
-typedef struct collector {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t toks[64];
-    int n, done;
-    rp_finish finish;
-} collector;
-
-static void collect_cb(const rp_event *ev, void *user)
-{
-    collector *c = user;
-    pthread_mutex_lock(&c->mu);
-    if (ev->kind == RP_EV_TOKEN && c->n < 64)
-        c->toks[c->n++] = ev->token;
-    if (ev->kind == RP_EV_DONE) {
-        c->done = 1;
-        c->finish = ev->finish;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
 /* Prompt i: the fixture ids rotated by i, truncated to a length that varies with i. */
 static int make_prompt(int i, int32_t *out)
 {
@@ -227,8 +206,7 @@ static void run_concurrent(int n_req, int max_num_seqs)
     int32_t prompts[64][16];
     int lens[64];
     for (int i = 0; i < n_req; i++) {
-        c[i].mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-        c[i].cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+        c[i] = collector_new();
         lens[i] = make_prompt(i, prompts[i]);
         rp_gen_request r = greedy(4 + i % 9);
         r.prompt = prompts[i];
@@ -237,10 +215,7 @@ static void run_concurrent(int n_req, int max_num_seqs)
                      "%s", err.msg);
     }
     for (int i = 0; i < n_req; i++) { /* all done first: two engines must not share the model */
-        pthread_mutex_lock(&c[i].mu);
-        while (!c[i].done)
-            pthread_cond_wait(&c[i].cv, &c[i].mu);
-        pthread_mutex_unlock(&c[i].mu);
+        collector_wait(&c[i]);
     }
     for (int i = 0; i < n_req; i++) {
         cr_assert_eq(c[i].finish, RP_FINISH_LENGTH);
@@ -318,19 +293,15 @@ static void submit_jobs(rp_engine *e, job *jobs, int n)
 {
     rp_err err;
     for (int i = 0; i < n; i++) {
-        jobs[i].c = (collector){.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        jobs[i].c = collector_new();
         rp_gen_request r = greedy(jobs[i].max_tokens);
         r.prompt = jobs[i].prompt;
         r.n_prompt = jobs[i].n_prompt;
         cr_assert_eq(rp_engine_submit(e, &r, collect_cb, &jobs[i].c, NULL, &err), RP_OK, "%s",
                      err.msg);
     }
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&jobs[i].c.mu);
-        while (!jobs[i].c.done)
-            pthread_cond_wait(&jobs[i].c.cv, &jobs[i].c.mu);
-        pthread_mutex_unlock(&jobs[i].c.mu);
-    }
+    for (int i = 0; i < n; i++)
+        collector_wait(&jobs[i].c);
 }
 
 /* Each job's tokens against the same request alone on an engine without a prefix cache. */

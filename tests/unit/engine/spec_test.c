@@ -17,30 +17,7 @@
 #include "base/alloc.h"
 #include "engine/engine.h"
 #include "../model/fixture_util.h"
-
-#define MAX_OUT 96
-
-typedef struct collector {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t toks[MAX_OUT];
-    int n, done;
-    rp_finish finish;
-} collector;
-
-static void collect_cb(const rp_event *ev, void *user)
-{
-    collector *c = user;
-    pthread_mutex_lock(&c->mu);
-    if (ev->kind == RP_EV_TOKEN && c->n < MAX_OUT)
-        c->toks[c->n++] = ev->token;
-    if (ev->kind == RP_EV_DONE) {
-        c->done = 1;
-        c->finish = ev->finish;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
+#include "collector.h"
 
 typedef struct job {
     int32_t prompt[48];
@@ -74,7 +51,7 @@ static rp_engine_stats run(rp_model *m, job *jobs, int n, int spec, int max_num_
     cr_assert_eq(rp_engine_new(m, &cfg, &e, &err), RP_OK, "%s", err.msg);
     for (int i = 0; i < n; i++) {
         job *j = &jobs[i];
-        j->c = (collector){.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        j->c = collector_new();
         rp_gen_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt,
                             .max_tokens = j->max_tokens, .ignore_eos = 1, .n_top_logprobs = -1};
         rp_sampling_default(&r.sampling);
@@ -88,12 +65,8 @@ static rp_engine_stats run(rp_model *m, job *jobs, int n, int spec, int max_num_
         cr_assert_eq(rp_engine_submit(e, &r, collect_cb, &j->c, NULL, &err), RP_OK, "%s",
                      err.msg);
     }
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&jobs[i].c.mu);
-        while (!jobs[i].c.done)
-            pthread_cond_wait(&jobs[i].c.cv, &jobs[i].c.mu);
-        pthread_mutex_unlock(&jobs[i].c.mu);
-    }
+    for (int i = 0; i < n; i++)
+        collector_wait(&jobs[i].c);
     rp_engine_stats st;
     rp_engine_get_stats(e, &st);
     rp_engine_free(e);
@@ -237,7 +210,7 @@ Test(spec, prefix_cache_after_rejected_drafts)
     rp_err err;
     rp_engine_config cfg = {.max_context = 160, .max_num_seqs = 2, .spec_tokens = 8};
     rp_engine_config plain_cfg = {.max_context = 160, .max_num_seqs = 2, .no_prefix_cache = 1};
-    int32_t outs[2][MAX_OUT + 48];
+    int32_t outs[2][COLLECTOR_MAX + 48];
     int lens[2];
     for (int pass = 0; pass < 2; pass++) {
         rp_engine *e;
