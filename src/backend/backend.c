@@ -129,6 +129,13 @@ void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *u
 
 void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n) { b->vt->add(b, y, x, n); }
 
+void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n)
+{
+    b->vt->gelu_mul(b, out, gate, up, n);
+}
+
+void rp_op_scale(rp_backend *b, float *x, float s, int64_t n) { b->vt->scale(b, x, s, n); }
+
 void rp_op_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, int dim)
 {
     if (bias)

@@ -284,5 +284,9 @@ void rp_op_argmax_rows(rp_backend *b, const float *x, int n_rows, int n, int32_t
 void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
 /* y[i] += x[i] */
 void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n);
+/* out[i] = gelu_tanh(gate[i]) * up[i] (the tanh approximation, Gemma's MLP); out may be gate. */
+void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
+/* x[i] *= s */
+void rp_op_scale(rp_backend *b, float *x, float s, int64_t n);
 
 #endif

@@ -89,6 +89,48 @@ float *rp_blk_falloc(size_t n)
     return rp_alloc_aligned((n ? n : 1) * sizeof(float), RP_TAG_MODEL);
 }
 
+rp_status rp_blk_weights_init(rp_blk_weights *ws, int cap, rp_err *err)
+{
+    ws->n = 0;
+    ws->cap = cap;
+    ws->w = rp_calloc((size_t)(cap > 0 ? cap : 1), sizeof(rp_tensor));
+    ws->src = rp_calloc((size_t)(cap > 0 ? cap : 1), sizeof(*ws->src));
+    return ws->w && ws->src ? RP_OK : rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+}
+
+void rp_blk_weights_free(rp_blk_weights *ws)
+{
+    rp_free(ws->w);
+    rp_free(ws->src);
+    ws->w = NULL;
+    ws->src = NULL;
+    ws->n = ws->cap = 0;
+}
+
+rp_status rp_blk_to_backend(rp_model *m, rp_blk_weights *ws, const rp_tensor **t, rp_err *err)
+{
+    if (!*t)
+        return RP_OK;
+    for (int i = 0; i < ws->n; i++)
+        if (ws->src[i] == *t) {
+            *t = &ws->w[i];
+            return RP_OK;
+        }
+    RP_ASSERT(ws->n < ws->cap);
+    rp_tensor *dst = &ws->w[ws->n];
+    rp_status rc = rp_backend_weight(m->be, *t, dst, err);
+    if (rc)
+        return rc;
+    ws->src[ws->n++] = *t;
+    *t = dst;
+    return RP_OK;
+}
+
+float *rp_blk_act(rp_model *m, size_t n)
+{
+    return rp_backend_buf_alloc(m->be, (n ? n : 1) * sizeof(float), RP_TAG_MODEL);
+}
+
 float *rp_blk_f32(const rp_tensor *t)
 {
     int64_t n = rp_blk_numel(t);
@@ -131,15 +173,6 @@ void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim)
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < dim; i++)
             y[(long)t * dim + i] += b[i];
-}
-
-void rp_blk_gelu_tanh_mul(float *out, const float *gate, const float *up, int64_t n)
-{
-    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
-    for (int64_t i = 0; i < n; i++) {
-        float x = gate[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
-    }
 }
 
 /* ---- attention caches ------------------------------------------------------------------ */

@@ -48,10 +48,27 @@ rp_tensor rp_blk_rows(const rp_tensor *t, int64_t r0, int64_t rows);
 /* Expert e of a 3-D stack [E][R][C] (switch_mlp / fused expert tensors) as a 2-D [R][C] view. */
 rp_tensor rp_blk_expert(const rp_tensor *t, int64_t e);
 
+/* ---- backend residency (recipes that run on any backend: llama.c, gemma3.c) ------------- */
+
+/* The backend's copies of a recipe's weights. */
+typedef struct rp_blk_weights {
+    rp_tensor *w;          /* [cap] the copies */
+    const rp_tensor **src; /* [cap] what each was copied from */
+    int n, cap;
+} rp_blk_weights;
+
+/* Room for cap copies (free with rp_blk_weights_free; the copies' memory is the backend's). */
+rp_status rp_blk_weights_init(rp_blk_weights *ws, int cap, rp_err *err);
+void rp_blk_weights_free(rp_blk_weights *ws);
+/* *t := the backend's copy of *t (rp_backend_weight); NULL stays NULL. A tensor already
+ * given (tied embeddings) gets its first copy, so it is uploaded once. */
+rp_status rp_blk_to_backend(rp_model *m, rp_blk_weights *ws, const rp_tensor **t, rp_err *err);
+/* An activation buffer of n floats from the model's backend (rp_backend_buf_alloc); NULL
+ * when out of memory. Free with rp_backend_buf_free. */
+float *rp_blk_act(rp_model *m, size_t n);
+
 /* y[t][i] += b[i]; b may be NULL. */
 void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim);
-/* out[i] = gelu_tanh(gate[i]) * up[i] */
-void rp_blk_gelu_tanh_mul(float *out, const float *gate, const float *up, int64_t n);
 static inline float rp_blk_sigmoid(float x)
 {
     return 1.0f / (1.0f + expf(-x));

@@ -10,6 +10,10 @@
  * "sliding_attention" rope parameters, or rope_local_base_freq in transformers-4 configs);
  * full layers use the "full_attention" ones (or rope_theta / rope_scaling). MLP is
  * down(gelu_tanh(gate(h)) * up(h)). Optional attention/final logit soft-capping is refused.
+ *
+ * Backend-agnostic as llama.c is: weights go through rp_backend_weight, activations are
+ * backend buffers, and every touch of them is a backend op (embedding, scale, gelu), so the
+ * same forward runs on the CPU and on CUDA.
  */
 #include <math.h>
 #include <string.h>
@@ -27,9 +31,11 @@ typedef struct layer {
 typedef struct gemma3 {
     layer *layers;
     const rp_tensor *embed, *final_norm, *lm_head;
+    rp_blk_weights weights; /* the backend's copies the pointers above point into */
     rp_rope rope_global, rope_local;
     float embed_scale, attn_scale;
-    float *x, *h, *q, *k, *v, *att, *ffa, *ffb;
+    float *x, *h, *q, *k, *v, *att, *ffa, *ffb; /* backend buffers, RP_MAX_CHUNK rows */
+    float *logits; /* RP_MAX_CHUNK rows, only when buffers are not host memory */
     int32_t pos[RP_MAX_CHUNK];
 } gemma3;
 
@@ -75,11 +81,12 @@ static void gemma3_deinit(rp_model *m)
     gemma3 *s = m->arch_state;
     if (!s) return;
     rp_free(s->layers);
+    rp_blk_weights_free(&s->weights);
     rp_rope_deinit(&s->rope_global);
     rp_rope_deinit(&s->rope_local);
-    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->ffa, s->ffb};
+    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->ffa, s->ffb, s->logits};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        rp_free_aligned(bufs[i]);
+        rp_backend_buf_free(m->be, bufs[i]);
     rp_free(s);
     m->arch_state = NULL;
 }
@@ -137,17 +144,37 @@ static rp_status gemma3_init(rp_model *m, rp_err *err)
         return rc;
     s->embed_scale = sqrtf((float)c->dim);
     s->attn_scale = 1.0f / sqrtf((float)rp_config_num(c, "query_pre_attn_scalar", hd));
+    if ((rc = rp_blk_weights_init(&s->weights, c->n_layers * 13 + 3, err)))
+        return rc;
+    for (int i = 0; i < c->n_layers; i++) {
+        layer *L = &s->layers[i];
+        const rp_tensor **f[] = {&L->in_norm, &L->post_attn_norm, &L->pre_ffw_norm,
+                                 &L->post_ffw_norm, &L->wq, &L->wk, &L->wv, &L->wo,
+                                 &L->q_norm, &L->k_norm, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
+            if ((rc = rp_blk_to_backend(m, &s->weights, f[j], err)))
+                return rc;
+    }
+    if ((rc = rp_blk_to_backend(m, &s->weights, &s->embed, err)) ||
+        (rc = rp_blk_to_backend(m, &s->weights, &s->final_norm, err)) ||
+        (rc = rp_blk_to_backend(m, &s->weights, &s->lm_head, err)))
+        return rc;
     size_t n = RP_MAX_CHUNK;
-    s->x = rp_blk_falloc(n * dim);
-    s->h = rp_blk_falloc(n * (size_t)(dim > qd ? dim : qd));
-    s->q = rp_blk_falloc(n * qd);
-    s->k = rp_blk_falloc(n * kvd);
-    s->v = rp_blk_falloc(n * kvd);
-    s->att = rp_blk_falloc(n * qd);
-    s->ffa = rp_blk_falloc(n * ffn);
-    s->ffb = rp_blk_falloc(n * ffn);
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->ffa || !s->ffb)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+    s->x = rp_blk_act(m, n * dim);
+    s->h = rp_blk_act(m, n * (size_t)(dim > qd ? dim : qd));
+    s->q = rp_blk_act(m, n * qd);
+    s->k = rp_blk_act(m, n * kvd);
+    s->v = rp_blk_act(m, n * kvd);
+    s->att = rp_blk_act(m, n * qd);
+    s->ffa = rp_blk_act(m, n * ffn);
+    s->ffb = rp_blk_act(m, n * ffn);
+    int host = rp_backend_host_buffers(m->be);
+    if (!host)
+        s->logits = rp_blk_act(m, n * (size_t)c->vocab_size);
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->ffa || !s->ffb ||
+        (!host && !s->logits))
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
+                          rp_backend_describe(m->be));
     return RP_OK;
 }
 
@@ -160,13 +187,10 @@ static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
     rp_backend *be = m->be;
     int pos0 = kv->len, D = c->dim, hd = c->head_dim, F = c->ffn_dim;
     float eps = c->norm_eps;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
-        float *x = s->x + (size_t)t * D;
-        rp_tensor_row_f32(s->embed, ids[t], x);
-        for (int i = 0; i < D; i++)
-            x[i] *= s->embed_scale;
-    }
+    rp_op_embed(be, s->embed, ids, n, s->x);
+    rp_op_scale(be, s->x, s->embed_scale, (int64_t)n * D);
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &s->layers[l];
         const rp_rope *r = L->sliding ? &s->rope_local : &s->rope_global;
@@ -195,7 +219,7 @@ static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
         rp_op_rmsnorm(be, s->h, s->x, L->pre_ffw_norm, n, D, eps, 1);
         rp_op_matmul(be, L->w_gate, s->h, n, s->ffa);
         rp_op_matmul(be, L->w_up, s->h, n, s->ffb);
-        rp_blk_gelu_tanh_mul(s->ffa, s->ffa, s->ffb, (int64_t)n * F);
+        rp_op_gelu_mul(be, s->ffa, s->ffa, s->ffb, (int64_t)n * F);
         rp_op_matmul(be, L->w_down, s->ffa, n, s->h);
         rp_op_rmsnorm(be, s->h, s->h, L->post_ffw_norm, n, D, eps, 1);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
@@ -204,7 +228,10 @@ static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
     if (logits && n_logits > 0) {
         const float *last = s->x + (size_t)(n - n_logits) * D;
         rp_op_rmsnorm(be, s->h, last, s->final_norm, n_logits, D, eps, 1);
-        rp_op_matmul(be, s->lm_head, s->h, n_logits, logits);
+        rp_op_matmul(be, s->lm_head, s->h, n_logits, s->logits ? s->logits : logits);
+        if (s->logits)
+            rp_backend_to_host(be, logits, s->logits,
+                               sizeof(float) * (size_t)n_logits * c->vocab_size);
     }
     (void)err;
     return RP_OK;

@@ -40,30 +40,13 @@ typedef struct layer {
 typedef struct llama {
     layer *layers;
     const rp_tensor *embed, *final_norm, *lm_head;
-    rp_tensor *weights; /* the backend's copies the layer pointers point into */
-    int n_weights, cap_weights;
+    rp_blk_weights weights; /* the backend's copies the layer pointers point into */
     rp_rope rope;
     /* activations for RP_MAX_CHUNK tokens (backend buffers) */
     float *x, *h, *q, *k, *v, *att, *gate, *up;
     float *logits; /* RP_MAX_CHUNK rows, only when buffers are not host memory */
     int32_t pos[RP_MAX_CHUNK];
 } llama;
-
-/* The backend's copy of a bound weight (NULL stays NULL); a tensor seen before (tied
- * embeddings) gets its first copy. */
-static rp_status to_backend(rp_model *m, llama *s, const rp_tensor **t, rp_err *err)
-{
-    if (!*t)
-        return RP_OK;
-    RP_ASSERT(s->n_weights < s->cap_weights);
-    rp_tensor *dst = &s->weights[s->n_weights];
-    rp_status rc = rp_backend_weight(m->be, *t, dst, err);
-    if (rc)
-        return rc;
-    s->n_weights++;
-    *t = dst;
-    return RP_OK;
-}
 
 static rp_status bind_layer(rp_model *m, int i, layer *L, rp_err *err)
 {
@@ -148,18 +131,13 @@ static int layer_window(const rp_model_config *c, int i)
     return 0;
 }
 
-static float *alloc_act(rp_model *m, size_t n)
-{
-    return rp_backend_buf_alloc(m->be, n * sizeof(float), RP_TAG_MODEL);
-}
-
 static void llama_deinit(rp_model *m)
 {
     llama *s = m->arch_state;
     if (!s)
         return;
     rp_free(s->layers);
-    rp_free(s->weights); /* the copies' memory is the backend's */
+    rp_blk_weights_free(&s->weights);
     rp_rope_deinit(&s->rope);
     float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->gate, s->up, s->logits};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
@@ -203,10 +181,9 @@ static rp_status llama_init(rp_model *m, rp_err *err)
         s->lm_head = s->embed;
     }
     /* weights to the backend: every layer field, then embed / norm / lm_head */
-    s->cap_weights = c->n_layers * (int)(sizeof(layer) / sizeof(const rp_tensor *)) + 3;
-    s->weights = rp_calloc((size_t)s->cap_weights, sizeof(rp_tensor));
-    if (!s->weights)
-        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    int cap = c->n_layers * (int)(sizeof(layer) / sizeof(const rp_tensor *)) + 3;
+    if ((rc = rp_blk_weights_init(&s->weights, cap, err)))
+        return rc;
     for (int i = 0; i < c->n_layers; i++) {
         layer *L = &s->layers[i];
         const rp_tensor **f[] = {&L->attn_norm, &L->ffn_norm, &L->wq,     &L->wk,     &L->wv,
@@ -214,30 +191,27 @@ static rp_status llama_init(rp_model *m, rp_err *err)
                                  &L->q_norm,    &L->k_norm,   &L->w_gate, &L->w_up,   &L->w_down,
                                  &L->b_gate,    &L->b_up,     &L->b_down};
         for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
-            if ((rc = to_backend(m, s, f[j], err)))
+            if ((rc = rp_blk_to_backend(m, &s->weights, f[j], err)))
                 return rc;
     }
-    int tied = s->lm_head == s->embed;
-    if ((rc = to_backend(m, s, &s->embed, err)) || (rc = to_backend(m, s, &s->final_norm, err)))
-        return rc;
-    if (tied)
-        s->lm_head = s->embed;
-    else if ((rc = to_backend(m, s, &s->lm_head, err)))
+    if ((rc = rp_blk_to_backend(m, &s->weights, &s->embed, err)) ||
+        (rc = rp_blk_to_backend(m, &s->weights, &s->final_norm, err)) ||
+        (rc = rp_blk_to_backend(m, &s->weights, &s->lm_head, err)))
         return rc;
     if ((rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;
     size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
-    s->x = alloc_act(m, n * c->dim);
-    s->h = alloc_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
-    s->q = alloc_act(m, n * qd);
-    s->k = alloc_act(m, n * kvd);
-    s->v = alloc_act(m, n * kvd);
-    s->att = alloc_act(m, n * qd);
-    s->gate = alloc_act(m, n * c->ffn_dim);
-    s->up = alloc_act(m, n * c->ffn_dim);
+    s->x = rp_blk_act(m, n * c->dim);
+    s->h = rp_blk_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
+    s->q = rp_blk_act(m, n * qd);
+    s->k = rp_blk_act(m, n * kvd);
+    s->v = rp_blk_act(m, n * kvd);
+    s->att = rp_blk_act(m, n * qd);
+    s->gate = rp_blk_act(m, n * c->ffn_dim);
+    s->up = rp_blk_act(m, n * c->ffn_dim);
     if (!rp_backend_host_buffers(m->be))
-        s->logits = alloc_act(m, n * (size_t)c->vocab_size);
+        s->logits = rp_blk_act(m, n * (size_t)c->vocab_size);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up ||
         (!rp_backend_host_buffers(m->be) && !s->logits))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",

@@ -708,6 +708,24 @@ static void cpu_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_t
             y[(long)t * dim + i] += tmp[i];
 }
 
+static void cpu_gelu_mul(rp_backend *b, float *out, const float *gate, const float *up,
+                         int64_t n)
+{
+    (void)b;
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float x = gate[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
+static void cpu_scale(rp_backend *b, float *x, float s, int64_t n)
+{
+    (void)b;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
 static void cpu_embed(rp_backend *b, const rp_tensor *table, const int32_t *ids, int n, float *x)
 {
     for (int t = 0; t < n; t++)
@@ -903,4 +921,6 @@ static const rp_backend_vt g_cpu_vt = {
     .step_begin = cpu_step_begin,
     .kv_store = cpu_kv_store,
     .attention_step = cpu_attention_step,
+    .gelu_mul = cpu_gelu_mul,
+    .scale = cpu_scale,
 };
