@@ -136,6 +136,13 @@ void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *u
 
 void rp_op_scale(rp_backend *b, float *x, float s, int64_t n) { b->vt->scale(b, x, s, n); }
 
+void rp_op_scatter_add(rp_backend *b, float *y, const float *x, const int32_t *rows,
+                       const float *w, int n, int dim)
+{
+    if (n > 0)
+        b->vt->scatter_add(b, y, x, rows, w, n, dim);
+}
+
 void rp_op_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, int dim)
 {
     if (bias)

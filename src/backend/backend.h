@@ -288,5 +288,9 @@ void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n);
 void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
 /* x[i] *= s */
 void rp_op_scale(rp_backend *b, float *x, float s, int64_t n);
+/* y[rows[i]] += w[i] * x[i] for n rows of dim floats (rows and w on the host; the rows of
+ * one call distinct): a mixture of experts adds each expert's output to its tokens. */
+void rp_op_scatter_add(rp_backend *b, float *y, const float *x, const int32_t *rows,
+                       const float *w, int n, int dim);
 
 #endif

@@ -40,6 +40,8 @@ typedef struct rp_backend_vt {
     void (*argmax_rows)(rp_backend *b, const float *x, int n_rows, int n, int32_t *out);
     void (*gelu_mul)(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
     void (*scale)(rp_backend *b, float *x, float s, int64_t n);
+    void (*scatter_add)(rp_backend *b, float *y, const float *x, const int32_t *rows,
+                        const float *w, int n, int dim);
 } rp_backend_vt;
 
 struct rp_backend {

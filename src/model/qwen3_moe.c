@@ -11,6 +11,12 @@
  * decode only the k selected experts are read. Experts are per-expert tensors
  * (mlp.experts.E.gate_proj.weight, transformers) or stacks [E][out][in]
  * (mlp.switch_mlp.gate_proj.weight, what mlx_lm writes), viewed per expert.
+ *
+ * Backend-agnostic as llama.c is: weights through rp_backend_weight, backend activation
+ * buffers, every touch of them a backend op. Routing is decided on the host: the router's
+ * logits (n_tok x num_experts floats) come back with rp_backend_to_host (on the CPU they are
+ * already there), the experts gather their tokens (rp_op_gather_rows) and add their weighted
+ * outputs back into the residual stream (rp_op_scatter_add), in expert order.
  */
 #include <math.h>
 #include <string.h>
@@ -34,11 +40,17 @@ typedef struct layer {
 typedef struct qmoe {
     layer *layers;
     const rp_tensor *embed, *final_norm, *lm_head;
+    rp_blk_weights weights; /* the backend's copies the pointers above point into */
     rp_rope rope;
     int n_exp, top_k, moe_ffn, norm_topk;
     rp_blk_route route;
-    float *x, *h, *q, *k, *v, *att, *logits, *xe, *ga, *up, *ye, *acc;
+    /* backend buffers, RP_MAX_CHUNK rows; out: the vocabulary logits when buffers are not
+     * host memory */
+    float *x, *h, *q, *k, *v, *att, *logits, *xe, *ga, *up, *ye, *out;
+    float *router; /* host: the router logits */
     int32_t pos[RP_MAX_CHUNK];
+    int32_t rows[RP_MAX_CHUNK]; /* one expert's tokens */
+    float rw[RP_MAX_CHUNK];     /* and their routing weights */
 } qmoe;
 
 static int is_sparse(const rp_model_config *c, int i, int n_exp)
@@ -121,14 +133,42 @@ static void qmoe_deinit(rp_model *m)
         for (int i = 0; i < m->cfg.n_layers; i++)
             rp_free(s->layers[i].experts);
     rp_free(s->layers);
+    rp_blk_weights_free(&s->weights);
     rp_rope_deinit(&s->rope);
     rp_blk_route_free(&s->route);
     float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
-                     s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
+                     s->logits, s->xe, s->ga, s->up, s->ye, s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        rp_free_aligned(bufs[i]);
+        rp_backend_buf_free(m->be, bufs[i]);
+    if (s->router != s->logits)
+        rp_free(s->router);
     rp_free(s);
     m->arch_state = NULL;
+}
+
+/* Every bound weight to the backend (rp_blk_to_backend): layers, experts, embed, norm, head. */
+static rp_status to_backend(rp_model *m, qmoe *s, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    rp_status rc = rp_blk_weights_init(&s->weights, c->n_layers * (12 + 3 * s->n_exp) + 3, err);
+    for (int i = 0; i < c->n_layers && !rc; i++) {
+        layer *L = &s->layers[i];
+        const rp_tensor **f[] = {&L->attn_norm, &L->ffn_norm, &L->wq,     &L->wk,
+                                 &L->wv,        &L->wo,       &L->q_norm, &L->k_norm,
+                                 &L->router,    &L->w_gate,   &L->w_up,   &L->w_down};
+        for (size_t j = 0; j < RP_ARRAY_LEN(f) && !rc; j++)
+            rc = rp_blk_to_backend(m, &s->weights, f[j], err);
+        for (int e = 0; L->experts && e < s->n_exp && !rc; e++) {
+            expert *E = &L->experts[e];
+            if (!(rc = rp_blk_to_backend(m, &s->weights, &E->gate, err)) &&
+                !(rc = rp_blk_to_backend(m, &s->weights, &E->up, err)))
+                rc = rp_blk_to_backend(m, &s->weights, &E->down, err);
+        }
+    }
+    if (!rc && !(rc = rp_blk_to_backend(m, &s->weights, &s->embed, err)) &&
+        !(rc = rp_blk_to_backend(m, &s->weights, &s->final_norm, err)))
+        rc = rp_blk_to_backend(m, &s->weights, &s->lm_head, err);
+    return rc;
 }
 
 static rp_status qmoe_init(rp_model *m, rp_err *err)
@@ -160,25 +200,32 @@ static rp_status qmoe_init(rp_model *m, rp_err *err)
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
         (rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;
+    if ((rc = to_backend(m, s, err)))
+        return rc;
     size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t ff = (size_t)(c->ffn_dim > s->moe_ffn ? c->ffn_dim : s->moe_ffn);
-    s->x = rp_blk_falloc(n * c->dim);
-    s->h = rp_blk_falloc(n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
-    s->q = rp_blk_falloc(n * qd);
-    s->k = rp_blk_falloc(n * kvd);
-    s->v = rp_blk_falloc(n * kvd);
-    s->att = rp_blk_falloc(n * qd);
-    s->logits = rp_blk_falloc(n * s->n_exp);
-    s->xe = rp_blk_falloc(n * c->dim);
-    s->ga = rp_blk_falloc(n * ff);
-    s->up = rp_blk_falloc(n * ff);
-    s->ye = rp_blk_falloc(n * c->dim);
-    s->acc = rp_blk_falloc(n * c->dim);
-    float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
-                     s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
+    int host = rp_backend_host_buffers(m->be);
+    s->x = rp_blk_act(m, n * c->dim);
+    s->h = rp_blk_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
+    s->q = rp_blk_act(m, n * qd);
+    s->k = rp_blk_act(m, n * kvd);
+    s->v = rp_blk_act(m, n * kvd);
+    s->att = rp_blk_act(m, n * qd);
+    s->logits = rp_blk_act(m, n * s->n_exp);
+    s->xe = rp_blk_act(m, n * c->dim);
+    s->ga = rp_blk_act(m, n * ff);
+    s->up = rp_blk_act(m, n * ff);
+    s->ye = rp_blk_act(m, n * c->dim);
+    if (!host)
+        s->out = rp_blk_act(m, n * (size_t)c->vocab_size);
+    s->router = host ? s->logits : rp_alloc(sizeof(float) * n * (size_t)s->n_exp);
+    float *bufs[] = {s->x,  s->h,  s->q,  s->k,  s->v,  s->att, s->logits,
+                     s->xe, s->ga, s->up, s->ye, s->router, host ? s->x : s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        if (!bufs[i])
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
+                              rp_backend_describe(m->be));
     return RP_OK;
 }
 
@@ -218,30 +265,26 @@ static void moe_block(rp_model *m, qmoe *s, layer *L, int n)
     rp_backend *be = m->be;
     int D = c->dim, F = s->moe_ffn, K = s->top_k;
     rp_op_matmul(be, L->router, s->h, n, s->logits);
-    rp_blk_route_compute(&s->route, s->logits, n,
+    if (s->router != s->logits)
+        rp_backend_to_host(be, s->router, s->logits, sizeof(float) * (size_t)n * s->n_exp);
+    rp_blk_route_compute(&s->route, s->router, n,
                          s->norm_topk ? RP_ROUTE_SOFTMAX_TOPK_NORM : RP_ROUTE_SOFTMAX_TOPK);
-    memset(s->acc, 0, sizeof(float) * (size_t)n * D);
     for (int e = 0; e < s->n_exp; e++) {
         int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
         if (cnt == 0) continue;
         for (int i = 0; i < cnt; i++) {
-            int t = s->route.order[b + i] / K;
-            memcpy(s->xe + (size_t)i * D, s->h + (size_t)t * D, sizeof(float) * D);
+            int slot = s->route.order[b + i];
+            s->rows[i] = slot / K;
+            s->rw[i] = s->route.w[slot];
         }
+        rp_op_gather_rows(be, s->xe, s->h, s->rows, cnt, D);
         expert *E = &L->experts[e];
         rp_op_matmul(be, E->gate, s->xe, cnt, s->ga);
         rp_op_matmul(be, E->up, s->xe, cnt, s->up);
         rp_op_silu_mul(be, s->ga, s->ga, s->up, (int64_t)cnt * F);
         rp_op_matmul(be, E->down, s->ga, cnt, s->ye);
-        for (int i = 0; i < cnt; i++) {
-            int slot = s->route.order[b + i], t = slot / K;
-            float w = s->route.w[slot];
-            float *dst = s->acc + (size_t)t * D, *src = s->ye + (size_t)i * D;
-            for (int d = 0; d < D; d++)
-                dst[d] += w * src[d];
-        }
+        rp_op_scatter_add(be, s->x, s->ye, s->rows, s->rw, cnt, D);
     }
-    rp_op_add(be, s->x, s->acc, (int64_t)n * D);
 }
 
 static void dense_block(rp_model *m, qmoe *s, layer *L, int n)
@@ -263,10 +306,9 @@ static rp_status qmoe_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
     rp_model_config *c = &m->cfg;
     int pos0 = kv->len;
     rp_rope_update(&s->rope, pos0 + n);
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
-        rp_tensor_row_f32(s->embed, ids[t], s->x + (size_t)t * c->dim);
-    }
+    rp_op_embed(m->be, s->embed, ids, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &s->layers[l];
         attention_block(m, s, kvs, l, pos0, n);
@@ -280,7 +322,10 @@ static rp_status qmoe_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
     if (logits && n_logits > 0) {
         const float *last = s->x + (size_t)(n - n_logits) * c->dim;
         rp_op_rmsnorm(m->be, s->h, last, s->final_norm, n_logits, c->dim, c->norm_eps, 0);
-        rp_op_matmul(m->be, s->lm_head, s->h, n_logits, logits);
+        rp_op_matmul(m->be, s->lm_head, s->h, n_logits, s->out ? s->out : logits);
+        if (s->out)
+            rp_backend_to_host(m->be, logits, s->out,
+                               sizeof(float) * (size_t)n_logits * c->vocab_size);
     }
     (void)err;
     return RP_OK;

@@ -740,6 +740,18 @@ static void cpu_gather_rows(rp_backend *b, float *dst, const float *src, const i
             memmove(dst + (size_t)i * dim, src + (size_t)rows[i] * dim, sizeof(float) * dim);
 }
 
+static void cpu_scatter_add(rp_backend *b, float *y, const float *x, const int32_t *rows,
+                            const float *w, int n, int dim)
+{
+    (void)b;
+    for (int i = 0; i < n; i++) {
+        float *dst = y + (size_t)rows[i] * dim;
+        const float *src = x + (size_t)i * dim;
+        for (int d = 0; d < dim; d++)
+            dst[d] += w[i] * src[d];
+    }
+}
+
 static void cpu_step_begin(rp_backend *bk, const rp_kv_layout *kv, const rp_step_seq *seqs,
                            int n_seqs)
 {
@@ -923,4 +935,5 @@ static const rp_backend_vt g_cpu_vt = {
     .attention_step = cpu_attention_step,
     .gelu_mul = cpu_gelu_mul,
     .scale = cpu_scale,
+    .scatter_add = cpu_scatter_add,
 };
