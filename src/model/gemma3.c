@@ -239,6 +239,7 @@ static rp_status gemma3_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
 
 const rp_arch rp_arch_gemma3 = {
     .name = "gemma3",
+    .gpu = 1,
     .init = gemma3_init,
     .deinit = gemma3_deinit,
     .forward = gemma3_forward,

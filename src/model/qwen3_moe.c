@@ -333,6 +333,7 @@ static rp_status qmoe_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
 
 const rp_arch rp_arch_qwen3_moe = {
     .name = "qwen3_moe",
+    .gpu = 1,
     .init = qmoe_init,
     .deinit = qmoe_deinit,
     .forward = qmoe_forward,

@@ -301,6 +301,22 @@ static void cuda_argmax_rows(rp_backend *bk, const float *x, int n_rows, int n, 
     rp_cuda_argmax(CB(bk)->ctx, x, n_rows, n, out);
 }
 
+static void cuda_gelu_mul(rp_backend *bk, float *out, const float *g, const float *u, int64_t n)
+{
+    rp_cuda_gelu_mul(CB(bk)->ctx, out, g, u, n);
+}
+
+static void cuda_scale(rp_backend *bk, float *x, float s, int64_t n)
+{
+    rp_cuda_scale(CB(bk)->ctx, x, s, n);
+}
+
+static void cuda_scatter_add(rp_backend *bk, float *y, const float *x, const int32_t *rows,
+                             const float *w, int n, int dim)
+{
+    rp_cuda_scatter_add(CB(bk)->ctx, y, x, rows, w, n, dim);
+}
+
 static const rp_backend_vt g_cuda_vt = {
     .destroy = cuda_destroy,
     .buf_alloc = cuda_buf_alloc,
@@ -322,4 +338,7 @@ static const rp_backend_vt g_cuda_vt = {
     .kv_store = cuda_kv_store,
     .attention_step = cuda_attention_step,
     .argmax_rows = cuda_argmax_rows,
+    .gelu_mul = cuda_gelu_mul,
+    .scale = cuda_scale,
+    .scatter_add = cuda_scatter_add,
 };

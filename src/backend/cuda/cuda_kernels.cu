@@ -2162,3 +2162,67 @@ extern "C" double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps)
     rp_cuda_free(c, buf);
     return best;
 }
+
+/* ---- elementwise ops of the other families (Gemma's GELU MLP and embedding scale, the
+ * mixture-of-experts scatter) ------------------------------------------------------------ */
+
+__global__ void gelu_mul_kernel(float *out, const float *g, const float *u, long n)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        float x = g[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
+
+__global__ void scale_kernel(float *x, float s, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+/* block i: y[rows[i]] += w[i] * x[i] (rows distinct, so no two blocks write one element) */
+__global__ void scatter_add_kernel(float *y, const float *x, const int32_t *rows, const float *w,
+                                   int dim)
+{
+    float *dst = y + (size_t)rows[blockIdx.x] * dim;
+    const float *src = x + (size_t)blockIdx.x * dim;
+    float wi = w[blockIdx.x];
+    for (int d = threadIdx.x; d < dim; d += blockDim.x)
+        dst[d] += wi * src[d];
+}
+
+extern "C" void rp_cuda_gelu_mul(rp_cuda_ctx *c, float *out, const float *g, const float *u,
+                                 int64_t n)
+{
+    prof_scope ps(c, P_ELEM);
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        gelu_mul_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n);
+        LAUNCHED();
+    });
+}
+
+extern "C" void rp_cuda_scale(rp_cuda_ctx *c, float *x, float s, int64_t n)
+{
+    prof_scope ps(c, P_ELEM);
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        scale_kernel<<<nb, 256, 0, c->stream>>>(x, s, n);
+        LAUNCHED();
+    });
+}
+
+extern "C" void rp_cuda_scatter_add(rp_cuda_ctx *c, float *y, const float *x,
+                                    const int32_t *rows, const float *w, int n, int dim)
+{
+    prof_scope ps(c, P_ELEM);
+    const int32_t *rd = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
+    const float *wd = (const float *)stage(c, w, sizeof(float) * n);
+    LAUNCH(c, {
+        scatter_add_kernel<<<n, 256, 0, c->stream>>>(y, x, rd, wd, dim);
+        LAUNCHED();
+    });
+}

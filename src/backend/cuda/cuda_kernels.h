@@ -84,6 +84,12 @@ void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, in
 /* out[i] = argmax of row i of x [n_rows][n] (lowest index among equals); out is a host
  * array, filled when this returns (synchronous). */
 void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t *out);
+/* out[i] = gelu_tanh(gate[i]) * up[i]; x[i] *= s; y[rows[i]] += w[i] * x[i] (rows and w on the
+ * host, rows distinct). */
+void rp_cuda_gelu_mul(rp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n);
+void rp_cuda_scale(rp_cuda_ctx *c, float *x, float s, int64_t n);
+void rp_cuda_scatter_add(rp_cuda_ctx *c, float *y, const float *x, const int32_t *rows,
+                         const float *w, int n, int dim);
 /* Device read bandwidth in GB/s over an n-byte buffer, best of reps. */
 double rp_cuda_read_bw(rp_cuda_ctx *c, size_t n, int reps);
 /* f32 -> host-side conversion for 1-D weights lives in the C file; this converts nothing. */
