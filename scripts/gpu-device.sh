@@ -5,7 +5,7 @@
 #   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
 #   bench4   scripts/bench-gpu.sh on the MLX 4-bit checkpoint (RAPID_BENCH_DTYPE=mlx4), then
-#            a 4-bit profile (RAPID_CUDA_PROFILE=2, 1 and 64 streams)
+#            (with profile) a 4-bit profile (RAPID_CUDA_PROFILE=2, 1 and 64 streams)
 #   variants4 the MLX 4-bit kernels' knob (RAPID_CUDA_QMM=MT,F): their checks, then pp512 and
 #            64 streams on the 4-bit checkpoint in each (after bench4 made it); ncu of them
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
@@ -55,7 +55,7 @@ if [[ $what == *" bench4 "* ]]; then
   echo "== bench4 =="
   RAPID_BENCH_DTYPE=mlx4 scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | tee "$out/bench4.log"
   m4=/dev/shm/rapid-llama3-8b-mlx4
-  for a in "--prompt 512 --gen 32" "--prompt 16 --gen 16 --streams 64"; do
+  [[ $what == *" profile "* ]] && for a in "--prompt 512 --gen 32" "--prompt 16 --gen 16 --streams 64"; do
     RAPID_CUDA_PROFILE=2 timeout 60 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" bench \
       --model $m4 --device cuda $a 2>&1 | sed 's/^/profile4: /' | tee -a "$out/bench4.log"
   done

@@ -150,7 +150,7 @@ struct rp_cuda_ctx {
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
     void *qscr[4]; /* scratch of the quantized-weight kernels (cuda_quant.cu) */
-    int qknob;     /* RAPID_CUDA_QMM=MT,F for them */
+    int qknob;     /* their knobs: RAPID_CUDA_QMV (x 100), RAPID_CUDA_QMM=MT,F (MT x 10 + F) */
     size_t qscr_bytes[4];
     char name[160];
 };
@@ -419,6 +419,9 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *qe = getenv("RAPID_CUDA_QMM");
     if (qe && (qe[0] == '2' || qe[0] == '4') && qe[1] == ',' && qe[2] >= '1' && qe[2] <= '8')
         c->qknob = (qe[0] - '0') * 10 + (qe[2] - '0');
+    const char *qv = getenv("RAPID_CUDA_QMV");
+    if (qv && qv[0] == '1')
+        c->qknob += 100;
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;

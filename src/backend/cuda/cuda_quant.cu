@@ -218,9 +218,10 @@ __device__ __forceinline__ float2 sb_of(uint2 u, int sf)
 }
 
 /* R rows per warp (all in one matrix), lane i takes runs i, i + 32, ... of each, U runs per
- * step; the next step's weights and scales are loaded while this one is multiplied (the
- * first step's before the programmatic-launch wait). */
-template <int BITS, int NT, int U, int R>
+ * step, weights and scales loaded together (the first step's before the programmatic-launch
+ * wait); PIPE: the next step's are loaded while this one is multiplied (twice the
+ * registers, fewer warps). */
+template <int BITS, int NT, int U, int R, int PIPE>
 __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
 {
     constexpr int V = BITS / 4; /* uint4 per run */
@@ -255,6 +256,9 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
     QMV_LOAD(lane)
     q_pdl_wait(); /* the weights never change: only x waits for the previous kernel */
     for (long k = lane; k < nr; k += 32 * U) {
+        if (!PIPE && k != lane) {
+            QMV_LOAD(k)
+        }
         uint4 w[U][R][V];
         uint2 sc[U][R];
 #pragma unroll
@@ -266,7 +270,7 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
                 for (int h = 0; h < V; h++)
                     w[u][r][h] = wn[u][r][h];
             }
-        if (k + 32 * U < nr) {
+        if (PIPE && k + 32 * U < nr) {
             QMV_LOAD(k + 32 * U)
         }
 #pragma unroll
@@ -577,7 +581,7 @@ __global__ void qembed_kernel(const uint32_t *__restrict__ q, const void *__rest
 typedef struct qmv_call {
     qmv_args a;
     const float *x;
-    int bits, n, r4; /* r4: one token, 4 rows per warp */
+    int bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
 } qmv_call;
 
 typedef struct qmm_call {
@@ -594,11 +598,22 @@ typedef struct qemb_call {
     float *x;
 } qemb_call;
 
+/* v: 0 the default (2 rows per warp, 4 runs in flight per row), 1 (RAPID_CUDA_QMV=1) 4 rows
+ * per warp, 2 runs, pipelined */
 template <int BITS, int NT, int R>
-static void qmv_go(const qmv_args &a, cudaStream_t s, int pdl)
+static void qmv_go(const qmv_args &a, int v, cudaStream_t s, int pdl)
 {
-    dim3 grid((unsigned)((a.r0[3] / R + QMV_WARPS - 1) / QMV_WARPS));
-    q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 2 : 1, R>, grid, dim3(QMV_WARPS * 32), s, a);
+    dim3 block(QMV_WARPS * 32);
+    if (R == 1) {
+        dim3 grid((unsigned)((a.r0[3] + QMV_WARPS - 1) / QMV_WARPS));
+        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 1, 0>, grid, block, s, a);
+    } else if (v == 1) {
+        dim3 grid((unsigned)((a.r0[3] / 4 + QMV_WARPS - 1) / QMV_WARPS));
+        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 2 : 1, 4, 1>, grid, block, s, a);
+    } else {
+        dim3 grid((unsigned)((a.r0[3] / 2 + QMV_WARPS - 1) / QMV_WARPS));
+        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 2, 0>, grid, block, s, a);
+    }
 }
 
 static void qmv_run(const void *args, void *stream, int pdl)
@@ -608,18 +623,18 @@ static void qmv_run(const void *args, void *stream, int pdl)
     long n_q = (long)c->n * c->a.cols / 8;
     q_launch(pdl, qx_int8_kernel, dim3((unsigned)((n_q + 127) / 128)), dim3(128), s, c->x,
              c->a.cols, n_q, c->bits == 4 ? 1 : 0, (int8_t *)c->a.xq, (float2 *)c->a.xs);
-    int v = (c->bits == 4 ? 0 : 5) + (c->r4 ? 0 : c->n);
+    int v = (c->bits == 4 ? 0 : 5) + (c->r4 ? 0 : c->n), qv = c->qv;
     switch (v) {
-    case 0: qmv_go<4, 1, 4>(c->a, s, pdl); break;
-    case 1: qmv_go<4, 1, 1>(c->a, s, pdl); break;
-    case 2: qmv_go<4, 2, 1>(c->a, s, pdl); break;
-    case 3: qmv_go<4, 3, 1>(c->a, s, pdl); break;
-    case 4: qmv_go<4, 4, 1>(c->a, s, pdl); break;
-    case 5: qmv_go<8, 1, 4>(c->a, s, pdl); break;
-    case 6: qmv_go<8, 1, 1>(c->a, s, pdl); break;
-    case 7: qmv_go<8, 2, 1>(c->a, s, pdl); break;
-    case 8: qmv_go<8, 3, 1>(c->a, s, pdl); break;
-    default: qmv_go<8, 4, 1>(c->a, s, pdl); break;
+    case 0: qmv_go<4, 1, 4>(c->a, qv, s, pdl); break;
+    case 1: qmv_go<4, 1, 1>(c->a, qv, s, pdl); break;
+    case 2: qmv_go<4, 2, 1>(c->a, qv, s, pdl); break;
+    case 3: qmv_go<4, 3, 1>(c->a, qv, s, pdl); break;
+    case 4: qmv_go<4, 4, 1>(c->a, qv, s, pdl); break;
+    case 5: qmv_go<8, 1, 4>(c->a, qv, s, pdl); break;
+    case 6: qmv_go<8, 1, 1>(c->a, qv, s, pdl); break;
+    case 7: qmv_go<8, 2, 1>(c->a, qv, s, pdl); break;
+    case 8: qmv_go<8, 3, 1>(c->a, qv, s, pdl); break;
+    default: qmv_go<8, 4, 1>(c->a, qv, s, pdl); break;
     }
     QCK(cudaGetLastError());
 }
@@ -719,6 +734,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.bits = w[0]->bits;
         call.n = n_tok;
         call.r4 = n_tok == 1;
+        call.qv = rp_cuda_hook_knob(c) / 100;
         for (int i = 0; i < n; i++)
             call.r4 = call.r4 && w[i]->rows % 4 == 0;
         rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
@@ -739,11 +755,11 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
     call.bits = w[0]->bits;
     long kstep = w[0]->bits == 4 ? 128 : 64;
     /* RAPID_CUDA_QMM=MT,F: tiles per warp (2 or 4) and blocks per SM aimed at by split k */
-    int knob = rp_cuda_hook_knob(c), mt = knob / 10 == 4 ? 4 : 2, per_sm = knob % 10;
+    int knob = rp_cuda_hook_knob(c) % 100, mt = knob / 10 == 4 ? 4 : 2, per_sm = knob % 10;
     call.mt = mt;
     long rows_blk = QMM_WARPS * 16L * mt, tok = mt == 4 ? 32 : 64;
     long rb = (r + rows_blk - 1) / rows_blk, tc = (n_tok + tok - 1) / tok;
-    long blocks = rb * tc, target = (long)(per_sm ? per_sm : 2) * rp_cuda_hook_sms(c);
+    long blocks = rb * tc, target = (long)(per_sm ? per_sm : 4) * rp_cuda_hook_sms(c);
     long s = 2 * blocks < target ? (target + blocks - 1) / blocks : 1, smax = cols / 256;
     if (s > smax)
         s = smax;

@@ -10,7 +10,7 @@
  *   n_tok <= 4 (decode): x is split per 32-element run into two int8 parts,
  *     x ~= d q1 + (d / 254) q2 with d = max |x| / 127 (round to nearest even): the error per
  *     element is at most d / 508, 1/64516 of the run's largest |x| (one int8 part, as the
- *     CPU's rp_qact, would leave d / 2); with it the run's f32 sum. One warp per 4 weight rows
+ *     CPU's rp_qact, would leave d / 2); with it the run's f32 sum. One warp per 2 weight rows
  *     (1 token; 1 row for 2..4), 16-byte streaming loads, integer dot products (dp4a) per run
  *     and part, y += scale * (d dot1 + d / 254 dot2) + bias * sum in f32.
  *   n_tok > 4 (batched decode, prefill): x is rounded to bf16, each weight element is
@@ -70,7 +70,8 @@ void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n);
 /* Host array -> device memory valid for the work queued after this call (the pinned ring). */
 const void *rp_cuda_hook_stage(rp_cuda_ctx *c, const void *src, size_t n);
 int rp_cuda_hook_sms(const rp_cuda_ctx *c);
-/* RAPID_CUDA_QMM as MT * 10 + F (a tuning knob read once; 0 when unset). */
+/* Tuning knobs read once: RAPID_CUDA_QMV=1 adds 100, RAPID_CUDA_QMM=MT,F adds MT * 10 + F
+ * (0 when unset). */
 int rp_cuda_hook_knob(const rp_cuda_ctx *c);
 
 #ifdef __cplusplus
