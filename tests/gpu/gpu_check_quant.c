@@ -41,7 +41,10 @@ static uint32_t rnd32(void)
     q_rng ^= q_rng << 13, q_rng ^= q_rng >> 7, q_rng ^= q_rng << 17;
     return (uint32_t)(q_rng >> 16);
 }
-static float qfrand(void) { return (float)(rnd32() & 0xffffff) / (float)(1 << 23) - 1.0f; }
+static float qfrand(void)
+{
+    return (float)(rnd32() & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
 
 /* A random MLX weight on the host: packed words, scales and biases in scale type sd. */
 typedef struct hq {
@@ -52,8 +55,7 @@ typedef struct hq {
 
 static float sb_at(rp_dtype sd, const void *p, size_t i)
 {
-    if (sd == RP_DT_F32)
-        return ((const float *)p)[i];
+    if (sd == RP_DT_F32) return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
     return sd == RP_DT_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
 }
@@ -68,13 +70,13 @@ static void sb_set(rp_dtype sd, void *p, size_t i, float v)
 
 static int hq_make(hq *h, int bits, int gs, rp_dtype sd, long rows, long cols)
 {
-    size_t nw = (size_t)rows * (size_t)cols * (size_t)bits / 32, ng = (size_t)rows * (size_t)(cols / gs);
+    size_t nw = (size_t)rows * (size_t)cols * (size_t)bits / 32,
+           ng = (size_t)rows * (size_t)(cols / gs);
     size_t es = sd == RP_DT_F32 ? 4 : 2;
     h->q = rp_alloc(4 * nw);
     h->s = rp_alloc(es * ng);
     h->b = rp_alloc(es * ng);
-    if (!h->q || !h->s || !h->b)
-        return -1;
+    if (!h->q || !h->s || !h->b) return -1;
     for (size_t i = 0; i < nw; i++)
         h->q[i] = rnd32();
     float top = (float)((1 << bits) - 1);
@@ -83,9 +85,15 @@ static int hq_make(hq *h, int bits, int gs, rp_dtype sd, long rows, long cols)
         sb_set(sd, h->s, g, s);
         sb_set(sd, h->b, g, -0.5f * top * s + 0.005f * qfrand());
     }
-    h->t = (rp_tensor){.dtype = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8, .n_dims = 2,
-                       .shape = {rows, cols}, .data = h->q, .n_bytes = 4 * nw, .scales = h->s,
-                       .biases = h->b, .scale_dtype = sd, .group_size = gs};
+    h->t = (rp_tensor){.dtype = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8,
+                       .n_dims = 2,
+                       .shape = {rows, cols},
+                       .data = h->q,
+                       .n_bytes = 4 * nw,
+                       .scales = h->s,
+                       .biases = h->b,
+                       .scale_dtype = sd,
+                       .group_size = gs};
     return 0;
 }
 
@@ -127,7 +135,10 @@ static void quant_x(const float *x, long cols, int8_t *q1, int8_t *q2, float *d,
     }
 }
 
-static int row_sampled(long r, long rows) { return r < 20 || r >= rows - 20 || r % 97 == 0; }
+static int row_sampled(long r, long rows)
+{
+    return r < 20 || r >= rows - 20 || r % 97 == 0;
+}
 
 /* n matrices stacked (rp_op_matmul_n when n_mat > 1) over n tokens. */
 static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, const long *rows,
@@ -140,7 +151,10 @@ static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, 
     float *x = rp_alloc(sizeof(float) * (size_t)n * cols), *y[3] = {0}, *yd[3] = {0};
     for (long i = 0; i < (long)n * cols; i++)
         x[i] = qfrand();
-    xt = (rp_tensor){.dtype = RP_DT_F32, .n_dims = 2, .shape = {n, cols}, .data = x,
+    xt = (rp_tensor){.dtype = RP_DT_F32,
+                     .n_dims = 2,
+                     .shape = {n, cols},
+                     .data = x,
                      .n_bytes = sizeof(float) * (size_t)n * cols};
     int ok = rp_backend_weight(be, &xt, &xd, &err) == RP_OK;
     for (int m = 0; m < n_mat && ok; m++) {
@@ -150,8 +164,7 @@ static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, 
         y[m] = rp_alloc(sizeof(float) * (size_t)n * rows[m]);
         ok = ok && yd[m] && y[m];
     }
-    if (!ok)
-        printf("      setup: %s\n", err.msg);
+    if (!ok) printf("      setup: %s\n", err.msg);
     double worst = INFINITY, worst_exact = 0;
     if (ok) {
         const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
@@ -169,16 +182,14 @@ static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, 
             rp_backend_to_host(be, y[m], yd[m], sizeof(float) * (size_t)n * rows[m]);
             long ng = cols / gs;
             for (long r = 0; r < rows[m]; r++) {
-                if (!row_sampled(r, rows[m]))
-                    continue;
+                if (!row_sampled(r, rows[m])) continue;
                 for (long c = 0; c < cols; c++) { /* the bf16 dequantization of n > 4 */
                     size_t g = (size_t)(r * ng + c / gs);
                     float s = sb_at(sd, h[m].s, g), b = sb_at(sd, h[m].b, g);
                     wrow[c] = rp_bf16_to_f32(rp_f32_to_bf16(fmaf((float)q_at(&h[m], r, c), s, b)));
                 }
                 for (int t = 0; t < n; t++) {
-                    if (n > 8 && !(t < 3 || t >= n - 3 || t == n / 2 || t % 8 == 7))
-                        continue;
+                    if (n > 8 && !(t < 3 || t >= n - 3 || t == n / 2 || t % 8 == 7)) continue;
                     const float *xr = x + (long)t * cols;
                     double ref = 0, exact = 0;
                     if (n <= 4) {
@@ -204,8 +215,7 @@ static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, 
                     double got = y[m][(long)t * rows[m] + r];
                     double dd = fabs(ref - got);
                     worst = dd > worst || isnan(dd) ? dd : worst;
-                    if (n <= 4 && fabs(exact - got) > worst_exact)
-                        worst_exact = fabs(exact - got);
+                    if (n <= 4 && fabs(exact - got) > worst_exact) worst_exact = fabs(exact - got);
                 }
             }
         }
@@ -218,8 +228,7 @@ static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, 
              n_mat > 1 ? "mm_n" : "mm", rows[0], cols, n);
     double tol = n <= 4 ? 1e-3 : 2e-3;
     gpu_check_report(worst <= tol, "qgemm", what, worst, tol);
-    if (n <= 4 && ok)
-        printf("info  %-18s %-34s vs exact x: %.3g\n", "qgemm", what, worst_exact);
+    if (n <= 4 && ok) printf("info  %-18s %-34s vs exact x: %.3g\n", "qgemm", what, worst_exact);
     for (int m = 0; m < n_mat; m++) {
         hq_free(&h[m]);
         rp_free(y[m]);
@@ -263,8 +272,8 @@ static void qembed_check(rp_backend *be, int bits)
 
 void gpu_quant_kernel_checks(rp_backend *be)
 {
-    const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
-               down[1] = {4096}, head[1] = {65536};
+    const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096}, down[1] = {4096},
+               head[1] = {65536};
     const int ns[] = {1, 3, 5, 16, 33, 64, 128};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
         qmm_check(be, 4, 64, RP_DT_BF16, 3, qkv, 4096, ns[i]);
@@ -349,8 +358,11 @@ static int qgreedy(rp_model *m, const fixture *f, int32_t *out)
     rp_engine *e = NULL;
     rp_err err = {0};
     rp_engine_config ec = {.max_context = 64};
-    rp_gen_request req = {.prompt = f->ids, .n_prompt = f->n_ids, .max_tokens = f->n_greedy,
-                          .ignore_eos = 1, .n_top_logprobs = -1};
+    rp_gen_request req = {.prompt = f->ids,
+                          .n_prompt = f->n_ids,
+                          .max_tokens = f->n_greedy,
+                          .ignore_eos = 1,
+                          .n_top_logprobs = -1};
     rp_sampling_default(&req.sampling);
     req.sampling.temperature = 0;
     int32_t *toks = NULL;
@@ -431,7 +443,6 @@ void gpu_quant_fixture(const char *name)
     }
     quant_one(&f, name, 4, 64);
     quant_one(&f, name, 8, 64);
-    if (strcmp(name, "llama_gqa") == 0)
-        quant_one(&f, name, 4, 32);
+    if (strcmp(name, "llama_gqa") == 0) quant_one(&f, name, 4, 32);
     fixture_free(&f);
 }

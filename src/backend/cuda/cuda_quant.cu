@@ -1,13 +1,14 @@
 /* backend/cuda/cuda_quant.cu - kernels for MLX affine 4-bit / 8-bit weights (CUDA C++).
  *
  * Layouts and numerics: cuda_quant.h. Design notes:
- *  1. Decode (n_tok <= 4): qx_int8_kernel quantizes x per 32-element run (the run's int8
- *     bytes, then (d, exact f32 sum)); for 4-bit weights the 8 bytes of each 8 elements are
- *     stored evens first (x0 x2 x4 x6 x1 x3 x5 x7), so the low nibbles of a packed word
- *     (elements 0 2 4 6 as bytes after & 0x0F0F0F0F) and the high ones meet their x bytes
- *     in one dp4a each. qmv_kernel: one warp per row (rows of up to three matrices stacked,
- *     as the bf16 matvec), lane i takes runs i, i + 32, ...: 16-byte (4-bit) or 2 x 16-byte
- *     (8-bit) streaming loads, U runs in flight per lane, issued before the programmatic
+ *  1. Decode (n_tok <= 4): qx_int8_kernel splits x per 32-element run into two int8 parts
+ *     (x ~= d q1 + d / 254 q2, cuda_quant.h) with (d, f32 sum); for 4-bit weights the bytes
+ *     of each 8 elements are stored evens first (x0 x2 x4 x6 x1 x3 x5 x7), so the low nibbles
+ *     of a packed word (elements 0 2 4 6 as bytes after & 0x0F0F0F0F) and the high ones meet
+ *     their x bytes in one dp4a each. qmv_kernel: 2 rows per warp for one token (1 for 2..4
+ *     tokens; rows of up to three matrices stacked, as the bf16 matvec), lane i takes runs
+ *     i, i + 32, ...: 16-byte (4-bit) or 2 x 16-byte (8-bit) streaming loads, 4 (2) runs
+ *     per row in flight per lane, issued with their scales before the programmatic
  *     dependent launch wait (weights never change; only x waits for the previous kernel).
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
@@ -17,7 +18,10 @@
  *     dequantizes them to bf16 pairs (q | 0x4300 is the bf16 128 + q; minus 128 exactly, then
  *     one fma with the group's scale and bias) and feeds mma.sync m16n8k16 with the x pieces
  *     at the same physical k (the dot product's order is free, as in the bf16 skinny GEMM).
- *     The next k step's weights are loaded before the current one is multiplied.
+ *     The next k step's weights are loaded before the current one is multiplied. Grids
+ *     short of 4 blocks per SM split k (a second kernel sums the splits in order).
+ *     RAPID_CUDA_QMM=4,F: 4 tiles per warp against 32 tokens (slower on the H200, NOTES.md);
+ *     F: blocks per SM the split aims at.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -311,7 +315,8 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
 
 /* ---- more tokens: bf16 dequantization on the tensor cores --------------------------------- */
 
-__global__ void qx_bf16_kernel(const float *__restrict__ x, long n8, int perm, uint4 *__restrict__ out)
+__global__ void qx_bf16_kernel(const float *__restrict__ x, long n8, int perm,
+                               uint4 *__restrict__ out)
 {
     q_pdl_wait();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
@@ -651,7 +656,10 @@ static void qmm_go(const qmm_args &a, dim3 grid, int nt, cudaStream_t s, int pdl
     case 5: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 5, MT>, grid, block, s, a); break;
     case 6: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 6, MT>, grid, block, s, a); break;
     case 7: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 7, MT>, grid, block, s, a); break;
-    default: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 8, MT>, grid, block, s, a); break;
+    default:
+        if constexpr (MT == 2)
+            q_launch(pdl, qmm_kernel<BITS, 8, MT>, grid, block, s, a);
+        break;
     }
 }
 
@@ -729,7 +737,8 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.a.gs = w[0]->gs;
         call.a.sf = w[0]->sf;
         call.a.xq = (const int8_t *)rp_cuda_qscratch(c, 0, 2 * (size_t)n_tok * cols);
-        call.a.xs = (const float2 *)rp_cuda_qscratch(c, 1, sizeof(float2) * (size_t)n_tok * cols / 32);
+        call.a.xs = (const float2 *)rp_cuda_qscratch(c, 1,
+                                                     sizeof(float2) * (size_t)n_tok * cols / 32);
         call.x = x;
         call.bits = w[0]->bits;
         call.n = n_tok;

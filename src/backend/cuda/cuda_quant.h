@@ -50,8 +50,8 @@ typedef struct rp_cuda_qw {
 int rp_cuda_qw_ok(int bits, int gs, long rows, long cols);
 /* y[i] = w[i] x for n <= 3 matrices over the same x [n_tok][cols] (one launch where their
  * bits, group size and scale type agree). */
-void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const *w, const float *x,
-                       int n_tok, float *const *y);
+void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const *w, const float *x, int n_tok,
+                       float *const *y);
 /* x[t] = dequantized row ids[t] of w (ids on the host). */
 void rp_cuda_qembed(rp_cuda_ctx *c, const rp_cuda_qw *w, const int32_t *ids, int n, float *x);
 
@@ -62,8 +62,7 @@ void rp_cuda_qembed(rp_cuda_ctx *c, const rp_cuda_qw *w, const int32_t *ids, int
  * (0 matvec, 1 skinny GEMM, 2 embed) under RAPID_CUDA_PROFILE. */
 enum { RP_CUDA_HOOK_ARGS = 176 };
 typedef void (*rp_cuda_hook_fn)(const void *args, void *stream, int pdl);
-void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, const void *args,
-                      size_t n);
+void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, const void *args, size_t n);
 /* Device scratch slot (0..3) of at least n bytes; valid for work queued until the slot grows
  * (growing synchronises). */
 void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n);
