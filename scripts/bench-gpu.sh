@@ -5,16 +5,20 @@
 # Compare with llama.cpp's figures in ../shared/TESTING.md (F16: pp512 19.3k, tg128 209,
 # 16 streams 2.2k, 64 streams 6.5k tok/s).
 # usage: scripts/bench-gpu.sh [RAPID_BINARY]
-#   RAPID_BENCH_MODEL  where the checkpoint goes (default /dev/shm/rapid-llama3-8b-bf16,
+#   RAPID_BENCH_DTYPE  bf16 (default) or mlx4 / mlx8: the same shape MLX-quantized, group 64
+#                      (make_model.py quantizes on the GPU as `rapid quantize` does); compare
+#                      with llama.cpp Q4_0: pp512 10.8k, tg128 331, 16 streams 2.1k, 64: 5.0k
+#   RAPID_BENCH_MODEL  where the checkpoint goes (default /dev/shm/rapid-llama3-8b-DTYPE,
 #                      kept between runs on the same machine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rapid=${1:-build/rapid}
-dir=${RAPID_BENCH_MODEL:-/dev/shm/rapid-llama3-8b-bf16}
+dtype=${RAPID_BENCH_DTYPE:-bf16}
+dir=${RAPID_BENCH_MODEL:-/dev/shm/rapid-llama3-8b-$dtype}
 if [ -n "${RAPID_LIBS:-}" ]; then export LD_LIBRARY_PATH="$RAPID_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 if [ ! -f "$dir/config.json" ]; then
   t0=$(date +%s)
-  python3 scripts/bench/make_model.py "$dir" --shape llama-3-8b --dtype bf16 || exit 1
+  python3 scripts/bench/make_model.py "$dir" --shape llama-3-8b --dtype "$dtype" || exit 1
   echo "checkpoint made in $(( $(date +%s) - t0 )) s"
 fi
 set -x

@@ -4,6 +4,10 @@
 #   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
 #   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
+#   bench4   scripts/bench-gpu.sh on the MLX 4-bit checkpoint (RAPID_BENCH_DTYPE=mlx4), then
+#            (with profile) a 4-bit profile (RAPID_CUDA_PROFILE=2, 1 and 64 streams)
+#   variants4 the MLX 4-bit kernels' knob (RAPID_CUDA_QMM=MT,F): their checks, then pp512 and
+#            64 streams on the 4-bit checkpoint in each (after bench4 made it); ncu of them
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
@@ -53,6 +57,36 @@ if [[ $what == *" bench "* ]]; then
   RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0 timeout 100 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" \
     bench --model "$model" --device cuda --prompt 512 --gen 128 --streams 64 2>&1 |
     sed 's/^/pdl+fuse off: /' | tee -a "$out/bench.log"
+fi
+if [[ $what == *" bench4 "* ]]; then
+  echo "== bench4 =="
+  RAPID_BENCH_DTYPE=mlx4 scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | tee "$out/bench4.log"
+  m4=/dev/shm/rapid-llama3-8b-mlx4
+  [[ $what == *" profile "* ]] && for a in "--prompt 512 --gen 32" "--prompt 16 --gen 16 --streams 64"; do
+    RAPID_CUDA_PROFILE=2 timeout 60 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" bench \
+      --model $m4 --device cuda $a 2>&1 | sed 's/^/profile4: /' | tee -a "$out/bench4.log"
+  done
+fi
+if [[ $what == *" variants4 "* ]]; then
+  echo "== variants4 =="
+  m4=/dev/shm/rapid-llama3-8b-mlx4
+  for v in 4,2; do
+    for a in qkernels quant; do
+      RAPID_CUDA_QMM=$v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" $a |
+        grep -E "^FAIL|gpu_check:" | sed "s/^/QMM=$v $a: /" | tee -a "$out/variants4.log"
+    done
+  done
+  for v in 2,2 2,1 2,4 4,2 4,1; do
+    RAPID_CUDA_QMM=$v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model $m4 \
+      --device cuda --prompt 512 --gen 16 --streams 16,64 2>&1 | grep -E "^prefill|^decode|^streams" |
+      sed "s/^/QMM=$v: /" | tee -a "$out/variants4.log"
+  done
+  nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$nc" --clock-control none \
+    -k regex:'qmm_kernel|qmv_kernel|qx_int8|qmm_reduce' --launch-count 40 --csv --page raw \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+    "$B/bin/rapid_gpu_check" qkernels >"$out/ncu4.csv" 2>"$out/ncu4.err"
+  echo "ncu rc $? ($(wc -l <"$out/ncu4.csv") lines)"
 fi
 if [[ $what == *" variants "* ]]; then
   echo "== variants =="

@@ -4,7 +4,9 @@
 #   1. rapid_gpu_check: the skinny GEMM / matvec / argmax kernels at the Llama-3-8B shapes
 #      against a host reference, then every dense fixture on the GPU against transformers' logits
 #      (f32 weights: 1e-3; bf16: 0.25, and 0.2 against the CPU on the same bf16 weights),
-#      a 3-sequence batched step, and greedy tokens equal to the CPU's and transformers'
+#      a 3-sequence batched step, and greedy tokens equal to the CPU's and transformers';
+#      the MLX 4/8-bit kernels at the 8B shapes and every fixture quantized by `rapid quantize`
+#      (GPU vs the CPU's reference kernels: logits, greedy tokens equal)
 #   2. the CLI: `rapid generate --device cuda` prints the same ids as `--device cpu`, and
 #      `rapid logits --device cuda` writes logits within 1e-3 of the CPU's
 # usage: scripts/gpu-test.sh [BUILD_DIR]     (RAPID_LIBS: extra shared-library folder)

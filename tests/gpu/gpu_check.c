@@ -9,7 +9,9 @@
  * checkpoint converted to bf16: GPU logits within BF16_GPU_TOL of the CPU's on the same
  * bf16 weights (the GPU's GEMM rounds activations to bf16, the CPU's kernels do not; decode
  * goes through the matvec, which keeps them f32, and is checked against transformers) and
- * within the CPU test's BF16_TOL of transformers' f32 logits.
+ * within the CPU test's BF16_TOL of transformers' f32 logits. MLX 4/8-bit kernels and
+ * quantized fixtures: gpu_check_quant.c (arguments: "kernels", "qkernels", a fixture name,
+ * "quant" for every quantized fixture, none for everything).
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include "base/half.h"
 #include "engine/engine.h"
 #include "fixture_util.h"
+#include "gpu_check.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -38,7 +41,7 @@ static const char *g_dense[] = {"llama_gqa",   "llama_tied_mha",    "llama_headd
 
 static int g_fail, g_pass;
 
-static void check(int ok, const char *name, const char *what, double v, double tol)
+void gpu_check_report(int ok, const char *name, const char *what, double v, double tol)
 {
     printf("%-5s %-18s %-34s %.3g (tol %.3g)\n", ok ? "ok" : "FAIL", name, what, v, tol);
     if (ok)
@@ -169,18 +172,18 @@ static void run_fixture(const char *name)
     if (g && c) {
         float *lg = prefill(g, &f);
         float d = lg ? max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab) : INFINITY;
-        check(d <= F32_TOL, name, "prefill vs transformers", d, F32_TOL);
+        gpu_check_report(d <= F32_TOL, name, "prefill vs transformers", d, F32_TOL);
         rp_free(lg);
         d = decode_worst(g, &f);
-        check(d <= F32_TOL, name, "decode vs transformers", d, F32_TOL);
+        gpu_check_report(d <= F32_TOL, name, "decode vs transformers", d, F32_TOL);
         d = batch_worst(g, &f);
-        check(d <= F32_TOL, name, "3-sequence step vs transformers", d, F32_TOL);
+        gpu_check_report(d <= F32_TOL, name, "3-sequence step vs transformers", d, F32_TOL);
         int32_t tg[64], tc[64];
         int ng = greedy(g, &f, tg), nc = greedy(c, &f, tc), same = ng == nc && ng == f.n_greedy;
         int mism = 0;
         for (int i = 0; same && i < ng; i++)
             mism += tg[i] != tc[i] || tg[i] != f.greedy[i];
-        check(same && mism == 0, name, "greedy tokens == CPU == HF", mism, 0);
+        gpu_check_report(same && mism == 0, name, "greedy tokens == CPU == HF", mism, 0);
     }
     rp_model_free(g);
     rp_model_free(c);
@@ -191,11 +194,11 @@ static void run_fixture(const char *name)
         if (g && c) {
             float *lg = prefill(g, &f), *lc = prefill(c, &f);
             float d = lg && lc ? max_abs_diff(lg, lc, (long)f.n_ids * f.vocab) : INFINITY;
-            check(d <= BF16_GPU_TOL, name, "bf16 prefill GPU vs CPU", d, BF16_GPU_TOL);
+            gpu_check_report(d <= BF16_GPU_TOL, name, "bf16 prefill GPU vs CPU", d, BF16_GPU_TOL);
             d = lg ? max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab) : INFINITY;
-            check(d <= BF16_TOL, name, "bf16 prefill GPU vs transformers", d, BF16_TOL);
+            gpu_check_report(d <= BF16_TOL, name, "bf16 prefill GPU vs transformers", d, BF16_TOL);
             float dd = decode_worst(g, &f);
-            check(dd <= BF16_TOL, name, "bf16 decode GPU vs transformers", dd, BF16_TOL);
+            gpu_check_report(dd <= BF16_TOL, name, "bf16 decode GPU vs transformers", dd, BF16_TOL);
             int32_t tg[64], tc[64];
             int ng = greedy(g, &f, tg), nc = greedy(c, &f, tc), mism = ng != nc;
             for (int i = 0; !mism && i < ng; i++)
@@ -277,7 +280,7 @@ static void gemm_check(rp_backend *be, int n_mat, const long *rows, long cols, i
     char what[96];
     snprintf(what, sizeof what, "bf16 %s %ldx%ld n=%d", n_mat > 1 ? "matmul_n" : "matmul",
              rows[0], cols, n);
-    check(worst <= 2e-3, "gemm", what, worst, 2e-3);
+    gpu_check_report(worst <= 2e-3, "gemm", what, worst, 2e-3);
     for (int m = 0; m < n_mat; m++) {
         rp_free(wh[m]);
         rp_free(y[m]);
@@ -313,11 +316,11 @@ static void argmax_check(rp_backend *be)
         for (int r = 0; r < ROWS; r++)
             bad += got[r] != want[r];
     }
-    check(bad == 0, "argmax", "5 rows of 128256, ties to the lowest", bad, 0);
+    gpu_check_report(bad == 0, "argmax", "5 rows of 128256, ties to the lowest", bad, 0);
     rp_free(x);
 }
 
-static void kernel_checks(void)
+static void kernel_checks(int dense, int quant)
 {
     rp_backend *be = NULL;
     rp_err err = {0};
@@ -328,6 +331,12 @@ static void kernel_checks(void)
     }
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
                down[1] = {4096}, head[1] = {65536};
+    if (quant)
+        gpu_quant_kernel_checks(be);
+    if (!dense) {
+        rp_backend_free(be);
+        return;
+    }
     const int ns[] = {1, 4, 5, 16, 33, 64};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
         gemm_check(be, 3, qkv, 4096, ns[i]);
@@ -347,11 +356,15 @@ int main(int argc, char **argv)
         printf("FAIL: no CUDA GPU found\n");
         return 1;
     }
-    if (argc < 2 || strcmp(argv[1], "kernels") == 0)
-        kernel_checks();
-    for (size_t i = 0; i < sizeof g_dense / sizeof *g_dense; i++)
-        if (argc < 2 || strcmp(argv[1], g_dense[i]) == 0)
+    int all = argc < 2;
+    if (all || strcmp(argv[1], "kernels") == 0 || strcmp(argv[1], "qkernels") == 0)
+        kernel_checks(all || strcmp(argv[1], "kernels") == 0, 1);
+    for (size_t i = 0; i < sizeof g_dense / sizeof *g_dense; i++) {
+        if (all || strcmp(argv[1], g_dense[i]) == 0)
             run_fixture(g_dense[i]);
+        if (all || strcmp(argv[1], g_dense[i]) == 0 || strcmp(argv[1], "quant") == 0)
+            gpu_quant_fixture(g_dense[i]);
+    }
     printf("gpu_check: %d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }

@@ -9,12 +9,17 @@
  *     weight fail (RP_ERR_NOMEM at the caller), before cudaMalloc would.
  *  3. The step layout becomes one token table on the device (rp_cuda_step), read by RoPE,
  *     the KV store and attention of every layer.
+ *  4. MLX 4/8-bit weights stay quantized: the packed words as stored, and the scales and
+ *     biases interleaved into one (scale, bias) array in their own type (cuda_quant.h); the
+ *     device tensor's scales and biases both point at it. Matmuls and embedding lookups of
+ *     them go to cuda_quant.cu. Other quantized types (GGUF, MXFP4) are refused at upload.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_quant.h"
 #include "base/alloc.h"
 #include "base/half.h"
 #include "base/status.h"
@@ -131,9 +136,83 @@ static void cuda_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
     rp_cuda_to_host(CB(bk)->ctx, dst, src, n);
 }
 
+/* Uploads n bytes of host memory into a new tracked device allocation. */
+static rp_status upload(cuda_backend *b, const void *host, size_t bytes, void **out, rp_err *err)
+{
+    if (b->n_weights == b->cap_weights) {
+        int cap = b->cap_weights ? b->cap_weights * 2 : 512;
+        void **w = rp_realloc(b->weights, sizeof(void *) * (size_t)cap);
+        size_t *wb = w ? rp_realloc(b->weight_bytes, sizeof(size_t) * (size_t)cap) : NULL;
+        if (w)
+            b->weights = w;
+        if (!w || !wb)
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        b->weight_bytes = wb;
+        b->cap_weights = cap;
+    }
+    void *d = cuda_buf_alloc(&b->base, bytes, RP_TAG_MODEL);
+    if (!d)
+        return rp_err_set(err, RP_ERR_NOMEM,
+                          "GPU memory: %.2f GiB of weights so far, the next tensor (%zu bytes) "
+                          "does not fit in the budget of %.2f GiB (--gpu-memory-fraction)",
+                          (double)b->used / (1 << 30), bytes, (double)b->budget / (1 << 30));
+    rp_cuda_upload(b->ctx, d, host, bytes);
+    b->weights[b->n_weights] = d;
+    b->weight_bytes[b->n_weights++] = bytes;
+    *out = d;
+    return RP_OK;
+}
+
+static int is_mlx(rp_dtype dt) { return dt == RP_DT_MLX4 || dt == RP_DT_MLX8; }
+
+/* An MLX weight: the packed words as they are, scales and biases interleaved (note 4). */
+static rp_status mlx_weight(cuda_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err)
+{
+    int bits = src->dtype == RP_DT_MLX4 ? 4 : 8;
+    long rows = (long)src->shape[0], cols = (long)src->shape[1];
+    rp_dtype sd = src->scale_dtype;
+    if (src->n_dims != 2 || !rp_cuda_qw_ok(bits, src->group_size, rows, cols) ||
+        (sd != RP_DT_F32 && sd != RP_DT_BF16 && sd != RP_DT_F16))
+        return rp_err_set(err, RP_ERR_UNSUPPORTED,
+                          "%s weight %ld x %ld (group %d, %s scales): the CUDA kernels take "
+                          "columns a multiple of 32 and of the group size (32, 64 or 128); use "
+                          "--device cpu",
+                          rp_dtype_name(src->dtype), rows, cols, src->group_size,
+                          rp_dtype_name(sd));
+    size_t ng = (size_t)rows * (size_t)(cols / src->group_size), es = sd == RP_DT_F32 ? 4 : 2;
+    unsigned char *sb = rp_alloc(2 * es * (ng ? ng : 1));
+    if (!sb)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    const unsigned char *sc = src->scales, *bi = src->biases;
+    for (size_t g = 0; g < ng; g++) {
+        memcpy(sb + 2 * es * g, sc + es * g, es);
+        memcpy(sb + 2 * es * g + es, bi + es * g, es);
+    }
+    void *dq = NULL, *dsb = NULL;
+    rp_status rc = upload(b, src->data, rp_dtype_row_bytes(src->dtype, cols) * (size_t)rows, &dq,
+                          err);
+    if (rc == RP_OK)
+        rc = upload(b, sb, 2 * es * ng, &dsb, err);
+    rp_free(sb);
+    if (rc)
+        return rc;
+    *dst = *src;
+    dst->data = dq;
+    dst->scales = dst->biases = dsb;
+    return RP_OK;
+}
+
 static rp_status cuda_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst, rp_err *err)
 {
     cuda_backend *b = CB(bk);
+    if (src->n_dims >= 2 && is_mlx(src->dtype))
+        return mlx_weight(b, src, dst, err);
+    if (src->n_dims >= 2 && src->dtype != RP_DT_F32 && src->dtype != RP_DT_F16 &&
+        src->dtype != RP_DT_BF16)
+        return rp_err_set(err, RP_ERR_UNSUPPORTED,
+                          "%s weights run on the CPU only so far (the CUDA backend takes f32, "
+                          "f16, bf16 and MLX 4/8-bit): use --device cpu",
+                          rp_dtype_name(src->dtype));
     *dst = *src;
     int64_t n = src->n_dims == 1 ? src->shape[0] : src->shape[0] * src->shape[1];
     float *f32 = NULL;
@@ -149,33 +228,27 @@ static rp_status cuda_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *ds
         dst->dtype = RP_DT_F32;
         dst->n_bytes = bytes;
     }
-    if (b->n_weights == b->cap_weights) {
-        int cap = b->cap_weights ? b->cap_weights * 2 : 512;
-        void **w = rp_realloc(b->weights, sizeof(void *) * (size_t)cap);
-        size_t *wb = w ? rp_realloc(b->weight_bytes, sizeof(size_t) * (size_t)cap) : NULL;
-        if (w)
-            b->weights = w;
-        if (!w || !wb) {
-            rp_free(f32);
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
-        }
-        b->weight_bytes = wb;
-        b->cap_weights = cap;
-    }
-    void *d = cuda_buf_alloc(bk, bytes, RP_TAG_MODEL);
-    if (!d) {
-        rp_free(f32);
-        return rp_err_set(err, RP_ERR_NOMEM,
-                          "GPU memory: %.2f GiB of weights so far, the next tensor (%zu bytes) "
-                          "does not fit in the budget of %.2f GiB (--gpu-memory-fraction)",
-                          (double)b->used / (1 << 30), bytes, (double)b->budget / (1 << 30));
-    }
-    rp_cuda_upload(b->ctx, d, host, bytes);
+    void *d = NULL;
+    rp_status rc = upload(b, host, bytes, &d, err);
     rp_free(f32);
-    b->weights[b->n_weights] = d;
-    b->weight_bytes[b->n_weights++] = bytes;
+    if (rc)
+        return rc;
     dst->data = d;
     return RP_OK;
+}
+
+/* The device view of an uploaded MLX weight. */
+static rp_cuda_qw qw_of(const rp_tensor *w)
+{
+    return (rp_cuda_qw){.q = w->data,
+                        .sb = w->scales,
+                        .rows = (long)w->shape[0],
+                        .cols = (long)w->shape[1],
+                        .bits = w->dtype == RP_DT_MLX4 ? 4 : 8,
+                        .gs = w->group_size,
+                        .sf = w->scale_dtype == RP_DT_F32    ? RP_CUDA_SB_F32
+                              : w->scale_dtype == RP_DT_BF16 ? RP_CUDA_SB_BF16
+                                                             : RP_CUDA_SB_F16};
 }
 
 static double cuda_read_bandwidth(rp_backend *bk, size_t n, int reps)
@@ -188,6 +261,12 @@ static double cuda_read_bandwidth(rp_backend *bk, size_t n, int reps)
 static void cuda_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int n_tok, float *y)
 {
     RP_ASSERT(w->n_dims == 2);
+    if (is_mlx(w->dtype)) {
+        rp_cuda_qw q = qw_of(w);
+        const rp_cuda_qw *qp = &q;
+        rp_cuda_qmatmul_n(CB(bk)->ctx, 1, &qp, x, n_tok, &y);
+        return;
+    }
     rp_cuda_matmul(CB(bk)->ctx, (int)w->dtype, w->data, (long)w->shape[0], (long)w->shape[1], x,
                    n_tok, y);
 }
@@ -195,9 +274,23 @@ static void cuda_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int 
 static void cuda_matmul_n(rp_backend *bk, int n, const rp_tensor *const *w, const float *x,
                           int n_tok, float *const *y)
 {
-    int dt[3];
+    int dt[3], n_q = 0;
     const void *wd[3];
     long rows[3];
+    rp_cuda_qw q[3];
+    const rp_cuda_qw *qp[3] = {&q[0], &q[1], &q[2]};
+    for (int i = 0; i < n; i++)
+        if (is_mlx(w[i]->dtype))
+            q[n_q++] = qw_of(w[i]);
+    if (n_q == n) {
+        rp_cuda_qmatmul_n(CB(bk)->ctx, n, qp, x, n_tok, y);
+        return;
+    }
+    if (n_q) { /* mixed: one call each */
+        for (int i = 0; i < n; i++)
+            cuda_matmul(bk, w[i], x, n_tok, y[i]);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         RP_ASSERT(w[i]->n_dims == 2 && w[i]->shape[1] == w[0]->shape[1]);
         dt[i] = (int)w[i]->dtype;
@@ -239,6 +332,11 @@ static void cuda_add_bias(rp_backend *bk, float *y, const rp_tensor *bias, int n
 
 static void cuda_embed(rp_backend *bk, const rp_tensor *table, const int32_t *ids, int n, float *x)
 {
+    if (is_mlx(table->dtype)) {
+        rp_cuda_qw q = qw_of(table);
+        rp_cuda_qembed(CB(bk)->ctx, &q, ids, n, x);
+        return;
+    }
     rp_cuda_embed(CB(bk)->ctx, (int)table->dtype, table->data, (long)table->shape[1], ids, n, x);
 }
 

@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_quant.h"
 
 extern "C" {
 #include "base/alloc.h"
@@ -148,6 +149,9 @@ struct rp_cuda_ctx {
     int *ev_kind, n_ev;
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
+    void *qscr[4]; /* scratch of the quantized-weight kernels (cuda_quant.cu) */
+    int qknob;     /* their knobs: RAPID_CUDA_QMV (x 100), RAPID_CUDA_QMM=MT,F (MT x 10 + F) */
+    size_t qscr_bytes[4];
     char name[160];
 };
 
@@ -412,6 +416,12 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
     c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
+    const char *qe = getenv("RAPID_CUDA_QMM");
+    if (qe && (qe[0] == '2' || qe[0] == '4') && qe[1] == ',' && qe[2] >= '1' && qe[2] <= '8')
+        c->qknob = (qe[0] - '0') * 10 + (qe[2] - '0');
+    const char *qv = getenv("RAPID_CUDA_QMV");
+    if (qv && qv[0] == '1')
+        c->qknob += 100;
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -458,6 +468,8 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     rp_free(c->ev_kind);
     rp_free(c->pend);
     cudaFree(c->tc_part);
+    for (int i = 0; i < 4; i++)
+        cudaFree(c->qscr[i]);
     cudaFree(c->ids_dev);
     cudaFreeHost(c->ids_host);
     if (c->lt)
@@ -2226,3 +2238,33 @@ extern "C" void rp_cuda_scatter_add(rp_cuda_ctx *c, float *y, const float *x,
         LAUNCHED();
     });
 }
+
+/* ---- hooks for the quantized-weight kernels (cuda_quant.h) -------------------------------- */
+
+extern "C" void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, const void *args,
+                                 size_t n)
+{
+    prof_scope ps(c, kind == 0 ? P_MATVEC : kind == 1 ? P_TCGEMM : P_EMBED);
+    struct blob_t {
+        unsigned char b[RP_CUDA_HOOK_ARGS];
+    } blob;
+    memset(&blob, 0, sizeof blob);
+    memcpy(blob.b, args, n < sizeof blob.b ? n : sizeof blob.b);
+    cudaStream_t st = c->stream;
+    int pdl = c->pdl;
+    LAUNCH(c, { fn(blob.b, (void *)st, pdl); });
+}
+
+extern "C" void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n)
+{
+    return grow(c, &c->qscr[slot], &c->qscr_bytes[slot], n ? n : 16);
+}
+
+extern "C" const void *rp_cuda_hook_stage(rp_cuda_ctx *c, const void *src, size_t n)
+{
+    return stage(c, src, n);
+}
+
+extern "C" int rp_cuda_hook_sms(const rp_cuda_ctx *c) { return c->sms; }
+
+extern "C" int rp_cuda_hook_knob(const rp_cuda_ctx *c) { return c->qknob; }

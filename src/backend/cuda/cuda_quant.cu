@@ -1,0 +1,799 @@
+/* backend/cuda/cuda_quant.cu - kernels for MLX affine 4-bit / 8-bit weights (CUDA C++).
+ *
+ * Layouts and numerics: cuda_quant.h. Design notes:
+ *  1. Decode (n_tok <= 4): qx_int8_kernel splits x per 32-element run into two int8 parts
+ *     (x ~= d q1 + d / 254 q2, cuda_quant.h) with (d, f32 sum); for 4-bit weights the bytes
+ *     of each 8 elements are stored evens first (x0 x2 x4 x6 x1 x3 x5 x7), so the low nibbles
+ *     of a packed word (elements 0 2 4 6 as bytes after & 0x0F0F0F0F) and the high ones meet
+ *     their x bytes in one dp4a each. qmv_kernel: 2 rows per warp for one token (1 for 2..4
+ *     tokens; rows of up to three matrices stacked, as the bf16 matvec), lane i takes runs
+ *     i, i + 32, ...: 16-byte (4-bit) or 2 x 16-byte (8-bit) streaming loads, 4 (2) runs
+ *     per row in flight per lane, issued with their scales before the programmatic
+ *     dependent launch wait (weights never change; only x waits for the previous kernel).
+ *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
+ *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
+ *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
+ *     against up to 64 tokens (8-token tiles; blockIdx.z takes the next 64 tokens); lane t of
+ *     a row group loads 16 bytes of rows g and g + 8 (32 or 16 elements of one scale group),
+ *     dequantizes them to bf16 pairs (q | 0x4300 is the bf16 128 + q; minus 128 exactly, then
+ *     one fma with the group's scale and bias) and feeds mma.sync m16n8k16 with the x pieces
+ *     at the same physical k (the dot product's order is free, as in the bf16 skinny GEMM).
+ *     The next k step's weights are loaded before the current one is multiplied. Grids
+ *     short of 4 blocks per SM split k (a second kernel sums the splits in order).
+ *     RAPID_CUDA_QMM=4,F: 4 tiles per warp against 32 tokens (slower on the H200, NOTES.md);
+ *     F: blocks per SM the split aims at.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_quant.h"
+
+#define QCK(x)                                                                                 \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__,                \
+                    cudaGetErrorString(e_), #x);                                               \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+enum { QMV_WARPS = 8, QMM_WARPS = 4 };
+
+extern "C" int rp_cuda_qw_ok(int bits, int gs, long rows, long cols)
+{
+    return (bits == 4 || bits == 8) && (gs == 32 || gs == 64 || gs == 128) && cols % gs == 0 &&
+           cols % 32 == 0 && rows > 0;
+}
+
+/* ---- device helpers ----------------------------------------------------------------------- */
+
+__device__ __forceinline__ uint4 q_ld_stream(const uint4 *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void q_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename... P, typename... A>
+static void q_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
+{
+    if (!pdl) {
+        k<<<grid, block, 0, s>>>(args...);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    QCK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
+/* (scale, bias) of group gi */
+__device__ __forceinline__ float2 load_sb(const void *sb, long gi, int sf)
+{
+    if (sf == RP_CUDA_SB_F32)
+        return __ldg((const float2 *)sb + gi);
+    unsigned u = __ldg((const unsigned *)sb + gi);
+    if (sf == RP_CUDA_SB_BF16)
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    __half2 h = *(const __half2 *)&u;
+    return __half22float2(h);
+}
+
+__device__ __forceinline__ uint32_t w_of(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c)
+{
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ float q_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- decode: int8 activations, one warp per row ------------------------------------------ */
+
+/* Four threads per 32-element run of x [n][cols] (8 elements each): the run as two int8
+ * parts, x ~= d q1 + (d / 254) q2 (q1 = rint(x 127 / amax), q2 = rint((x - d q1) / (d / 254))),
+ * whose error is at most d / 508 per element (1/64516 of the run's largest |x|), stored as
+ * 32 bytes of q1 then 32 of q2 (4-bit: evens first within each 8), and (d, sum) with the
+ * sum as ((s0 + s1) + (s2 + s3)) of the four threads' sequential sums. */
+__global__ void qx_int8_kernel(const float *__restrict__ x, long cols, long n_q, int perm,
+                               int8_t *__restrict__ xq, float2 *__restrict__ xs)
+{
+    q_pdl_wait();
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x; /* an 8-element piece */
+    bool live = i < n_q;
+    long per = cols / 8, t = (live ? i : n_q - 1) / per, p = (live ? i : n_q - 1) % per;
+    const float4 *src = (const float4 *)(x + t * cols + p * 8);
+    float4 f0 = __ldg(src), f1 = __ldg(src + 1);
+    float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        sum += v[k];
+        amax = fmaxf(amax, fabsf(v[k]));
+    }
+    /* the 4 threads of a run are 4 consecutive lanes (cols % 32 == 0, blocks of 128) */
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (!live)
+        return;
+    float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f, d2 = d / 254.0f;
+    uint32_t w1[2] = {0, 0}, w2[2] = {0, 0};
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        /* byte k of the piece: element k, or (perm) evens 0 2 4 6 then odds 1 3 5 7 */
+        int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
+        float q1 = rintf(__fmul_rn(v[e], id));
+        float r = fmaf(-q1, d, v[e]);
+        float q2 = d2 > 0 ? fminf(fmaxf(rintf(__fdiv_rn(r, d2)), -127.0f), 127.0f) : 0.0f;
+        w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
+        w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
+    }
+    long run = i / 4, q = i % 4;
+    uint2 *o = (uint2 *)(xq + run * 64 + q * 8);
+    o[0] = make_uint2(w1[0], w1[1]);
+    o[4] = make_uint2(w2[0], w2[1]); /* 32 bytes further */
+    if (q == 0)
+        xs[run] = make_float2(d, sum);
+}
+
+typedef struct qmv_args {
+    const uint32_t *q[3];
+    const void *sb[3];
+    float *y[3];
+    long r0[4]; /* stacked rows; r0[3] = total, entries past the last matrix repeat it */
+    long cols;
+    int gs, sf;
+    const int8_t *xq;  /* [NT][cols / 32][64]: per run q1 (32 bytes) then q2 */
+    const float2 *xs;  /* [NT][cols / 32] */
+} qmv_args;
+
+/* Integer dot products of one run: q1 and q2 parts against the run's packed words. */
+template <int BITS>
+__device__ __forceinline__ void run_dots(const uint4 *w, const uint32_t *x1, const uint32_t *x2,
+                                         int &d1, int &d2)
+{
+    if (BITS == 4) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t wd = w_of(w[0], j), lo = wd & 0x0F0F0F0Fu, hi = (wd >> 4) & 0x0F0F0F0Fu;
+            d1 = __dp4a((int)lo, (int)x1[2 * j], d1);
+            d1 = __dp4a((int)hi, (int)x1[2 * j + 1], d1);
+            d2 = __dp4a((int)lo, (int)x2[2 * j], d2);
+            d2 = __dp4a((int)hi, (int)x2[2 * j + 1], d2);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            d1 = dp4a_us(w_of(w[j / 4], j % 4), x1[j], d1);
+            d2 = dp4a_us(w_of(w[j / 4], j % 4), x2[j], d2);
+        }
+    }
+}
+
+/* The raw (scale, bias) word(s) of group gi: one u32 for 16-bit types, two for f32. */
+__device__ __forceinline__ uint2 load_sb_raw(const void *sb, long gi, int sf)
+{
+    if (sf == RP_CUDA_SB_F32)
+        return __ldg((const uint2 *)sb + gi);
+    return make_uint2(__ldg((const unsigned *)sb + gi), 0u);
+}
+
+__device__ __forceinline__ float2 sb_of(uint2 u, int sf)
+{
+    if (sf == RP_CUDA_SB_F32)
+        return make_float2(__uint_as_float(u.x), __uint_as_float(u.y));
+    if (sf == RP_CUDA_SB_BF16)
+        return make_float2(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u));
+    __half2 h = *(const __half2 *)&u.x;
+    return __half22float2(h);
+}
+
+/* R rows per warp (all in one matrix), lane i takes runs i, i + 32, ... of each, U runs per
+ * step, weights and scales loaded together (the first step's before the programmatic-launch
+ * wait); PIPE: the next step's are loaded while this one is multiplied (twice the
+ * registers, fewer warps). */
+template <int BITS, int NT, int U, int R, int PIPE>
+__global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
+{
+    constexpr int V = BITS / 4; /* uint4 per run */
+    long row = ((long)blockIdx.x * QMV_WARPS + threadIdx.x / 32) * R;
+    int lane = threadIdx.x % 32;
+    if (row >= a.r0[3])
+        return;
+    int m = (row >= a.r0[1]) + (row >= a.r0[2]);
+    long lr = row - a.r0[m], rows = a.r0[m + 1] - a.r0[m];
+    long cols = a.cols, nr = cols / 32, rpg = a.gs / 32, ng = cols / a.gs;
+    const uint4 *wr = (const uint4 *)a.q[m] + lr * nr * V;
+    const void *sb = a.sb[m];
+    int sf = a.sf;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = 0.0f;
+    uint4 wn[U][R][V];
+    uint2 sn[U][R];
+#define QMV_LOAD(k0)                                                                           \
+    _Pragma("unroll") for (int u = 0; u < U; u++)                                              \
+    _Pragma("unroll") for (int r = 0; r < R; r++)                                              \
+    {                                                                                          \
+        long kk_ = (k0) + 32 * u;                                                              \
+        bool in_ = kk_ < nr;                                                                   \
+        _Pragma("unroll") for (int h = 0; h < V; h++)                                          \
+            wn[u][r][h] = in_ ? q_ld_stream(wr + (r * nr + kk_) * V + h) : make_uint4(0, 0, 0, 0); \
+        sn[u][r] = in_ ? load_sb_raw(sb, (lr + r) * ng + kk_ / rpg, sf) : make_uint2(0, 0);    \
+    }
+    QMV_LOAD(lane)
+    q_pdl_wait(); /* the weights never change: only x waits for the previous kernel */
+    for (long k = lane; k < nr; k += 32 * U) {
+        if (!PIPE && k != lane) {
+            QMV_LOAD(k)
+        }
+        uint4 w[U][R][V];
+        uint2 sc[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                sc[u][r] = sn[u][r];
+#pragma unroll
+                for (int h = 0; h < V; h++)
+                    w[u][r][h] = wn[u][r][h];
+            }
+        if (PIPE && k + 32 * U < nr) {
+            QMV_LOAD(k + 32 * U)
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            long kk = k + 32 * u;
+            if (kk >= nr)
+                break;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const uint4 *xp = (const uint4 *)(a.xq + (t * nr + kk) * 64);
+                uint4 p0 = __ldg(xp), p1 = __ldg(xp + 1), p2 = __ldg(xp + 2), p3 = __ldg(xp + 3);
+                uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
+                float2 d = __ldg(a.xs + t * nr + kk);
+                float dd2 = d.x / 254.0f;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    int i1 = 0, i2 = 0;
+                    run_dots<BITS>(w[u][r], x1, x2, i1, i2);
+                    float2 s = sb_of(sc[u][r], sf);
+                    float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
+                    acc[r][t] = fmaf(s.x, dot, fmaf(s.y, d.y, acc[r][t]));
+                }
+            }
+        }
+    }
+#undef QMV_LOAD
+    float *y = a.y[m];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = q_warp_sum(acc[r][t]);
+            if (lane == 0)
+                y[(long)t * rows + lr + r] = v;
+        }
+}
+
+/* ---- more tokens: bf16 dequantization on the tensor cores --------------------------------- */
+
+__global__ void qx_bf16_kernel(const float *__restrict__ x, long n8, int perm,
+                               uint4 *__restrict__ out)
+{
+    q_pdl_wait();
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (long)gridDim.x * blockDim.x) {
+        const float4 *p = (const float4 *)x + 2 * i;
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            /* perm: pairs (j, j + 4); else (2j, 2j + 1) */
+            float lo = perm ? v[j] : v[2 * j], hi = perm ? v[j + 4] : v[2 * j + 1];
+            __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+            o[j] = *(uint32_t *)&h;
+        }
+        out[i] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+typedef struct qmm_args {
+    const uint32_t *q[3];
+    const void *sb[3];
+    float *y[3];
+    long r0[4]; /* stacked rows (each matrix's a multiple of 16) */
+    long cols;
+    int gs, sf;
+    int n, splits;
+    long kspan;          /* a multiple of the k step (128 or 64 elements) */
+    const uint16_t *x;   /* [n][cols] bf16, in the kernel's order */
+    float *part;         /* [splits][n][r0[3]] when splits > 1 */
+} qmm_args;
+
+__device__ __forceinline__ void q_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf2_u(__nv_bfloat162 v) { return *(uint32_t *)&v; }
+__device__ __forceinline__ __nv_bfloat162 u_bf2(uint32_t u) { return *(__nv_bfloat162 *)&u; }
+
+/* The 4 bf16 pairs of 8 nibbles (pairs (p, p + 4)), scale * q + bias each. */
+__device__ __forceinline__ void deq4(uint32_t wd, __nv_bfloat162 s2, __nv_bfloat162 b2, uint32_t *r)
+{
+    const __nv_bfloat162 c128 = u_bf2(0x43004300u);
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        uint32_t t = ((wd >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
+        r[p] = bf2_u(__hfma2(__hsub2(u_bf2(t), c128), s2, b2));
+    }
+}
+
+/* deq4 with the fma in f32 (f32 / f16 scales, which bf16 would round): the same pairs. */
+__device__ __forceinline__ void deq4f(uint32_t wd, float s, float b, uint32_t *r)
+{
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        float lo = (float)((wd >> (4 * p)) & 15u), hi = (float)((wd >> (4 * p + 16)) & 15u);
+        r[p] = bf2_u(__floats2bfloat162_rn(fmaf(lo, s, b), fmaf(hi, s, b)));
+    }
+}
+
+/* The 2 bf16 pairs of 4 bytes (pairs (0, 1), (2, 3)). */
+__device__ __forceinline__ void deq8(uint32_t wd, float s, float b, uint32_t *r)
+{
+    float f[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        f[i] = fmaf(__uint_as_float(__byte_perm(wd, 0x4B000000u, 0x7540 + i)) - 8388608.0f, s, b);
+    r[0] = bf2_u(__floats2bfloat162_rn(f[0], f[1]));
+    r[1] = bf2_u(__floats2bfloat162_rn(f[2], f[3]));
+}
+
+/* MT 16-row tiles per warp, NT 8-token tiles; blockIdx.z: the next 8 NTMAX tokens. */
+template <int BITS, int NT, int MT>
+__global__ void __launch_bounds__(QMM_WARPS * 32) qmm_kernel(qmm_args a)
+{
+    constexpr int EPL = BITS == 4 ? 32 : 16, KSTEP = 4 * EPL, TOK = MT == 4 ? 32 : 64;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    long R = a.r0[3], cols = a.cols, wpr = cols / EPL, ng = cols / a.gs;
+    const uint4 *wp[MT][2];
+    const void *sbp[MT];
+    long sbase[MT][2], trow[MT], nrow[MT]; /* nrow: rows of the tile's matrix */
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++) {
+        long row = ((long)blockIdx.x * (QMM_WARPS * MT) + warp * MT + mi) * 16;
+        int m = 0;
+        long lr = 0;
+        trow[mi] = -1;
+        if (row < R) {
+            m = (row >= a.r0[1]) + (row >= a.r0[2]);
+            lr = row - a.r0[m];
+            trow[mi] = row;
+        }
+        nrow[mi] = a.r0[m + 1] - a.r0[m];
+        sbp[mi] = a.sb[m];
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* rows past a matrix's end (rows % 16) read its last */
+            long rr = min(lr + g + 8 * h, nrow[mi] - 1);
+            wp[mi][h] = (const uint4 *)a.q[m] + rr * wpr;
+            sbase[mi][h] = rr * ng;
+        }
+    }
+    int tok0 = blockIdx.z * TOK;
+    const uint16_t *xp[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        int tok = min(tok0 + nt * 8 + g, a.n - 1);
+        xp[nt] = a.x + (long)tok * cols;
+    }
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mi][nt][e] = 0.0f;
+    long k = (long)blockIdx.y * a.kspan, k1 = min(k + a.kspan, cols);
+    uint4 wn[MT][2];
+    float2 sn[MT][2];
+    {
+        long e = k + EPL * t;
+        bool in = e < k1;
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                wn[mi][h] = in ? q_ld_stream(wp[mi][h] + e / EPL) : make_uint4(0, 0, 0, 0);
+                sn[mi][h] = in ? load_sb(sbp[mi], sbase[mi][h] + e / a.gs, a.sf)
+                               : make_float2(0.f, 0.f);
+            }
+    }
+    q_pdl_wait(); /* the weights never change: only x waits for the previous kernel */
+    for (; k < k1; k += KSTEP) {
+        long e = k + EPL * t;
+        bool in = e < k1;
+        uint4 wc[MT][2];
+        float2 sc[MT][2];
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                wc[mi][h] = wn[mi][h];
+                sc[mi][h] = sn[mi][h];
+            }
+        long en = e + KSTEP; /* the next step's weights, in flight while this one multiplies */
+        bool inn = en < k1;
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                wn[mi][h] = inn ? q_ld_stream(wp[mi][h] + en / EPL) : make_uint4(0, 0, 0, 0);
+                sn[mi][h] = inn ? load_sb(sbp[mi], sbase[mi][h] + en / a.gs, a.sf)
+                                : make_float2(0.f, 0.f);
+            }
+        /* x pieces: a lane past the split's end reads a valid address against zero A */
+        long ex = in ? e : k;
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* the lane's 4 words */
+            if (BITS == 4) {
+                uint4 xv[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    xv[nt] = __ldg((const uint4 *)(xp[nt] + ex + 8 * j));
+                uint32_t r[MT][2][4];
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if (a.sf == RP_CUDA_SB_BF16)
+                            deq4(w_of(wc[mi][h], j), __float2bfloat162_rn(sc[mi][h].x),
+                                 __float2bfloat162_rn(sc[mi][h].y), r[mi][h]);
+                        else
+                            deq4f(w_of(wc[mi][h], j), sc[mi][h].x, sc[mi][h].y, r[mi][h]);
+                    }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        uint32_t a1[4] = {r[mi][0][0], r[mi][1][0], r[mi][0][1], r[mi][1][1]};
+                        uint32_t a2[4] = {r[mi][0][2], r[mi][1][2], r[mi][0][3], r[mi][1][3]};
+                        q_mma(acc[mi][nt], a1, xv[nt].x, xv[nt].y);
+                        q_mma(acc[mi][nt], a2, xv[nt].z, xv[nt].w);
+                    }
+            } else {
+                uint2 xv[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    xv[nt] = __ldg((const uint2 *)(xp[nt] + ex + 4 * j));
+                uint32_t r[MT][2][2];
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        deq8(w_of(wc[mi][h], j), sc[mi][h].x, sc[mi][h].y, r[mi][h]);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        uint32_t a1[4] = {r[mi][0][0], r[mi][1][0], r[mi][0][1], r[mi][1][1]};
+                        q_mma(acc[mi][nt], a1, xv[nt].x, xv[nt].y);
+                    }
+            }
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++) {
+        if (trow[mi] < 0)
+            continue;
+        int m = (trow[mi] >= a.r0[1]) + (trow[mi] >= a.r0[2]);
+        long rows = a.r0[m + 1] - a.r0[m], lr = trow[mi] - a.r0[m];
+        float *y = a.y[m];
+        float *part = a.part + (long)blockIdx.y * a.n * R;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int tok = tok0 + nt * 8 + 2 * t + (e & 1);
+                long r = g + (e >> 1) * 8;
+                if (tok >= a.n || lr + r >= rows)
+                    continue;
+                if (a.splits == 1)
+                    y[(long)tok * rows + lr + r] = acc[mi][nt][e];
+                else
+                    part[(long)tok * R + trow[mi] + r] = acc[mi][nt][e];
+            }
+    }
+}
+
+/* y = the sum of the splits' partials in split order (deterministic). */
+__global__ void qmm_reduce_kernel(qmm_args a)
+{
+    q_pdl_wait();
+    long R = a.r0[3], q = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= R * a.n)
+        return;
+    int tok = (int)(q / R);
+    long r = q % R;
+    float s = 0.0f;
+    for (int sp = 0; sp < a.splits; sp++)
+        s += __ldcg(a.part + ((long)sp * a.n + tok) * R + r);
+    int m = (r >= a.r0[1]) + (r >= a.r0[2]);
+    a.y[m][(long)tok * (a.r0[m + 1] - a.r0[m]) + r - a.r0[m]] = s;
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+__global__ void qembed_kernel(const uint32_t *__restrict__ q, const void *__restrict__ sb, int sf,
+                              int bits, int gs, long cols, const int32_t *ids, float *x)
+{
+    long row = ids[blockIdx.x], wpr = cols * bits / 32, ng = cols / gs;
+    int per = 32 / bits;
+    uint32_t mask = (1u << bits) - 1;
+    for (long i = threadIdx.x; i < cols; i += blockDim.x) {
+        uint32_t w = q[row * wpr + i / per];
+        float v = (float)((w >> (bits * (i % per))) & mask);
+        float2 s = load_sb(sb, row * ng + i / gs, sf);
+        x[(long)blockIdx.x * cols + i] = fmaf(s.x, v, s.y);
+    }
+}
+
+/* ---- launchers (through the context's hooks: graphs, profiling, PDL) ----------------------- */
+
+typedef struct qmv_call {
+    qmv_args a;
+    const float *x;
+    int bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
+} qmv_call;
+
+typedef struct qmm_call {
+    qmm_args a;
+    const float *x;
+    int bits, mt;    /* mt: 16-row tiles per warp, 2 (64-token chunks) or 4 (32-token) */
+    unsigned rb, tc; /* row blocks, token chunks */
+} qmm_call;
+
+typedef struct qemb_call {
+    rp_cuda_qw w;
+    const int32_t *ids;
+    int n;
+    float *x;
+} qemb_call;
+
+/* v: 0 the default (2 rows per warp, 4 runs in flight per row), 1 (RAPID_CUDA_QMV=1) 4 rows
+ * per warp, 2 runs, pipelined */
+template <int BITS, int NT, int R>
+static void qmv_go(const qmv_args &a, int v, cudaStream_t s, int pdl)
+{
+    dim3 block(QMV_WARPS * 32);
+    if (R == 1) {
+        dim3 grid((unsigned)((a.r0[3] + QMV_WARPS - 1) / QMV_WARPS));
+        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 1, 0>, grid, block, s, a);
+    } else if (v == 1) {
+        dim3 grid((unsigned)((a.r0[3] / 4 + QMV_WARPS - 1) / QMV_WARPS));
+        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 2 : 1, 4, 1>, grid, block, s, a);
+    } else {
+        dim3 grid((unsigned)((a.r0[3] / 2 + QMV_WARPS - 1) / QMV_WARPS));
+        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 2, 0>, grid, block, s, a);
+    }
+}
+
+static void qmv_run(const void *args, void *stream, int pdl)
+{
+    const qmv_call *c = (const qmv_call *)args;
+    cudaStream_t s = (cudaStream_t)stream;
+    long n_q = (long)c->n * c->a.cols / 8;
+    q_launch(pdl, qx_int8_kernel, dim3((unsigned)((n_q + 127) / 128)), dim3(128), s, c->x,
+             c->a.cols, n_q, c->bits == 4 ? 1 : 0, (int8_t *)c->a.xq, (float2 *)c->a.xs);
+    int v = (c->bits == 4 ? 0 : 5) + (c->r4 ? 0 : c->n), qv = c->qv;
+    switch (v) {
+    case 0: qmv_go<4, 1, 4>(c->a, qv, s, pdl); break;
+    case 1: qmv_go<4, 1, 1>(c->a, qv, s, pdl); break;
+    case 2: qmv_go<4, 2, 1>(c->a, qv, s, pdl); break;
+    case 3: qmv_go<4, 3, 1>(c->a, qv, s, pdl); break;
+    case 4: qmv_go<4, 4, 1>(c->a, qv, s, pdl); break;
+    case 5: qmv_go<8, 1, 4>(c->a, qv, s, pdl); break;
+    case 6: qmv_go<8, 1, 1>(c->a, qv, s, pdl); break;
+    case 7: qmv_go<8, 2, 1>(c->a, qv, s, pdl); break;
+    case 8: qmv_go<8, 3, 1>(c->a, qv, s, pdl); break;
+    default: qmv_go<8, 4, 1>(c->a, qv, s, pdl); break;
+    }
+    QCK(cudaGetLastError());
+}
+
+template <int BITS, int MT>
+static void qmm_go(const qmm_args &a, dim3 grid, int nt, cudaStream_t s, int pdl)
+{
+    dim3 block(QMM_WARPS * 32);
+    switch (nt) {
+    case 1: q_launch(pdl, qmm_kernel<BITS, 1, MT>, grid, block, s, a); break;
+    case 2: q_launch(pdl, qmm_kernel<BITS, 2, MT>, grid, block, s, a); break;
+    case 3: q_launch(pdl, qmm_kernel<BITS, 3, MT>, grid, block, s, a); break;
+    case 4: q_launch(pdl, qmm_kernel<BITS, 4, MT>, grid, block, s, a); break;
+    case 5: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 5, MT>, grid, block, s, a); break;
+    case 6: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 6, MT>, grid, block, s, a); break;
+    case 7: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 7, MT>, grid, block, s, a); break;
+    default:
+        if constexpr (MT == 2)
+            q_launch(pdl, qmm_kernel<BITS, 8, MT>, grid, block, s, a);
+        break;
+    }
+}
+
+static void qmm_run(const void *args, void *stream, int pdl)
+{
+    const qmm_call *c = (const qmm_call *)args;
+    cudaStream_t s = (cudaStream_t)stream;
+    long n8 = (long)c->a.n * c->a.cols / 8;
+    unsigned xb = (unsigned)((n8 + 255) / 256 < 4096 ? (n8 + 255) / 256 : 4096);
+    q_launch(pdl, qx_bf16_kernel, dim3(xb), dim3(256), s, c->x, n8, c->bits == 4 ? 1 : 0,
+             (uint4 *)c->a.x);
+    int nt = c->tc > 1 ? 8 / (c->mt / 2) : (c->a.n + 7) / 8;
+    dim3 grid(c->rb, (unsigned)c->a.splits, c->tc);
+    if (c->bits == 4 && c->mt == 4)
+        qmm_go<4, 4>(c->a, grid, nt, s, pdl);
+    else if (c->bits == 4)
+        qmm_go<4, 2>(c->a, grid, nt, s, pdl);
+    else if (c->mt == 4)
+        qmm_go<8, 4>(c->a, grid, nt, s, pdl);
+    else
+        qmm_go<8, 2>(c->a, grid, nt, s, pdl);
+    if (c->a.splits > 1) {
+        long nq = c->a.r0[3] * c->a.n;
+        q_launch(pdl, qmm_reduce_kernel, dim3((unsigned)((nq + 255) / 256)), dim3(256), s, c->a);
+    }
+    QCK(cudaGetLastError());
+}
+
+static void qemb_run(const void *args, void *stream, int pdl)
+{
+    const qemb_call *c = (const qemb_call *)args;
+    qembed_kernel<<<c->n, 256, 0, (cudaStream_t)stream>>>(c->w.q, c->w.sb, c->w.sf, c->w.bits,
+                                                          c->w.gs, c->w.cols, c->ids, c->x);
+    QCK(cudaGetLastError());
+}
+
+static_assert(sizeof(qmv_call) <= RP_CUDA_HOOK_ARGS, "qmv_call too big for the hook");
+static_assert(sizeof(qmm_call) <= RP_CUDA_HOOK_ARGS, "qmm_call too big for the hook");
+static_assert(sizeof(qemb_call) <= RP_CUDA_HOOK_ARGS, "qemb_call too big for the hook");
+
+extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const *w,
+                                  const float *x, int n_tok, float *const *y)
+{
+    int same = n <= 3;
+    for (int i = 1; i < n && same; i++)
+        same = w[i]->bits == w[0]->bits && w[i]->gs == w[0]->gs && w[i]->sf == w[0]->sf &&
+               w[i]->cols == w[0]->cols;
+    for (int i = 0; i < n && same && n > 1 && n_tok > 4; i++)
+        same = w[i]->rows % 16 == 0; /* a 16-row tile must stay in one matrix */
+    if (!same) {
+        for (int i = 0; i < n; i++)
+            rp_cuda_qmatmul_n(c, 1, &w[i], x, n_tok, &y[i]);
+        return;
+    }
+    long cols = w[0]->cols, r = 0;
+    long r0[4];
+    for (int i = 0; i < 3; i++) {
+        r0[i] = r;
+        if (i < n)
+            r += w[i]->rows;
+    }
+    r0[3] = r;
+    for (int i = n; i < 3; i++)
+        r0[i] = r;
+    if (n_tok <= 4) {
+        qmv_call call;
+        memset(&call, 0, sizeof call);
+        for (int i = 0; i < n; i++) {
+            call.a.q[i] = w[i]->q;
+            call.a.sb[i] = w[i]->sb;
+            call.a.y[i] = y[i];
+        }
+        memcpy(call.a.r0, r0, sizeof r0);
+        call.a.cols = cols;
+        call.a.gs = w[0]->gs;
+        call.a.sf = w[0]->sf;
+        call.a.xq = (const int8_t *)rp_cuda_qscratch(c, 0, 2 * (size_t)n_tok * cols);
+        call.a.xs = (const float2 *)rp_cuda_qscratch(c, 1,
+                                                     sizeof(float2) * (size_t)n_tok * cols / 32);
+        call.x = x;
+        call.bits = w[0]->bits;
+        call.n = n_tok;
+        call.r4 = n_tok == 1;
+        call.qv = rp_cuda_hook_knob(c) / 100;
+        for (int i = 0; i < n; i++)
+            call.r4 = call.r4 && w[i]->rows % 4 == 0;
+        rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
+        return;
+    }
+    qmm_call call;
+    memset(&call, 0, sizeof call);
+    for (int i = 0; i < n; i++) {
+        call.a.q[i] = w[i]->q;
+        call.a.sb[i] = w[i]->sb;
+        call.a.y[i] = y[i];
+    }
+    memcpy(call.a.r0, r0, sizeof r0);
+    call.a.cols = cols;
+    call.a.gs = w[0]->gs;
+    call.a.sf = w[0]->sf;
+    call.a.n = n_tok;
+    call.bits = w[0]->bits;
+    long kstep = w[0]->bits == 4 ? 128 : 64;
+    /* RAPID_CUDA_QMM=MT,F: tiles per warp (2 or 4) and blocks per SM aimed at by split k */
+    int knob = rp_cuda_hook_knob(c) % 100, mt = knob / 10 == 4 ? 4 : 2, per_sm = knob % 10;
+    call.mt = mt;
+    long rows_blk = QMM_WARPS * 16L * mt, tok = mt == 4 ? 32 : 64;
+    long rb = (r + rows_blk - 1) / rows_blk, tc = (n_tok + tok - 1) / tok;
+    long blocks = rb * tc, target = (long)(per_sm ? per_sm : 4) * rp_cuda_hook_sms(c);
+    long s = 2 * blocks < target ? (target + blocks - 1) / blocks : 1, smax = cols / 256;
+    if (s > smax)
+        s = smax;
+    if (s < 1)
+        s = 1;
+    call.a.kspan = ((cols + s - 1) / s + kstep - 1) / kstep * kstep;
+    call.a.splits = (int)((cols + call.a.kspan - 1) / call.a.kspan);
+    call.a.x = (const uint16_t *)rp_cuda_qscratch(c, 2, (size_t)n_tok * cols * 2);
+    if (call.a.splits > 1)
+        call.a.part = (float *)rp_cuda_qscratch(c, 3, sizeof(float) * (size_t)call.a.splits *
+                                                          n_tok * r);
+    call.x = x;
+    call.rb = (unsigned)rb;
+    call.tc = (unsigned)tc;
+    rp_cuda_hook_run(c, 1, qmm_run, &call, sizeof call);
+}
+
+extern "C" void rp_cuda_qembed(rp_cuda_ctx *c, const rp_cuda_qw *w, const int32_t *ids, int n,
+                               float *x)
+{
+    qemb_call call;
+    memset(&call, 0, sizeof call);
+    call.w = *w;
+    call.ids = (const int32_t *)rp_cuda_hook_stage(c, ids, sizeof(int32_t) * (size_t)n);
+    call.n = n;
+    call.x = x;
+    rp_cuda_hook_run(c, 2, qemb_run, &call, sizeof call);
+}

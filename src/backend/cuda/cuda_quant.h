@@ -1,0 +1,80 @@
+/* backend/cuda/cuda_quant.h - MLX affine 4-bit / 8-bit weights on the CUDA backend.
+ *
+ * A quantized weight on the device (rp_cuda_qw): the packed words exactly as stored (uint32,
+ * element 0 in the lowest bits, rows of cols * bits / 32 words) and one array of
+ * (scale, bias) pairs, [rows][cols / group_size], interleaved at upload by cuda_backend.c:
+ * two bf16 or two f16 in one 32-bit word (sf RP_CUDA_SB_BF16 / _F16, scale in the low half)
+ * or two floats (RP_CUDA_SB_F32), in the checkpoint's own scale type.
+ *
+ * The kernels (cuda_quant.cu):
+ *   n_tok <= 4 (decode): x is split per 32-element run into two int8 parts,
+ *     x ~= d q1 + (d / 254) q2 with d = max |x| / 127 (round to nearest even): the error per
+ *     element is at most d / 508, 1/64516 of the run's largest |x| (one int8 part, as the
+ *     CPU's rp_qact, would leave d / 2); with it the run's f32 sum. One warp per 2 weight rows
+ *     (1 token; 1 row for 2..4), 16-byte streaming loads, integer dot products (dp4a) per run
+ *     and part, y += scale * (d dot1 + d / 254 dot2) + bias * sum in f32.
+ *   n_tok > 4 (batched decode, prefill): x is rounded to bf16, each weight element is
+ *     dequantized to bf16 in registers (scale * q + bias, one rounding; the fma in bf16 for
+ *     bf16 scales, in f32 for f32 / f16 ones) and multiplied on the
+ *     tensor cores (mma.sync m16n8k16, f32 accumulators), 64 tokens per pass; grids too small
+ *     for the GPU split k, a second kernel sums the splits in order (deterministic).
+ *
+ * Ownership: nothing here owns device memory except the scratch cuda_kernels.cu keeps for
+ *            it (rp_cuda_qscratch). Threading: the context's thread, as cuda_kernels.h.
+ * Errors:    none at run time (shapes are checked by rp_cuda_qw_ok at upload; launch failures
+ *            abort, as in cuda_kernels.cu).
+ */
+#ifndef RP_BACKEND_CUDA_QUANT_H
+#define RP_BACKEND_CUDA_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { RP_CUDA_SB_F32 = 0, RP_CUDA_SB_BF16 = 1, RP_CUDA_SB_F16 = 2 };
+
+typedef struct rp_cuda_qw {
+    const uint32_t *q; /* [rows][cols * bits / 32] */
+    const void *sb;    /* [rows][cols / gs] (scale, bias) pairs */
+    long rows, cols;
+    int bits, gs, sf;
+} rp_cuda_qw;
+
+/* Whether the kernels take this shape: bits 4 or 8, gs 32/64/128 dividing cols, cols a
+ * multiple of 32. */
+int rp_cuda_qw_ok(int bits, int gs, long rows, long cols);
+/* y[i] = w[i] x for n <= 3 matrices over the same x [n_tok][cols] (one launch where their
+ * bits, group size and scale type agree). */
+void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const *w, const float *x, int n_tok,
+                       float *const *y);
+/* x[t] = dequantized row ids[t] of w (ids on the host). */
+void rp_cuda_qembed(rp_cuda_ctx *c, const rp_cuda_qw *w, const int32_t *ids, int n, float *x);
+
+/* ---- hooks cuda_kernels.cu provides for cuda_quant.cu (not for other callers) ---------- */
+
+/* Runs fn(args, stream, pdl) on the context's stream, now or recorded into the step's CUDA
+ * graph (args, at most RP_CUDA_HOOK_ARGS bytes, are copied); timed as op kind `kind`
+ * (0 matvec, 1 skinny GEMM, 2 embed) under RAPID_CUDA_PROFILE. */
+enum { RP_CUDA_HOOK_ARGS = 176 };
+typedef void (*rp_cuda_hook_fn)(const void *args, void *stream, int pdl);
+void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, const void *args, size_t n);
+/* Device scratch slot (0..3) of at least n bytes; valid for work queued until the slot grows
+ * (growing synchronises). */
+void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n);
+/* Host array -> device memory valid for the work queued after this call (the pinned ring). */
+const void *rp_cuda_hook_stage(rp_cuda_ctx *c, const void *src, size_t n);
+int rp_cuda_hook_sms(const rp_cuda_ctx *c);
+/* Tuning knobs read once: RAPID_CUDA_QMV=1 adds 100, RAPID_CUDA_QMM=MT,F adds MT * 10 + F
+ * (0 when unset). */
+int rp_cuda_hook_knob(const rp_cuda_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,448 @@
+/* tests/gpu/gpu_check_quant.c - the MLX 4/8-bit checks of rapid_gpu_check (cuda_quant.cu).
+ *
+ * Kernel checks at the Llama-3-8B shapes: y = W x on the GPU against a double-precision host
+ * reference on the same quantized weights. Decode (n <= 4) splits x into two int8 parts per
+ * 32-element run as the kernel does, so the reference does too (then only the f32 summation
+ * order differs: tolerance 1e-3, outputs of order 1); the error against the exact x is
+ * printed as info. n > 4 rounds x to bf16 and dequantizes each weight to bf16, as the kernel
+ * does (tolerance 2e-3, as the bf16 GEMM check). Also: group sizes 32 and 128, f32 and f16
+ * scales, 8-bit weights, the embedding lookup.
+ *
+ * Fixture checks: every dense fixture quantized by rp_quantize_dir (`rapid quantize`) to
+ * MLX 4-bit and 8-bit, group 64 (llama_gqa also group 32), run on the GPU and on the CPU's
+ * reference kernels: prefill logits (every position, QUANT_GPU_TOL) and token-by-token
+ * decode logits (QUANT_DEC_TOL), and greedy tokens through the engine equal. The CPU's
+ * optimised kernels quantize activations to int8 (one part) and are compared as info.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "base/alloc.h"
+#include "base/half.h"
+#include "engine/engine.h"
+#include "fixture_util.h"
+#include "gpu_check.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/quantize.h"
+
+/* GPU vs the CPU's reference kernels (f32 activations) on the same quantized weights. GPU
+ * prefill rounds activations and dequantized weights to bf16: as the bf16 check's 0.2. GPU
+ * decode's two-part int8 activations are within 1/64516 of each run's max: near f32. */
+#define QUANT_GPU_TOL 0.2f
+#define QUANT_DEC_TOL 0.01f
+
+static uint64_t q_rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd32(void)
+{
+    q_rng ^= q_rng << 13, q_rng ^= q_rng >> 7, q_rng ^= q_rng << 17;
+    return (uint32_t)(q_rng >> 16);
+}
+static float qfrand(void)
+{
+    return (float)(rnd32() & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+/* A random MLX weight on the host: packed words, scales and biases in scale type sd. */
+typedef struct hq {
+    rp_tensor t;
+    uint32_t *q;
+    void *s, *b;
+} hq;
+
+static float sb_at(rp_dtype sd, const void *p, size_t i)
+{
+    if (sd == RP_DT_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return sd == RP_DT_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
+}
+
+static void sb_set(rp_dtype sd, void *p, size_t i, float v)
+{
+    if (sd == RP_DT_F32)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = sd == RP_DT_BF16 ? rp_f32_to_bf16(v) : rp_f32_to_f16(v);
+}
+
+static int hq_make(hq *h, int bits, int gs, rp_dtype sd, long rows, long cols)
+{
+    size_t nw = (size_t)rows * (size_t)cols * (size_t)bits / 32,
+           ng = (size_t)rows * (size_t)(cols / gs);
+    size_t es = sd == RP_DT_F32 ? 4 : 2;
+    h->q = rp_alloc(4 * nw);
+    h->s = rp_alloc(es * ng);
+    h->b = rp_alloc(es * ng);
+    if (!h->q || !h->s || !h->b) return -1;
+    for (size_t i = 0; i < nw; i++)
+        h->q[i] = rnd32();
+    float top = (float)((1 << bits) - 1);
+    for (size_t g = 0; g < ng; g++) { /* weights of about +-0.03, as the 8B model's */
+        float s = (0.04f + 0.02f * qfrand()) / top;
+        sb_set(sd, h->s, g, s);
+        sb_set(sd, h->b, g, -0.5f * top * s + 0.005f * qfrand());
+    }
+    h->t = (rp_tensor){.dtype = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8,
+                       .n_dims = 2,
+                       .shape = {rows, cols},
+                       .data = h->q,
+                       .n_bytes = 4 * nw,
+                       .scales = h->s,
+                       .biases = h->b,
+                       .scale_dtype = sd,
+                       .group_size = gs};
+    return 0;
+}
+
+static void hq_free(hq *h)
+{
+    rp_free(h->q);
+    rp_free(h->s);
+    rp_free(h->b);
+}
+
+static uint32_t q_at(const hq *h, long r, long c)
+{
+    int bits = h->t.dtype == RP_DT_MLX4 ? 4 : 8, per = 32 / bits;
+    long cols = (long)h->t.shape[1];
+    uint32_t w = h->q[(size_t)r * (size_t)(cols / per) + (size_t)(c / per)];
+    return (w >> (bits * (c % per))) & ((1u << bits) - 1);
+}
+
+/* x's two int8 parts per run as the kernel makes them (see cuda_quant.cu): q1, q2, d and
+ * the sum ((s0 + s1) + (s2 + s3)) of the four 8-element sums. */
+static void quant_x(const float *x, long cols, int8_t *q1, int8_t *q2, float *d, float *s)
+{
+    for (long k = 0; k < cols / 32; k++) {
+        const float *v = x + 32 * k;
+        float amax = 0, ps[4] = {0, 0, 0, 0};
+        for (int i = 0; i < 32; i++) {
+            ps[i / 8] += v[i];
+            amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+        }
+        float id = amax > 0 ? 127.0f / amax : 0.0f, dd = amax / 127.0f, d2 = dd / 254.0f;
+        for (int i = 0; i < 32; i++) {
+            float a1 = nearbyintf(v[i] * id), r = fmaf(-a1, dd, v[i]);
+            float a2 = d2 > 0 ? fminf(fmaxf(nearbyintf(r / d2), -127.0f), 127.0f) : 0.0f;
+            q1[32 * k + i] = (int8_t)(int)a1;
+            q2[32 * k + i] = (int8_t)(int)a2;
+        }
+        d[k] = dd;
+        s[k] = (ps[0] + ps[1]) + (ps[2] + ps[3]);
+    }
+}
+
+static int row_sampled(long r, long rows)
+{
+    return r < 20 || r >= rows - 20 || r % 97 == 0;
+}
+
+/* n matrices stacked (rp_op_matmul_n when n_mat > 1) over n tokens. */
+static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, const long *rows,
+                      long cols, int n)
+{
+    rp_err err = {0};
+    hq h[3];
+    memset(h, 0, sizeof h);
+    rp_tensor wd[3], xt, xd;
+    float *x = rp_alloc(sizeof(float) * (size_t)n * cols), *y[3] = {0}, *yd[3] = {0};
+    for (long i = 0; i < (long)n * cols; i++)
+        x[i] = qfrand();
+    xt = (rp_tensor){.dtype = RP_DT_F32,
+                     .n_dims = 2,
+                     .shape = {n, cols},
+                     .data = x,
+                     .n_bytes = sizeof(float) * (size_t)n * cols};
+    int ok = rp_backend_weight(be, &xt, &xd, &err) == RP_OK;
+    for (int m = 0; m < n_mat && ok; m++) {
+        ok = hq_make(&h[m], bits, gs, sd, rows[m], cols) == 0 &&
+             rp_backend_weight(be, &h[m].t, &wd[m], &err) == RP_OK;
+        yd[m] = rp_backend_buf_alloc(be, sizeof(float) * (size_t)n * rows[m], 0);
+        y[m] = rp_alloc(sizeof(float) * (size_t)n * rows[m]);
+        ok = ok && yd[m] && y[m];
+    }
+    if (!ok) printf("      setup: %s\n", err.msg);
+    double worst = INFINITY, worst_exact = 0;
+    if (ok) {
+        const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
+        for (int rep = 0; rep < 2; rep++) {
+            if (n_mat == 1)
+                rp_op_matmul(be, &wd[0], xd.data, n, yd[0]);
+            else
+                rp_op_matmul_n(be, n_mat, wp, xd.data, n, yd);
+        }
+        int8_t *xq = rp_alloc(2 * (size_t)cols), *xq2 = xq + cols;
+        float *dx = rp_alloc(sizeof(float) * (size_t)cols / 32 * 2), *sx = dx + cols / 32;
+        float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
+        worst = 0;
+        for (int m = 0; m < n_mat; m++) {
+            rp_backend_to_host(be, y[m], yd[m], sizeof(float) * (size_t)n * rows[m]);
+            long ng = cols / gs;
+            for (long r = 0; r < rows[m]; r++) {
+                if (!row_sampled(r, rows[m])) continue;
+                for (long c = 0; c < cols; c++) { /* the bf16 dequantization of n > 4 */
+                    size_t g = (size_t)(r * ng + c / gs);
+                    float s = sb_at(sd, h[m].s, g), b = sb_at(sd, h[m].b, g);
+                    wrow[c] = rp_bf16_to_f32(rp_f32_to_bf16(fmaf((float)q_at(&h[m], r, c), s, b)));
+                }
+                for (int t = 0; t < n; t++) {
+                    if (n > 8 && !(t < 3 || t >= n - 3 || t == n / 2 || t % 8 == 7)) continue;
+                    const float *xr = x + (long)t * cols;
+                    double ref = 0, exact = 0;
+                    if (n <= 4) {
+                        quant_x(xr, cols, xq, xq2, dx, sx);
+                        for (long k = 0; k < cols / 32; k++) {
+                            size_t g = (size_t)(r * ng + k * 32 / gs);
+                            double s = sb_at(sd, h[m].s, g), b = sb_at(sd, h[m].b, g);
+                            long dot1 = 0, dot2 = 0;
+                            for (int i = 0; i < 32; i++) {
+                                dot1 += (long)q_at(&h[m], r, 32 * k + i) * xq[32 * k + i];
+                                dot2 += (long)q_at(&h[m], r, 32 * k + i) * xq2[32 * k + i];
+                            }
+                            ref += s * ((double)dx[k] * (double)dot1 +
+                                        (double)(dx[k] / 254.0f) * (double)dot2) +
+                                   b * sx[k];
+                            for (int i = 0; i < 32; i++)
+                                exact += (s * q_at(&h[m], r, 32 * k + i) + b) * xr[32 * k + i];
+                        }
+                    } else {
+                        for (long c = 0; c < cols; c++)
+                            ref += (double)wrow[c] * rp_bf16_to_f32(rp_f32_to_bf16(xr[c]));
+                    }
+                    double got = y[m][(long)t * rows[m] + r];
+                    double dd = fabs(ref - got);
+                    worst = dd > worst || isnan(dd) ? dd : worst;
+                    if (n <= 4 && fabs(exact - got) > worst_exact) worst_exact = fabs(exact - got);
+                }
+            }
+        }
+        rp_free(xq);
+        rp_free(dx);
+        rp_free(wrow);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "mlx%d g%d %s %s %ldx%ld n=%d", bits, gs, rp_dtype_name(sd),
+             n_mat > 1 ? "mm_n" : "mm", rows[0], cols, n);
+    double tol = n <= 4 ? 1e-3 : 2e-3;
+    gpu_check_report(worst <= tol, "qgemm", what, worst, tol);
+    if (n <= 4 && ok) printf("info  %-18s %-34s vs exact x: %.3g\n", "qgemm", what, worst_exact);
+    for (int m = 0; m < n_mat; m++) {
+        hq_free(&h[m]);
+        rp_free(y[m]);
+        rp_backend_buf_free(be, yd[m]);
+    }
+    rp_free(x);
+}
+
+static void qembed_check(rp_backend *be, int bits)
+{
+    hq h;
+    memset(&h, 0, sizeof h);
+    rp_err err = {0};
+    rp_tensor wd;
+    long rows = 1024, cols = 4096;
+    int32_t ids[3] = {0, 517, 1023};
+    float *got = rp_alloc(sizeof(float) * 3 * (size_t)cols), *xd = NULL;
+    double worst = INFINITY;
+    if (hq_make(&h, bits, 64, RP_DT_BF16, rows, cols) == 0 &&
+        rp_backend_weight(be, &h.t, &wd, &err) == RP_OK &&
+        (xd = rp_backend_buf_alloc(be, sizeof(float) * 3 * (size_t)cols, 0))) {
+        rp_op_embed(be, &wd, ids, 3, xd);
+        rp_backend_to_host(be, got, xd, sizeof(float) * 3 * (size_t)cols);
+        worst = 0;
+        for (int i = 0; i < 3; i++)
+            for (long c = 0; c < cols; c++) {
+                size_t g = (size_t)(ids[i] * (cols / 64) + c / 64);
+                float want = fmaf(sb_at(RP_DT_BF16, h.s, g), (float)q_at(&h, ids[i], c),
+                                  sb_at(RP_DT_BF16, h.b, g));
+                double d = fabs(want - got[i * cols + c]);
+                worst = d > worst || isnan(d) ? d : worst;
+            }
+    }
+    char what[64];
+    snprintf(what, sizeof what, "mlx%d embed 1024x4096, 3 rows", bits);
+    gpu_check_report(worst <= 1e-6, "qembed", what, worst, 1e-6);
+    rp_backend_buf_free(be, xd);
+    rp_free(got);
+    hq_free(&h);
+}
+
+void gpu_quant_kernel_checks(rp_backend *be)
+{
+    const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096}, down[1] = {4096},
+               head[1] = {65536};
+    const int ns[] = {1, 3, 5, 16, 33, 64, 128};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+        qmm_check(be, 4, 64, RP_DT_BF16, 3, qkv, 4096, ns[i]);
+    qmm_check(be, 4, 64, RP_DT_BF16, 1, o, 4096, 1);
+    qmm_check(be, 4, 64, RP_DT_BF16, 1, o, 4096, 64);
+    qmm_check(be, 4, 64, RP_DT_BF16, 2, gu, 4096, 1);
+    qmm_check(be, 4, 64, RP_DT_BF16, 2, gu, 4096, 64);
+    qmm_check(be, 4, 64, RP_DT_BF16, 1, down, 14336, 1);
+    qmm_check(be, 4, 64, RP_DT_BF16, 1, down, 14336, 16);
+    qmm_check(be, 4, 64, RP_DT_BF16, 1, down, 14336, 200);
+    qmm_check(be, 4, 64, RP_DT_BF16, 1, head, 4096, 1);
+    qmm_check(be, 4, 64, RP_DT_BF16, 1, head, 4096, 24);
+    for (int g = 32; g <= 128; g *= 4) {
+        qmm_check(be, 4, g, RP_DT_BF16, 1, o, 4096, 2);
+        qmm_check(be, 4, g, RP_DT_BF16, 1, o, 4096, 16);
+    }
+    qmm_check(be, 4, 64, RP_DT_F32, 1, o, 4096, 1);
+    qmm_check(be, 4, 64, RP_DT_F32, 1, o, 4096, 40);
+    qmm_check(be, 4, 64, RP_DT_F16, 1, o, 4096, 4);
+    qmm_check(be, 4, 64, RP_DT_F16, 1, o, 4096, 8);
+    qmm_check(be, 8, 64, RP_DT_BF16, 3, qkv, 4096, 1);
+    qmm_check(be, 8, 64, RP_DT_BF16, 3, qkv, 4096, 16);
+    qmm_check(be, 8, 64, RP_DT_BF16, 1, down, 14336, 1);
+    qmm_check(be, 8, 64, RP_DT_BF16, 1, down, 14336, 64);
+    qmm_check(be, 8, 32, RP_DT_F32, 1, o, 4096, 3);
+    qmm_check(be, 8, 32, RP_DT_F32, 1, o, 4096, 100);
+    qembed_check(be, 4);
+    qembed_check(be, 8);
+}
+
+/* ---- fixtures -------------------------------------------------------------------------- */
+
+static rp_model *qload(const char *dir, rp_device dev, int ref)
+{
+    rp_model_opts o = {.n_threads = 4, .device = dev, .ref_kernels = ref};
+    rp_model *m = NULL;
+    rp_err err = {0};
+    if (rp_model_load(dir, &o, &m, &err)) {
+        printf("FAIL load %s: %s\n", dir, err.msg);
+        gpu_check_report(0, "load", dir, 0, 0);
+        return NULL;
+    }
+    return m;
+}
+
+static float *qprefill(rp_model *m, const fixture *f)
+{
+    rp_kv *kv = NULL;
+    rp_err err = {0};
+    float *lg = rp_alloc(sizeof(float) * (size_t)f->n_ids * f->vocab);
+    if (rp_kv_new(m, 64, &kv, &err) || rp_model_eval(m, kv, f->ids, f->n_ids, lg, 1, &err)) {
+        printf("      prefill: %s\n", err.msg);
+        rp_free(lg);
+        lg = NULL;
+    }
+    rp_kv_free(kv);
+    return lg;
+}
+
+/* Logits of positions 2 .. n_ids - 1: a 3-token prefill, then one token at a time. */
+static float *qdecode(rp_model *m, const fixture *f)
+{
+    rp_kv *kv = NULL;
+    rp_err err = {0};
+    long nr = f->n_ids - 2;
+    float *lg = rp_alloc(sizeof(float) * (size_t)nr * f->vocab);
+    int ok = rp_kv_new(m, 64, &kv, &err) == RP_OK &&
+             rp_model_eval(m, kv, f->ids, 3, lg, 0, &err) == RP_OK;
+    for (int t = 3; ok && t < f->n_ids; t++)
+        ok = rp_model_eval(m, kv, &f->ids[t], 1, lg + (long)(t - 2) * f->vocab, 0, &err) == RP_OK;
+    rp_kv_free(kv);
+    if (!ok) {
+        printf("      decode: %s\n", err.msg);
+        rp_free(lg);
+        return NULL;
+    }
+    return lg;
+}
+
+static int qgreedy(rp_model *m, const fixture *f, int32_t *out)
+{
+    rp_engine *e = NULL;
+    rp_err err = {0};
+    rp_engine_config ec = {.max_context = 64};
+    rp_gen_request req = {.prompt = f->ids,
+                          .n_prompt = f->n_ids,
+                          .max_tokens = f->n_greedy,
+                          .ignore_eos = 1,
+                          .n_top_logprobs = -1};
+    rp_sampling_default(&req.sampling);
+    req.sampling.temperature = 0;
+    int32_t *toks = NULL;
+    int n = 0;
+    if (rp_engine_new(m, &ec, &e, &err) || rp_engine_generate(e, &req, &toks, &n, NULL, &err)) {
+        printf("      greedy: %s\n", err.msg);
+        n = -1;
+    }
+    for (int i = 0; i < n && i < 64; i++)
+        out[i] = toks[i];
+    rp_free(toks);
+    rp_engine_free(e);
+    return n;
+}
+
+static void quant_one(const fixture *f, const char *name, int bits, int gs)
+{
+    char dir[512], what[96];
+    snprintf(dir, sizeof dir, "/tmp/rp_gpuq_XXXXXX");
+    if (!mkdtemp(dir)) {
+        gpu_check_report(0, name, "mkdtemp", 0, 0);
+        return;
+    }
+    rmdir(dir);
+    rp_err err = {0};
+    if (rp_quantize_dir(f->dir, dir, bits, gs, &err)) {
+        printf("FAIL %s quantize: %s\n", name, err.msg);
+        gpu_check_report(0, name, "quantize", 0, 0);
+        return;
+    }
+    /* c: the CPU's plain-C reference kernels (f32 activations); k: its optimised kernels,
+     * whose int8 / bf16 activations differ by ISA (compared as info) */
+    rp_model *g = qload(dir, RP_DEVICE_CUDA, 0), *c = qload(dir, RP_DEVICE_CPU, 1),
+             *k = qload(dir, RP_DEVICE_CPU, 0);
+    if (g && c && k) {
+        float *pg = qprefill(g, f), *pc = qprefill(c, f);
+        float d = pg && pc ? max_abs_diff(pg, pc, (long)f->n_ids * f->vocab) : INFINITY;
+        snprintf(what, sizeof what, "mlx%d g%d prefill GPU vs CPU ref", bits, gs);
+        gpu_check_report(d <= QUANT_GPU_TOL, name, what, d, QUANT_GPU_TOL);
+        rp_free(pg);
+        rp_free(pc);
+        float *dg = qdecode(g, f), *dc = qdecode(c, f), *dk = qdecode(k, f);
+        long nd = (long)(f->n_ids - 2) * f->vocab;
+        d = dg && dc ? max_abs_diff(dg, dc, nd) : INFINITY;
+        snprintf(what, sizeof what, "mlx%d g%d decode GPU vs CPU ref", bits, gs);
+        gpu_check_report(d <= QUANT_DEC_TOL, name, what, d, QUANT_DEC_TOL);
+        float dkc = dk && dc ? max_abs_diff(dk, dc, nd) : INFINITY;
+        float dkg = dk && dg ? max_abs_diff(dk, dg, nd) : INFINITY;
+        rp_free(dg);
+        rp_free(dc);
+        rp_free(dk);
+        int32_t tg[64], tc[64], tk[64];
+        int ng = qgreedy(g, f, tg), nc = qgreedy(c, f, tc), nk = qgreedy(k, f, tk);
+        int mism = ng != nc || ng < 0, mk = nk != nc || nk < 0;
+        for (int i = 0; ng == nc && i < ng && i < 64; i++)
+            mism += tg[i] != tc[i];
+        for (int i = 0; nk == nc && i < nk && i < 64; i++)
+            mk += tk[i] != tc[i];
+        snprintf(what, sizeof what, "mlx%d g%d greedy GPU == CPU ref (%d)", bits, gs, ng);
+        gpu_check_report(mism == 0, name, what, mism, 0);
+        printf("info  %-18s mlx%d g%d CPU kernels vs CPU ref: decode %.3g, greedy %d differ; "
+               "vs GPU: decode %.3g\n",
+               name, bits, gs, dkc, mk, dkg);
+    }
+    rp_model_free(k);
+    rp_model_free(g);
+    rp_model_free(c);
+    fixture_remove(dir);
+}
+
+void gpu_quant_fixture(const char *name)
+{
+    fixture f;
+    if (fixture_load(name, &f)) {
+        printf("FAIL %s: fixture missing\n", name);
+        gpu_check_report(0, name, "fixture", 0, 0);
+        return;
+    }
+    quant_one(&f, name, 4, 64);
+    quant_one(&f, name, 8, 64);
+    if (strcmp(name, "llama_gqa") == 0) quant_one(&f, name, 4, 32);
+    fixture_free(&f);
+}
