@@ -368,3 +368,356 @@ void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, i
     else
         qx_gg_decode(w, r0, r1, a, n_tok, y, 0);
 }
+
+/* ---- decode on weights repacked at load (rp_qx_repack; layout in kernels_qx86.h) -------- *
+ * One 16-row tile: each int32 lane of a VPDPBUSD accumulates one row over 4 consecutive k
+ * (the token's 4 int8 activations broadcast), so a 64-byte load feeds 16 rows and the lanes
+ * never need a horizontal sum: the tile's 16 results are one vector store. Per 64-block the
+ * four integer chains (two per nibble half) are added, converted, and scaled by one FMA with
+ * (16 rows' scales x the block's activation scale); the MLX bias term bias_g x (exact f32
+ * group sum of x) is one more FMA per group, the Q4_0 offset -8 d_w x (exact run sum) one per
+ * 32-block, the Q8_0 offset (weights stored + 128) an exact integer -128 x (sum of the run's
+ * int8 activations). Tokens go 4, 2 or 1 per pass over a tile (the tile stays in L1/L2). */
+
+#define PK_ROWS 16
+/* software prefetch distance (bytes ahead in the tile stream) */
+#define PK_PFD 2048
+
+static int pk_ssz(rp_dtype sdt) { return sdt == RP_DT_F32 ? 4 : 2; }
+
+int rp_qx_repack_fits(const rp_tensor *w)
+{
+    if (w->n_dims != 2 || w->shape[1] % 64 != 0 || w->shape[0] < 1)
+        return 0;
+    long cols = (long)w->shape[1];
+    if (w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_MLX8)
+        return (w->group_size == 64 || w->group_size == 128) && cols % w->group_size == 0 &&
+               cols / w->group_size <= QX_MAX_GROUPS &&
+               (w->scale_dtype == RP_DT_F32 || w->scale_dtype == RP_DT_F16 ||
+                w->scale_dtype == RP_DT_BF16);
+    return (w->dtype == RP_DT_Q4_0 || w->dtype == RP_DT_Q8_0) && cols / 32 <= QX_MAX_BLOCKS;
+}
+
+/* Bytes of one group (MLX) or 64-block (GGUF) of one tile: weights, then scales. */
+static size_t pk_group_bytes(const rp_tensor *w)
+{
+    switch (w->dtype) {
+    case RP_DT_MLX4: return (size_t)(w->group_size / 64) * 512 + 32 * (size_t)pk_ssz(w->scale_dtype);
+    case RP_DT_MLX8: return (size_t)(w->group_size / 64) * 1024 + 32 * (size_t)pk_ssz(w->scale_dtype);
+    case RP_DT_Q4_0: return 512 + 64;
+    default: return 1024 + 64;
+    }
+}
+
+static long pk_n_groups(const rp_tensor *w)
+{
+    int mlx = w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_MLX8;
+    return (long)w->shape[1] / (mlx ? w->group_size : 64);
+}
+
+static size_t pk_tile_bytes(const rp_tensor *w) { return (size_t)pk_n_groups(w) * pk_group_bytes(w); }
+
+size_t rp_qx_repack_bytes(const rp_tensor *w)
+{
+    size_t n_tiles = (size_t)((w->shape[0] + PK_ROWS - 1) / PK_ROWS);
+    return n_tiles * pk_tile_bytes(w);
+}
+
+int rp_qx_repack_run64(rp_dtype dt) { return dt == RP_DT_MLX4 || dt == RP_DT_MLX8; }
+
+/* Element k of row r of the original layout as the stored unsigned code (MLX: q; Q4_0: the
+ * nibble, offset 8 kept; Q8_0: q + 128). */
+static unsigned pk_code(const rp_tensor *w, long r, long k)
+{
+    long cols = (long)w->shape[1];
+    const uint8_t *d = w->data;
+    switch (w->dtype) {
+    case RP_DT_MLX4: {
+        uint8_t b = d[(size_t)r * (size_t)(cols / 2) + (size_t)(k / 2)];
+        return k % 2 ? b >> 4 : b & 15;
+    }
+    case RP_DT_MLX8: return d[(size_t)r * (size_t)cols + (size_t)k];
+    case RP_DT_Q4_0: {
+        const uint8_t *blk = d + ((size_t)r * (size_t)(cols / 32) + (size_t)(k / 32)) * 18;
+        int i = (int)(k % 32);
+        return i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4;
+    }
+    default: {
+        const uint8_t *blk = d + ((size_t)r * (size_t)(cols / 32) + (size_t)(k / 32)) * 34;
+        return (unsigned)(blk[2 + k % 32] ^ 0x80);
+    }
+    }
+}
+
+/* A 64-block of 16 rows (rows past the matrix: zero). 4-bit: 8 chunks of 64 bytes, chunk p
+ * byte 4i + j = row i's k 4p + j (low nibble) and 32 + 4p + j (high); 8-bit: 16 chunks, chunk p
+ * byte 4i + j = row i's k 4p + j. */
+static void pk_block(const rp_tensor *w, long r, long k0, int bits, uint8_t *out)
+{
+    long rows = (long)w->shape[0];
+    int n_chunks = bits == 4 ? 8 : 16;
+    for (int p = 0; p < n_chunks; p++)
+        for (int i = 0; i < PK_ROWS; i++)
+            for (int j = 0; j < 4; j++) {
+                uint8_t *o = out + 64 * p + 4 * i + j;
+                if (r + i >= rows) {
+                    *o = 0;
+                    continue;
+                }
+                if (bits == 8)
+                    *o = (uint8_t)pk_code(w, r + i, k0 + 4 * p + j);
+                else
+                    *o = (uint8_t)(pk_code(w, r + i, k0 + 4 * p + j) |
+                                   pk_code(w, r + i, k0 + 32 + 4 * p + j) << 4);
+            }
+}
+
+void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out)
+{
+    long rows = (long)w->shape[0], ng = pk_n_groups(w), cols = (long)w->shape[1];
+    size_t gb = pk_group_bytes(w), tb = pk_tile_bytes(w);
+    int mlx = w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_MLX8;
+    int bits = w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_Q4_0 ? 4 : 8;
+    size_t ssz = mlx ? (size_t)pk_ssz(w->scale_dtype) : 2;
+    for (long t = t0; t < t1; t++) {
+        long r = t * PK_ROWS;
+        for (long g = 0; g < ng; g++) {
+            uint8_t *gp = (uint8_t *)out + (size_t)t * tb + (size_t)g * gb;
+            int bpg = mlx ? w->group_size / 64 : 1;
+            for (int b = 0; b < bpg; b++)
+                pk_block(w, r, (g * bpg + b) * 64, bits, gp + (size_t)b * (size_t)bits * 128);
+            uint8_t *sp = gp + (size_t)bpg * (size_t)bits * 128;
+            memset(sp, 0, mlx ? 32 * ssz : 64);
+            for (int i = 0; i < PK_ROWS && r + i < rows; i++) {
+                if (mlx) { /* scales then biases, 16 rows each, as stored */
+                    size_t src = ((size_t)(r + i) * (size_t)ng + (size_t)g) * ssz;
+                    memcpy(sp + (size_t)i * ssz, (const uint8_t *)w->scales + src, ssz);
+                    memcpy(sp + (16 + (size_t)i) * ssz, (const uint8_t *)w->biases + src, ssz);
+                } else { /* the f16 d of 32-blocks 2g and 2g + 1, 16 rows each */
+                    size_t bb = w->dtype == RP_DT_Q4_0 ? 18 : 34;
+                    const uint8_t *blk = (const uint8_t *)w->data +
+                                         ((size_t)(r + i) * (size_t)(cols / 32) + 2 * (size_t)g) * bb;
+                    memcpy(sp + 2 * (size_t)i, blk, 2);
+                    memcpy(sp + 32 + 2 * (size_t)i, blk + bb, 2);
+                }
+            }
+        }
+    }
+}
+
+QX_AI __m512i pk_bcast(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Integer dot products of one 64-block of a tile with NT tokens' activations xq[j] (already
+ * offset to the block): ia[j][0..3], chains 2 (p & 1) + (low / high nibble) for 4-bit (so
+ * chains 0 and 2 hold k 0..31, 1 and 3 k 32..63), 2 (p >= 8) + (p & 1) for 8-bit (0 and 1:
+ * k 0..31). */
+QX_AI void pk_dots(const uint8_t *wp, const int8_t *const *xq, const int bits, const int NT,
+                   __m512i ia[4][4])
+{
+    const __m512i low4 = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        for (int c = 0; c < 4; c++)
+            ia[j][c] = _mm512_setzero_si512();
+    if (bits == 4) {
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            _mm_prefetch((const char *)wp + 64 * p + PK_PFD, _MM_HINT_T0);
+            __m512i v = _mm512_load_si512(wp + 64 * p);
+            __m512i lo = _mm512_and_si512(v, low4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++) {
+                ia[j][2 * (p & 1)] = _mm512_dpbusd_epi32(ia[j][2 * (p & 1)], lo, pk_bcast(xq[j] + 4 * p));
+                ia[j][2 * (p & 1) + 1] =
+                    _mm512_dpbusd_epi32(ia[j][2 * (p & 1) + 1], hi, pk_bcast(xq[j] + 32 + 4 * p));
+            }
+        }
+    } else {
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; p++) {
+            _mm_prefetch((const char *)wp + 64 * p + PK_PFD, _MM_HINT_T0);
+            __m512i v = _mm512_load_si512(wp + 64 * p);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++)
+                ia[j][(p >> 3) * 2 + (p & 1)] = _mm512_dpbusd_epi32(
+                    ia[j][(p >> 3) * 2 + (p & 1)], v, pk_bcast(xq[j] + 4 * p));
+        }
+    }
+}
+
+/* One MLX tile x NT tokens (t: the tokens' first row in a; xg: their exact group sums). */
+QX_AI void pk_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
+                       const float (*xg)[QX_MAX_GROUPS], const int bits, const int NT,
+                       __m512 *out)
+{
+    long cols = (long)w->shape[1], ng = pk_n_groups(w), nb = cols / 64;
+    int bpg = w->group_size / 64;
+    size_t gb = pk_group_bytes(w), ssz = (size_t)pk_ssz(w->scale_dtype);
+    rp_dtype sdt = w->scale_dtype;
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (long g = 0; g < ng; g++) {
+        const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + (size_t)bpg * (size_t)bits * 128;
+        __m512 s = qx_load_sc(sdt, sp, 0, 16), bi = qx_load_sc(sdt, sp + 16 * ssz, 0, 16);
+        for (int b = 0; b < bpg; b++) {
+            long kb = g * bpg + b;
+            const int8_t *xq[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++)
+                xq[j] = a->q + (long)(t + j) * cols + 64 * kb;
+            __m512i ia[4][4];
+            pk_dots(gp + (size_t)b * (size_t)bits * 128, xq, bits, NT, ia);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++) {
+                __m512i sum = _mm512_add_epi32(_mm512_add_epi32(ia[j][0], ia[j][1]),
+                                               _mm512_add_epi32(ia[j][2], ia[j][3]));
+                __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->d[(long)(t + j) * nb + kb]));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sd, acc[j]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++)
+            acc[j] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xg[j][g]), acc[j]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        out[j] = acc[j];
+}
+
+/* One GGUF tile x NT tokens (natural 32-runs; xs: Q8_0's per-run int8 sums x 128). */
+QX_AI void pk_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
+                      const int32_t (*xs)[QX_MAX_BLOCKS], const int bits, const int NT,
+                      __m512 *out)
+{
+    long cols = (long)w->shape[1], ng = cols / 64, nrun = cols / 32;
+    size_t gb = bits == 4 ? 512 + 64 : 1024 + 64;
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (long g = 0; g < ng; g++) {
+        const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + gb - 64;
+        __m512 d0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)sp));
+        __m512 d1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(sp + 32)));
+        const int8_t *xq[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++)
+            xq[j] = a->q + (long)(t + j) * cols + 64 * g;
+        __m512i ia[4][4];
+        pk_dots(gp, xq, bits, NT, ia);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) {
+            const float *dx = a->d + (long)(t + j) * nrun + 2 * g;
+            __m512i b0, b1; /* the two 32-blocks' integer sums (chains: pk_dots) */
+            if (bits == 4) {
+                b0 = _mm512_add_epi32(ia[j][0], ia[j][2]);
+                b1 = _mm512_add_epi32(ia[j][1], ia[j][3]);
+            } else { /* codes are q + 128: take 128 x the runs' int8 sums back, exactly */
+                b0 = _mm512_sub_epi32(_mm512_add_epi32(ia[j][0], ia[j][1]),
+                                      _mm512_set1_epi32(xs[j][2 * g]));
+                b1 = _mm512_sub_epi32(_mm512_add_epi32(ia[j][2], ia[j][3]),
+                                      _mm512_set1_epi32(xs[j][2 * g + 1]));
+            }
+            __m512 u0, u1;
+            if (bits == 4) { /* the -8 offset: -8 x the run's exact sum of x */
+                const float *sx = a->s + (long)(t + j) * nrun + 2 * g;
+                u0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b0), _mm512_set1_ps(dx[0]),
+                                     _mm512_set1_ps(-8.0f * sx[0]));
+                u1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b1), _mm512_set1_ps(dx[1]),
+                                     _mm512_set1_ps(-8.0f * sx[1]));
+            } else {
+                u0 = _mm512_mul_ps(_mm512_cvtepi32_ps(b0), _mm512_set1_ps(dx[0]));
+                u1 = _mm512_mul_ps(_mm512_cvtepi32_ps(b1), _mm512_set1_ps(dx[1]));
+            }
+            acc[j] = _mm512_fmadd_ps(d0, u0, acc[j]);
+            acc[j] = _mm512_fmadd_ps(d1, u1, acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        out[j] = acc[j];
+}
+
+/* Tiles of rows [r0, r1) x NT tokens from t; kind: the weight dtype. */
+QX_AI void pk_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
+                   int t, const float (*xg)[QX_MAX_GROUPS], const int32_t (*xs)[QX_MAX_BLOCKS],
+                   float *y, const rp_dtype kind, const int NT)
+{
+    long rows = (long)w->shape[0];
+    size_t tb = pk_tile_bytes(w);
+    for (long r = r0; r < r1; r += PK_ROWS) {
+        const uint8_t *tp = pk + (size_t)(r / PK_ROWS) * tb;
+        __m512 out[4];
+        if (kind == RP_DT_MLX4)
+            pk_mlx_tile(w, tp, a, t, xg, 4, NT, out);
+        else if (kind == RP_DT_MLX8)
+            pk_mlx_tile(w, tp, a, t, xg, 8, NT, out);
+        else if (kind == RP_DT_Q4_0)
+            pk_gg_tile(w, tp, a, t, xs, 4, NT, out);
+        else
+            pk_gg_tile(w, tp, a, t, xs, 8, NT, out);
+        long nv = r1 - r < PK_ROWS ? r1 - r : PK_ROWS;
+        __mmask16 m = (__mmask16)((1u << nv) - 1);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++)
+            _mm512_mask_storeu_ps(y + (long)(t + j) * rows + r, m, out[j]);
+    }
+}
+
+QX_AI void pk_decode(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
+                     int n_tok, float *y, const rp_dtype kind)
+{
+    long cols = (long)w->shape[1], nrun = cols / 32;
+    float xg[4][QX_MAX_GROUPS];
+    int32_t xs[4][QX_MAX_BLOCKS];
+    for (int t = 0; t < n_tok;) {
+        int nt = n_tok - t >= 4 ? 4 : n_tok - t >= 2 ? 2 : 1;
+        for (int j = 0; j < nt; j++) {
+            if (kind == RP_DT_MLX4 || kind == RP_DT_MLX8) { /* exact group sums of x */
+                long per = w->group_size / 32, ng = cols / w->group_size;
+                const float *s = a->s + (long)(t + j) * nrun;
+                for (long g = 0; g < ng; g++) {
+                    float v = 0.0f;
+                    for (long k = 0; k < per; k++)
+                        v += s[g * per + k];
+                    xg[j][g] = v;
+                }
+            } else if (kind == RP_DT_Q8_0) { /* 128 x each run's int8 sum */
+                const int8_t *q = a->q + (long)(t + j) * cols;
+                for (long k = 0; k < nrun; k++) {
+                    int32_t v = 0;
+                    for (int i = 0; i < 32; i++)
+                        v += q[32 * k + i];
+                    xs[j][k] = 128 * v;
+                }
+            }
+        }
+        if (nt == 4)
+            pk_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 4);
+        else if (nt == 2)
+            pk_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 2);
+        else
+            pk_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 1);
+        t += nt;
+    }
+}
+
+void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
+                         const rp_qact *a, int n_tok, float *y)
+{
+    const uint8_t *pk = packed;
+    switch (w->dtype) {
+    case RP_DT_MLX4: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_MLX4); return;
+    case RP_DT_MLX8: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_MLX8); return;
+    case RP_DT_Q4_0: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_Q4_0); return;
+    default: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_Q8_0); return;
+    }
+}
