@@ -177,7 +177,7 @@ static void cpu_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
 
 /* ---- weights repacked for the decode kernels (kernels_qx86.c) ------------------------- *
  * With the qx decode kernels on, cpu_weight repacks every MLX4/MLX8/Q4_0/Q8_0 matrix they
- * take into heap memory (rp_qx_repack, 16-row tiles, over the pool); the view keeps pointing
+ * take into heap memory (rp_qx_repack, 32- or 16-row tiles, over the pool); the view keeps pointing
  * at the original (mmap) for the kernels that read that layout. Matmul finds the packed copy
  * by the view's data pointer and shape; a weight given again at the same address (another
  * weight in reused memory, or the same one) is packed again and replaces the entry. */
@@ -236,7 +236,7 @@ static rp_status pack_weight(cpu_backend *b, const rp_tensor *w, rp_err *err)
     if (!out)
         return rp_err_set(err, RP_ERR_NOMEM, "cpu: no memory to repack a %s weight (%zu bytes)",
                           rp_dtype_name(w->dtype), n);
-    repack_job j = {.w = w, .out = out, .n_tiles = (long)((w->shape[0] + 15) / 16)};
+    repack_job j = {.w = w, .out = out, .n_tiles = rp_qx_repack_tiles(w)};
     rp_pool_run(b->pool, repack_part, &j);
     qx_pack *s = pack_slot(b, w->data);
     if (s->data) /* the address seen before: this weight replaces that one */

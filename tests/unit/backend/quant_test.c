@@ -522,7 +522,7 @@ static void check_qx_decode(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
 }
 
 /* The tile kernels on weights repacked at load (rp_qx_repack): the same int8 bound, the
- * rows split at a 16-row tile boundary as the backend's work items are. */
+ * rows split at a 32-row boundary as the backend's work items are. */
 static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, int n_tok)
 {
     qw q = make_qw(dt, rows, cols, gs, sdt, 0.0f);
@@ -536,7 +536,7 @@ static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
     size_t nb = rp_qx_repack_bytes(&q.t);
     cr_assert_eq(nb % 64, 0);
     void *pk = rp_alloc_aligned(nb, RP_TAG_MISC);
-    long n_tiles = (rows + 15) / 16;
+    long n_tiles = rp_qx_repack_tiles(&q.t);
     rp_qx_repack(&q.t, 0, n_tiles / 2, pk); /* in two parts, as the pool does */
     rp_qx_repack(&q.t, n_tiles / 2, n_tiles, pk);
     long nrun = cols / 32;
@@ -546,7 +546,7 @@ static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
     int run64 = rp_qx_repack_run64(dt);
     rp_quant_act(x, n_tok, cols, 0, run64, aq, ad, as);
     rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = run64};
-    int mid = (rows / 2) & ~15;
+    int mid = (rows / 2) & ~31;
     rp_qx_packed_decode(&q.t, pk, 0, mid, &a, n_tok, y);
     rp_qx_packed_decode(&q.t, pk, mid, rows, &a, n_tok, y);
     assert_int8_bound(&q.t, x, n_tok, run64 ? 64 : 32, y, yr, "qx packed");
@@ -566,7 +566,7 @@ Test(quant, qx86_packed_decode_matches_reference)
         cr_log_warn("no AVX-512 VNNI on this CPU: the repacked decode kernels are not checked");
         return;
     }
-    static const int rows_[] = {1, 16, 37, 64};
+    static const int rows_[] = {1, 16, 37, 80};
     static const int toks[] = {1, 2, 3, 4, 7, 9}; /* passes of 4, 2 and 1 tokens */
     static const rp_dtype sdts[] = {RP_DT_BF16, RP_DT_F16, RP_DT_F32};
     static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};

@@ -31,23 +31,27 @@ int rp_qx_gguf_decode_fits(const rp_tensor *w, const rp_qact *a);
 void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n_tok,
                        float *y);
 
-/* Decode on weights repacked at load (the CPU backend's weight op; layout built for the
+/* Decode on weights repacked at load (the CPU backend's weight op; a layout built for the
  * kernel). MLX4 / MLX8 with group 64 or 128, GGUF Q4_0 / Q8_0; cols % 64 == 0. Rows in tiles
- * of 16 (the last zero-padded); a tile is its groups in order (MLX: a group of gs columns;
- * GGUF: 64 columns = two 32-blocks), each group = gs / 64 blocks of 16 rows x 64 codes (4-bit:
- * 512 bytes, 8-bit: 1024; byte order in rp_qx_repack's helpers: 4 consecutive k of one row
- * per int32 lane), then the 16 rows' scales and biases as stored (MLX: scale_dtype), or the
- * two blocks' f16 d for 16 rows (GGUF). Q8_0 codes are stored as q + 128 (u8). Every group is
- * a multiple of 64 bytes; a tile's bytes are contiguous, so a thread's rows are one stream.
- * Memory: the packed copy (rp_qx_repack_bytes, about the original's size: 16-row padding
- * only) is heap memory the backend owns; the original view (mmap) stays valid for the other
- * kernels (AMX prefill, embedding rows), which alone touch its pages after the repack.
- * rp_qx_repack writes tiles [t0, t1) of out (64-byte aligned). rp_qx_packed_decode: rows
- * [r0, r1) with r0 % 16 == 0, any n_tok (4, 2, 1 tokens per pass over a tile); activations
- * from rp_quant_act with even_odd 0 and run64 = rp_qx_repack_run64(dtype). Error: the
- * int8 activation bound of rp_qact (per 64-block for MLX, per 32-run for GGUF), f32 sums. */
+ * (4-bit: 32 rows, 8-bit: 16; the last zero-padded); a tile is its groups in order (MLX: gs
+ * columns; GGUF: 64 columns = two 32-blocks), each group = gs / 64 blocks of 1024 bytes of
+ * codes (4 consecutive k of one row per int32 lane; 4-bit: row i low nibble, row 16 + i high
+ * nibble of the same byte), then the tile rows' scales and biases as stored (MLX:
+ * scale_dtype), or the two 32-blocks' f16 d (GGUF). Q8_0 codes are stored as q + 128 (u8).
+ * Every group is a multiple of 64 bytes and a tile is contiguous, so a thread's rows are one
+ * sequential stream.
+ * Memory: the packed copy (rp_qx_repack_bytes: the original's size plus tile padding) is heap
+ * memory the backend owns, in addition to the original view (mmap), which stays valid for the
+ * kernels that read that layout (AMX prefill, embedding rows); after the repack only those
+ * touch the original's pages (file-backed, so the kernel may drop them).
+ * rp_qx_repack writes tiles [t0, t1) (of rp_qx_repack_tiles) of out (64-byte aligned).
+ * rp_qx_packed_decode: rows [r0, r1), r0 a multiple of 32, any n_tok (4, 2 or 1 tokens per
+ * pass over a tile); activations from rp_quant_act with even_odd 0 and
+ * run64 = rp_qx_repack_run64(dtype). Error: the int8 activation bound of rp_qact (per
+ * 64-block for MLX, per 32-run for GGUF), with f32 sums (integer sums exact). */
 int rp_qx_repack_fits(const rp_tensor *w);
 size_t rp_qx_repack_bytes(const rp_tensor *w);
+long rp_qx_repack_tiles(const rp_tensor *w);
 int rp_qx_repack_run64(rp_dtype dt);
 void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out);
 void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
