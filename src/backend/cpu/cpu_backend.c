@@ -11,7 +11,11 @@
  *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
  *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
- *     results are bit-identical to the recipe before it became backend-agnostic.
+ *     results are bit-identical to the recipe before it became backend-agnostic. The one
+ *     exception: with the qx decode kernels on, MLX4/MLX8/Q4_0/Q8_0 matrices also get a
+ *     repacked heap copy at load (cpu_weight, kernels_qx86.h's tile layout) that matmul
+ *     reads instead of the view, for every token count the AMX prefill does not take; the
+ *     view stays for the rest (embedding rows, AMX prefill). RAPID_CPU_QX=1 turns it off.
  *  5. Quantized weights with an int8 kernel get the activations quantized once per call
  *     (rp_quant_act, on the caller thread, into a buffer the backend keeps) before the fan-out.
  */
@@ -23,6 +27,7 @@
 #include "backend/quant.h"
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -61,6 +66,7 @@ typedef struct cpu_backend {
     uint16_t *amx_x; /* packed activations for the tiles */
     size_t amx_cap;
     int qx_dec, qx_amx;  /* kernels_qx86.c: MLX VNNI decode, quantized prefill on AMX-BF16 */
+    int qx_pack;         /* repack weights at load for kernels_qx86.c's tile decode */
     uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
     size_t qx_cap;
     void **qx_rowbuf;    /* per thread, qx_rowcap bytes: dequantized weight rows */
@@ -143,10 +149,12 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         b->amx = rp_amx_enable();
     {
         /* RAPID_CPU_QX=0: the 256/512-bit int8 kernels of kernels_avx2/avx512.c for decode and
-         * prefill alike, instead of kernels_qx86.c (a benchmarking knob) */
+         * prefill alike, instead of kernels_qx86.c; RAPID_CPU_QX=1: kernels_qx86.c on the
+         * original layout, no repacked weights (benchmarking knobs) */
         const char *qx = getenv("RAPID_CPU_QX");
         int on = !ref_kernels && !(qx && qx[0] == '0');
         b->qx_dec = on && rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
+        b->qx_pack = b->qx_dec && !(qx && qx[0] == '1');
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
     }
 #endif
@@ -236,6 +244,14 @@ static rp_status pack_weight(cpu_backend *b, const rp_tensor *w, rp_err *err)
     if (!out)
         return rp_err_set(err, RP_ERR_NOMEM, "cpu: no memory to repack a %s weight (%zu bytes)",
                           rp_dtype_name(w->dtype), n);
+#ifdef MADV_HUGEPAGE
+    /* 2 MB pages for the stream, before the repack first touches it (a hint: ignored where
+     * transparent huge pages are off) */
+    uintptr_t h0 = ((uintptr_t)out + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
+    uintptr_t h1 = ((uintptr_t)out + n) & ~(uintptr_t)((2u << 20) - 1);
+    if (h1 > h0)
+        madvise((void *)h0, h1 - h0, MADV_HUGEPAGE);
+#endif
     repack_job j = {.w = w, .out = out, .n_tiles = rp_qx_repack_tiles(w)};
     rp_pool_run(b->pool, repack_part, &j);
     qx_pack *s = pack_slot(b, w->data);
@@ -254,7 +270,7 @@ static rp_status cpu_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst
     *dst = *src;
 #if defined(__x86_64__)
     cpu_backend *b = CPU(bk);
-    if (b->qx_dec && src->data && rp_qx_repack_fits(src))
+    if (b->qx_pack && src->data && rp_qx_repack_fits(src))
         return pack_weight(b, src, err);
 #else
     (void)bk;

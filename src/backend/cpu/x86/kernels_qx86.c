@@ -494,8 +494,39 @@ static void pk_codes(const rp_tensor *w, long r, long k0, uint8_t *out)
 
 /* One 64-block of a tile at rows r.. (16 chunks of 64 bytes; chunk p, byte 4i + j holds k 4p + j
  * of row i; 4-bit: row i in the low nibble, row 16 + i in the high). */
+static uint32_t pk_spread4(uint32_t t) /* 4 nibbles (low first) -> the low nibbles of 4 bytes */
+{
+    t = (t | t << 8) & 0x00FF00FFu;
+    return (t | t << 4) & 0x0F0F0F0Fu;
+}
+
 static void pk_block(const rp_tensor *w, long r, long k0, uint8_t *out)
 {
+    long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    if (w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_MLX8) { /* whole words, no code array */
+        size_t rb = (size_t)cols * (size_t)pk_bits(w->dtype) / 8;
+        const uint8_t *d = (const uint8_t *)w->data + (size_t)k0 * (size_t)pk_bits(w->dtype) / 8;
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *a = r + i < rows ? d + (size_t)(r + i) * rb : NULL;
+            const uint8_t *b = r + 16 + i < rows ? d + (size_t)(r + 16 + i) * rb : NULL;
+            for (int p = 0; p < 16; p++) {
+                uint32_t v = 0;
+                if (w->dtype == RP_DT_MLX8) {
+                    if (a)
+                        memcpy(&v, a + 4 * p, 4);
+                } else {
+                    uint16_t ua = 0, ub = 0;
+                    if (a)
+                        memcpy(&ua, a + 2 * p, 2);
+                    if (b)
+                        memcpy(&ub, b + 2 * p, 2);
+                    v = pk_spread4(ua) | pk_spread4(ub) << 4;
+                }
+                memcpy(out + 64 * p + 4 * i, &v, 4);
+            }
+        }
+        return;
+    }
     uint8_t c[32][64];
     int tr = pk_rows_per_tile(w->dtype);
     for (int i = 0; i < tr; i++)
