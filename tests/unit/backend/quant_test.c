@@ -14,6 +14,11 @@
  *    prefill of every quantized type. Prefill tolerance: w and x are each rounded to bf16
  *    (relative error <= 2^-9), so each product is off by at most (2^-8 + 2^-18) |w x|:
  *    bound = 1.01 * 2^-8 * sum |w x|, plus 1e-5 of it for f32 summation order.
+ * 8. The tile kernels on weights repacked at load (rp_qx_repack: MLX4/MLX8 with groups 64 and
+ *    128 and every scale dtype, Q4_0, Q8_0; row counts off the tile height; 1..9 tokens for
+ *    the 4/2/1-token passes), directly and through rp_backend_weight + rp_op_matmul(_n):
+ *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
+ *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly).
  */
 #include <criterion/criterion.h>
 #include <math.h>
