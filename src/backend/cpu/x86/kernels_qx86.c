@@ -1,6 +1,7 @@
 /* backend/cpu/x86/kernels_qx86.c - the fast x86 decode paths for quantized weights: MLX and
- * GGUF Q4_0 on AVX-512 VNNI (512-bit VPDPBUSD, two groups per instruction pair). Prefill of
- * every quantized type is in kernels_qx86_prefill.c.
+ * GGUF Q4_0 on AVX-512 VNNI (512-bit VPDPBUSD, two groups per instruction pair), and the tile
+ * kernels on weights repacked at load (MLX4/MLX8/Q4_0/Q8_0, last section: what the backend
+ * runs when it could repack). Prefill of every quantized type is in kernels_qx86_prefill.c.
  *
  * Decode (rp_qx_mlx_decode; rp_qact activations, run64, MLX4 also even_odd; rp_qx_gguf_decode
  * for Q4_0 / Q8_0 below, natural runs): a 16-block chunk

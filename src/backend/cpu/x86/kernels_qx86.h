@@ -1,6 +1,7 @@
 /* backend/cpu/x86/kernels_qx86.h - fast x86 kernels for quantized weights (decode in
  * kernels_qx86.c, prefill in kernels_qx86_prefill.c):
- * MLX decode on AVX-512 VNNI, and prefill of every quantized type on AMX-BF16 tiles.
+ * MLX decode on AVX-512 VNNI (row kernels on the stored layout, and tile kernels on MLX4/MLX8/
+ * Q4_0/Q8_0 weights repacked at load), and prefill of every quantized type on AMX-BF16 tiles.
  *
  * Ownership: every pointer is the caller's; nothing is allocated (the repacked weights of
  * rp_qx_repack are a buffer the caller allocates and owns). Threading: pure functions;
