@@ -251,7 +251,7 @@ static int run_bench(bench_cfg *cfg, long n_runs, long conc, int as_json)
     return status;
 }
 
-/* In-process when --model names a directory and no --url is given. */
+/* In-process when --model names a directory or a .gguf file and no --url is given. */
 static int wants_model_bench(int argc, char **argv)
 {
     const char *model = NULL;
@@ -263,7 +263,8 @@ static int wants_model_bench(int argc, char **argv)
         else if (strncmp(argv[i], "--model=", 8) == 0)
             model = argv[i] + 8;
     }
-    return model && rp_path_is_dir(model);
+    size_t n = model ? strlen(model) : 0;
+    return model && (rp_path_is_dir(model) || (n > 5 && strcmp(model + n - 5, ".gguf") == 0));
 }
 
 int rp_cmd_bench(int argc, char **argv)

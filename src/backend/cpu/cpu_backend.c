@@ -11,7 +11,11 @@
  *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
  *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
- *     results are bit-identical to the recipe before it became backend-agnostic.
+ *     results are bit-identical to the recipe before it became backend-agnostic. The one
+ *     exception: with the qx decode kernels on, MLX4/MLX8/Q4_0/Q8_0 matrices also get a
+ *     repacked heap copy at load (cpu_weight, kernels_qx86.h's tile layout) that matmul
+ *     reads instead of the view, for every token count the AMX prefill does not take; the
+ *     view stays for the rest (embedding rows, AMX prefill). RAPID_CPU_QX=1 turns it off.
  *  5. Quantized weights with an int8 kernel get the activations quantized once per call
  *     (rp_quant_act, on the caller thread, into a buffer the backend keeps) before the fan-out.
  */
@@ -23,6 +27,7 @@
 #include "backend/quant.h"
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -61,11 +66,23 @@ typedef struct cpu_backend {
     uint16_t *amx_x; /* packed activations for the tiles */
     size_t amx_cap;
     int qx_dec, qx_amx;  /* kernels_qx86.c: MLX VNNI decode, quantized prefill on AMX-BF16 */
+    int qx_pack;         /* repack weights at load for kernels_qx86.c's tile decode */
     uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
     size_t qx_cap;
     void **qx_rowbuf;    /* per thread, qx_rowcap bytes: dequantized weight rows */
     size_t qx_rowcap;
+    struct qx_pack *packs; /* weights repacked at load for decode (open addressing, by data) */
+    long packs_cap, n_packs;
 } cpu_backend;
+
+/* A weight repacked by rp_qx_repack (kernels_qx86.h), found again by its view's data pointer
+ * and shape. */
+typedef struct qx_pack {
+    const void *data; /* the original view's data: the key (NULL: empty slot) */
+    rp_dtype dtype;
+    int64_t rows, cols;
+    void *packed; /* owned, rp_qx_repack_bytes */
+} qx_pack;
 
 #define CPU(bk) ((cpu_backend *)(bk))
 
@@ -90,6 +107,9 @@ static void cpu_destroy(rp_backend *bk)
         for (int i = 0; i < b->n_threads; i++)
             rp_free_aligned(b->qx_rowbuf[i]);
     rp_free(b->qx_rowbuf);
+    for (long i = 0; i < b->packs_cap; i++)
+        rp_free_aligned(b->packs[i].packed);
+    rp_free(b->packs);
     rp_pool_free(b->pool);
     rp_free(b);
 }
@@ -129,10 +149,12 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         b->amx = rp_amx_enable();
     {
         /* RAPID_CPU_QX=0: the 256/512-bit int8 kernels of kernels_avx2/avx512.c for decode and
-         * prefill alike, instead of kernels_qx86.c (a benchmarking knob) */
+         * prefill alike, instead of kernels_qx86.c; RAPID_CPU_QX=1: kernels_qx86.c on the
+         * original layout, no repacked weights (benchmarking knobs) */
         const char *qx = getenv("RAPID_CPU_QX");
         int on = !ref_kernels && !(qx && qx[0] == '0');
         b->qx_dec = on && rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
+        b->qx_pack = b->qx_dec && !(qx && qx[0] == '1');
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
     }
 #endif
@@ -161,9 +183,99 @@ static void cpu_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
         memmove(dst, src, n);
 }
 
+/* ---- weights repacked for the decode kernels (kernels_qx86.c) ------------------------- *
+ * With the qx decode kernels on, cpu_weight repacks every MLX4/MLX8/Q4_0/Q8_0 matrix they
+ * take into heap memory (rp_qx_repack, 32- or 16-row tiles, over the pool); the view keeps pointing
+ * at the original (mmap) for the kernels that read that layout. Matmul finds the packed copy
+ * by the view's data pointer and shape; a weight given again at the same address (another
+ * weight in reused memory, or the same one) is packed again and replaces the entry. */
+
+#if defined(__x86_64__)
+static qx_pack *pack_slot(const cpu_backend *b, const void *data)
+{
+    size_t h = ((size_t)(uintptr_t)data >> 6) * 0x9e3779b97f4a7c15ull;
+    for (long i = (long)(h >> 20) & (b->packs_cap - 1);; i = (i + 1) & (b->packs_cap - 1))
+        if (!b->packs[i].data || b->packs[i].data == data)
+            return &b->packs[i];
+}
+
+static const void *pack_find(const cpu_backend *b, const rp_tensor *w)
+{
+    if (!b->n_packs || !w->data)
+        return NULL;
+    const qx_pack *p = pack_slot(b, w->data);
+    return p->data && p->dtype == w->dtype && p->rows == w->shape[0] &&
+                   p->cols == w->shape[1] && w->n_dims == 2
+               ? p->packed
+               : NULL;
+}
+
+typedef struct repack_job {
+    const rp_tensor *w;
+    void *out;
+    long n_tiles;
+} repack_job;
+
+static void repack_part(void *p, int i, int n)
+{
+    repack_job *j = p;
+    long t0, t1;
+    rp_pool_split(j->n_tiles, i, n, 1, &t0, &t1);
+    rp_qx_repack(j->w, t0, t1, j->out);
+}
+
+static rp_status pack_weight(cpu_backend *b, const rp_tensor *w, rp_err *err)
+{
+    if (2 * (b->n_packs + 1) > b->packs_cap) { /* grow: load factor <= 1/2 */
+        long cap = b->packs_cap ? 2 * b->packs_cap : 256;
+        qx_pack *old = b->packs, *np = rp_calloc((size_t)cap, sizeof *np);
+        if (!np)
+            return rp_err_set(err, RP_ERR_NOMEM, "cpu: no memory for the weight table");
+        long old_cap = b->packs_cap;
+        b->packs = np;
+        b->packs_cap = cap;
+        for (long i = 0; i < old_cap; i++)
+            if (old[i].data)
+                *pack_slot(b, old[i].data) = old[i];
+        rp_free(old);
+    }
+    size_t n = rp_qx_repack_bytes(w);
+    void *out = rp_alloc_aligned(n, RP_TAG_MODEL);
+    if (!out)
+        return rp_err_set(err, RP_ERR_NOMEM, "cpu: no memory to repack a %s weight (%zu bytes)",
+                          rp_dtype_name(w->dtype), n);
+#ifdef MADV_HUGEPAGE
+    /* 2 MB pages for the stream, before the repack first touches it (a hint: ignored where
+     * transparent huge pages are off) */
+    uintptr_t h0 = ((uintptr_t)out + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
+    uintptr_t h1 = ((uintptr_t)out + n) & ~(uintptr_t)((2u << 20) - 1);
+    if (h1 > h0)
+        madvise((void *)h0, h1 - h0, MADV_HUGEPAGE);
+#endif
+    repack_job j = {.w = w, .out = out, .n_tiles = rp_qx_repack_tiles(w)};
+    rp_pool_run(b->pool, repack_part, &j);
+    qx_pack *s = pack_slot(b, w->data);
+    if (s->data) /* the address seen before: this weight replaces that one */
+        rp_free_aligned(s->packed);
+    else
+        b->n_packs++;
+    *s = (qx_pack){.data = w->data, .dtype = w->dtype, .rows = w->shape[0], .cols = w->shape[1],
+                   .packed = out};
+    return RP_OK;
+}
+#endif
+
 static rp_status cpu_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst, rp_err *err)
 {
     *dst = *src;
+#if defined(__x86_64__)
+    cpu_backend *b = CPU(bk);
+    if (b->qx_pack && src->data && rp_qx_repack_fits(src))
+        return pack_weight(b, src, err);
+#else
+    (void)bk;
+    (void)err;
+#endif
     return RP_OK;
 }
 
@@ -187,6 +299,7 @@ typedef struct matmul_job {
     int amx_parts;         /* bf16 numbers per activation in amx_x (1 or 3) */
     const uint16_t *qx_x;     /* set: quantized prefill on AMX-BF16 (kernels_qx86.c) */
     void **qx_rowbuf;
+    const void *packed[MM_MAX]; /* set: matrix m's repacked copy (rp_qx_packed_decode) */
 } matmul_job;
 
 /* rows [r0, r1) of matrix m, on pool thread `thread` */
@@ -195,6 +308,10 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread
     const rp_tensor *w = j->ws[m];
     float *y = j->ys[m];
 #if defined(__x86_64__)
+    if (j->packed[m]) {
+        rp_qx_packed_decode(w, j->packed[m], r0, r1, j->xq, j->n_tok, y);
+        return;
+    }
     if (j->qx_x) {
         rp_qx_prefill(w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
         return;
@@ -284,6 +401,23 @@ static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, floa
     return all_rows;
 }
 
+/* x quantized (rp_quant_act) into the backend's activation buffer, grown as needed. */
+static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int even_odd,
+                    int run64, rp_qact *xq)
+{
+    long need = (long)n_tok * cols;
+    if (need > b->act_cap) {
+        rp_free_aligned(b->act_q);
+        rp_free_aligned(b->act_ds);
+        b->act_q = rp_alloc_aligned((size_t)need, RP_TAG_MODEL);
+        b->act_ds = rp_alloc_aligned(sizeof(float) * (size_t)(need / 16 + 16), RP_TAG_MODEL);
+        RP_ASSERT(b->act_q && b->act_ds); /* at most a few MB */
+        b->act_cap = need;
+    }
+    rp_quant_act(x, n_tok, cols, even_odd, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
+    *xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
+}
+
 /* One pool job for n matrices over the same x (the same dtype, columns and group size: one
  * activation packing serves all; otherwise one call each; work items: matmul_layout). */
 static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, const float *x,
@@ -339,20 +473,32 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
     }
 #endif
     rp_qact xq = {0};
+#if defined(__x86_64__)
+    /* weights repacked at load: the tile kernels, every token count the AMX path left */
+    const void *pk[MM_MAX] = {0};
+    int n_pk = 0;
+    for (int i = 0; i < n; i++)
+        n_pk += (pk[i] = pack_find(b, ws[i])) != NULL;
+    if (n_pk && n_pk < n) {
+        for (int m = 0; m < n; m++)
+            cpu_matmul_n(bk, 1, &ws[m], x, n_tok, &ys[m]);
+        return;
+    }
+    if (n_pk) {
+        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), &xq);
+        matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k};
+        memcpy(jp.packed, pk, sizeof pk);
+        long rows_all = matmul_layout(&jp, n, ws, ys, b->n_threads);
+        if (rows_all * cols * n_tok < 32768)
+            matmul_part(&jp, 0, 1);
+        else
+            rp_pool_run_any(b->pool, matmul_part, &jp);
+        return;
+    }
+#endif
     if (qk) {
-        long need = (long)n_tok * cols;
-        if (need > b->act_cap) {
-            rp_free_aligned(b->act_q);
-            rp_free_aligned(b->act_ds);
-            b->act_q = rp_alloc_aligned((size_t)need, RP_TAG_MODEL);
-            b->act_ds = rp_alloc_aligned(sizeof(float) * (size_t)(need / 16 + 16), RP_TAG_MODEL);
-            RP_ASSERT(b->act_q && b->act_ds); /* at most a few MB */
-            b->act_cap = need;
-        }
         int run64 = b->k.act_run64[w->dtype] && w->group_size >= 64 && cols % 64 == 0;
-        rp_quant_act(x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, b->act_q,
-                     b->act_ds, b->act_ds + need / 32);
-        xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
+        quant_x(b, x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, &xq);
 #if defined(__x86_64__)
         if (b->qx_dec && rp_qx_decode_fits(w, &xq))
             qk = rp_qx_mlx_decode;

@@ -14,6 +14,11 @@
  *    prefill of every quantized type. Prefill tolerance: w and x are each rounded to bf16
  *    (relative error <= 2^-9), so each product is off by at most (2^-8 + 2^-18) |w x|:
  *    bound = 1.01 * 2^-8 * sum |w x|, plus 1e-5 of it for f32 summation order.
+ * 8. The tile kernels on weights repacked at load (rp_qx_repack: MLX4/MLX8 with groups 64 and
+ *    128 and every scale dtype, Q4_0, Q8_0; row counts off the tile height; 1..9 tokens for
+ *    the 4/2/1-token passes), directly and through rp_backend_weight + rp_op_matmul(_n):
+ *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
+ *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -459,13 +464,43 @@ Test(quant, mlx_prefill_matches_reference)
 /* ---- 7. kernels_qx86.c ------------------------------------------------------------------ */
 
 #if defined(__x86_64__)
+/* The int8-activation bound (rp_qact): |y - yr| <= sum over activation-scale blocks of
+ * (max |x| / 254) x sum |w|, plus 1e-5 of sum |w x| for the f32 summation order. */
+static void assert_int8_bound(const rp_tensor *w, const float *x, int n_tok, int blk,
+                              const float *y, const float *yr, const char *what)
+{
+    int rows = (int)w->shape[0], cols = (int)w->shape[1];
+    float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
+    for (int r = 0; r < rows; r++) {
+        rp_quant_dequant_row(w, r, wrow);
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + (long)t * cols;
+            double bound = 0, mag = 0;
+            for (int c0 = 0; c0 < cols; c0 += blk) {
+                float amax = 0, wsum = 0;
+                for (int c = c0; c < c0 + blk; c++) {
+                    amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
+                    wsum += fabsf(wrow[c]);
+                    mag += fabs((double)wrow[c] * xt[c]);
+                }
+                bound += (double)amax / 254.0 * wsum;
+            }
+            float got = y[(long)t * rows + r], want = yr[(long)t * rows + r];
+            cr_assert(fabs((double)got - want) <= bound * 1.001 + 1e-5 * mag + 1e-6,
+                      "%s %s %dx%d gs %d n_tok %d row %d: %g vs %g (bound %g)", what,
+                      rp_dtype_name(w->dtype), rows, cols, w->group_size, n_tok, r, got, want,
+                      bound);
+        }
+    }
+    rp_free(wrow);
+}
+
 static void check_qx_decode(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, int n_tok)
 {
     qw q = make_qw(dt, rows, cols, gs, sdt, 0.0f);
     float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
     float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
     float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
-    float *wrow = rp_alloc(sizeof(float) * (size_t)cols);
     for (int i = 0; i < n_tok * cols; i++)
         x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
     rp_ref_matmul(&q.t, 0, rows, x, n_tok, yr);
@@ -481,26 +516,7 @@ static void check_qx_decode(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
     int mid = (rows / 2) & ~3;
     kern(&q.t, 0, mid, &a, n_tok, y);
     kern(&q.t, mid, rows, &a, n_tok, y);
-    for (int r = 0; r < rows; r++) {
-        rp_quant_dequant_row(&q.t, r, wrow);
-        for (int t = 0; t < n_tok; t++) {
-            const float *xt = x + (long)t * cols;
-            double bound = 0, mag = 0;
-            for (int c0 = 0; c0 < cols; c0 += blk) {
-                float amax = 0, wsum = 0;
-                for (int c = c0; c < c0 + blk; c++) {
-                    amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
-                    wsum += fabsf(wrow[c]);
-                    mag += fabs((double)wrow[c] * xt[c]);
-                }
-                bound += (double)amax / 254.0 * wsum;
-            }
-            float got = y[(long)t * rows + r], want = yr[(long)t * rows + r];
-            cr_assert(fabs((double)got - want) <= bound * 1.001 + 1e-5 * mag + 1e-6,
-                      "qx decode %s %dx%d gs %d n_tok %d row %d: %g vs %g (bound %g)",
-                      rp_dtype_name(dt), rows, cols, gs, n_tok, r, got, want, bound);
-        }
-    }
+    assert_int8_bound(&q.t, x, n_tok, blk, y, yr, "qx decode");
     free_qw(&q);
     rp_free(aq);
     rp_free(ad);
@@ -508,7 +524,124 @@ static void check_qx_decode(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
     rp_free(x);
     rp_free(y);
     rp_free(yr);
-    rp_free(wrow);
+}
+
+/* The tile kernels on weights repacked at load (rp_qx_repack): the same int8 bound, the
+ * rows split at a 32-row boundary as the backend's work items are. */
+static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, int n_tok)
+{
+    qw q = make_qw(dt, rows, cols, gs, sdt, 0.0f);
+    float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+    float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    for (int i = 0; i < n_tok * cols; i++)
+        x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+    rp_ref_matmul(&q.t, 0, rows, x, n_tok, yr);
+    cr_assert(rp_qx_repack_fits(&q.t));
+    size_t nb = rp_qx_repack_bytes(&q.t);
+    cr_assert_eq(nb % 64, 0);
+    void *pk = rp_alloc_aligned(nb, RP_TAG_MISC);
+    long n_tiles = rp_qx_repack_tiles(&q.t);
+    rp_qx_repack(&q.t, 0, n_tiles / 2, pk); /* in two parts, as the pool does */
+    rp_qx_repack(&q.t, n_tiles / 2, n_tiles, pk);
+    long nrun = cols / 32;
+    int8_t *aq = rp_alloc((size_t)n_tok * cols);
+    float *ad = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
+    float *as = rp_alloc(sizeof(float) * (size_t)n_tok * nrun);
+    int run64 = rp_qx_repack_run64(dt);
+    rp_quant_act(x, n_tok, cols, 0, run64, aq, ad, as);
+    rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = run64};
+    int mid = (rows / 2) & ~31;
+    rp_qx_packed_decode(&q.t, pk, 0, mid, &a, n_tok, y);
+    rp_qx_packed_decode(&q.t, pk, mid, rows, &a, n_tok, y);
+    assert_int8_bound(&q.t, x, n_tok, run64 ? 64 : 32, y, yr, "qx packed");
+    rp_free_aligned(pk);
+    free_qw(&q);
+    rp_free(aq);
+    rp_free(ad);
+    rp_free(as);
+    rp_free(x);
+    rp_free(y);
+    rp_free(yr);
+}
+
+Test(quant, qx86_packed_decode_matches_reference)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
+        cr_log_warn("no AVX-512 VNNI on this CPU: the repacked decode kernels are not checked");
+        return;
+    }
+    static const int rows_[] = {1, 16, 37, 80};
+    static const int toks[] = {1, 2, 3, 4, 7, 9}; /* passes of 4, 2 and 1 tokens */
+    static const rp_dtype sdts[] = {RP_DT_BF16, RP_DT_F16, RP_DT_F32};
+    static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};
+    for (int ty = 0; ty < 4; ty++)
+        for (int ri = 0; ri < 4; ri++)
+            for (int ti = 0; ti < 6; ti++) {
+                int cols = ri == 3 ? 2048 : 384;
+                if (types[ty] >= RP_DT_MLX4) {
+                    for (int gs = 64; gs <= 128; gs *= 2)
+                        if (cols % gs == 0)
+                            check_qx_packed(types[ty], rows_[ri], cols, gs,
+                                            sdts[(ri + ti) % 3], toks[ti]);
+                } else {
+                    check_qx_packed(types[ty], rows_[ri], cols, 0, RP_DT_F32, toks[ti]);
+                }
+            }
+    /* not taken: group 32, cols not a multiple of 64 */
+    qw q = make_qw(RP_DT_MLX4, 4, 384, 32, RP_DT_BF16, 0.0f);
+    cr_assert(!rp_qx_repack_fits(&q.t));
+    free_qw(&q);
+    q = make_qw(RP_DT_Q4_0, 4, 96, 0, RP_DT_F32, 0.0f);
+    cr_assert(!rp_qx_repack_fits(&q.t));
+    free_qw(&q);
+}
+
+/* Through the backend: rp_backend_weight repacks, rp_op_matmul (and matmul_n) finds the packed
+ * copy; the result stays within the int8 bound of the reference backend's. */
+Test(quant, backend_repacked_weights_match_reference)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
+        cr_log_warn("no AVX-512 VNNI on this CPU: weights are not repacked");
+        return;
+    }
+    rp_backend *ref = rp_backend_new(2, 1);
+    static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};
+    for (int ty = 0; ty < 4; ty++)
+        for (int n_tok = 1; n_tok <= 5; n_tok += 4) {
+            /* a backend per weight, as per model: packed copies are found by the view's data
+             * pointer, which a freed weight's successor may reuse */
+            rp_backend *fast = rp_backend_new(2, 0);
+            rp_dtype dt = types[ty];
+            int rows = 300, cols = 512;
+            qw q = make_qw(dt, rows, cols, dt >= RP_DT_MLX4 ? 64 : 0, RP_DT_BF16, 0.0f);
+            rp_tensor wt, wt2;
+            rp_err err = {0};
+            cr_assert_eq(rp_backend_weight(fast, &q.t, &wt, &err), RP_OK);
+            cr_assert_eq(rp_backend_weight(fast, &q.t, &wt2, &err), RP_OK); /* seen before */
+            float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+            float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            float *y2 = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            float *yr = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            for (int i = 0; i < n_tok * cols; i++)
+                x[i] = frand();
+            rp_op_matmul(ref, &q.t, x, n_tok, yr);
+            rp_op_matmul(fast, &wt, x, n_tok, y);
+            assert_int8_bound(&q.t, x, n_tok, rp_qx_repack_run64(dt) ? 64 : 32, y, yr,
+                              "backend packed");
+            const rp_tensor *ws[2] = {&wt, &wt2};
+            float *ys[2] = {y, y2};
+            rp_op_matmul_n(fast, 2, ws, x, n_tok, ys);
+            assert_int8_bound(&q.t, x, n_tok, rp_qx_repack_run64(dt) ? 64 : 32, y2, yr,
+                              "backend packed matmul_n");
+            free_qw(&q);
+            rp_free(x);
+            rp_free(y);
+            rp_free(y2);
+            rp_free(yr);
+            rp_backend_free(fast);
+        }
+    rp_backend_free(ref);
 }
 
 Test(quant, qx86_mlx_decode_matches_reference)

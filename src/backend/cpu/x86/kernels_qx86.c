@@ -1,6 +1,7 @@
 /* backend/cpu/x86/kernels_qx86.c - the fast x86 decode paths for quantized weights: MLX and
- * GGUF Q4_0 on AVX-512 VNNI (512-bit VPDPBUSD, two groups per instruction pair). Prefill of
- * every quantized type is in kernels_qx86_prefill.c.
+ * GGUF Q4_0 on AVX-512 VNNI (512-bit VPDPBUSD, two groups per instruction pair), and the tile
+ * kernels on weights repacked at load (MLX4/MLX8/Q4_0/Q8_0, last section: what the backend
+ * runs when it could repack). Prefill of every quantized type is in kernels_qx86_prefill.c.
  *
  * Decode (rp_qx_mlx_decode; rp_qact activations, run64, MLX4 also even_odd; rp_qx_gguf_decode
  * for Q4_0 / Q8_0 below, natural runs): a 16-block chunk
@@ -367,4 +368,451 @@ void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, i
         qx_gg_decode(w, r0, r1, a, n_tok, y, 1);
     else
         qx_gg_decode(w, r0, r1, a, n_tok, y, 0);
+}
+
+/* ---- decode on weights repacked at load (rp_qx_repack; layout in kernels_qx86.h) -------- *
+ * Each int32 lane of a VPDPBUSD accumulates one row over 4 consecutive k (the token's 4 int8
+ * activations broadcast), so a 64-byte load feeds 16 rows and no lane is ever summed
+ * horizontally: a tile's results are vector stores. 8-bit: 16-row tiles, one VPDPBUSD per
+ * 64 bytes. 4-bit: 32-row tiles, a byte = row i's code (low nibble) and row 16 + i's (high)
+ * at the same k, so one broadcast serves both: VPDPBUSD on the whole byte gives lo + 16 hi,
+ * on (byte & 0xF0) 16 hi, and per 64-block the rows split exactly in integers (lo = all - hi,
+ * hi = (16 hi) >> 4): one AND and two VPDPBUSD per 64 bytes, no shifts. Per 64-block the
+ * integer chains are converted and scaled by one FMA with (16 rows' scales x the block's
+ * activation scale); the MLX bias term bias_g x (exact f32 group sum of x) is one more FMA per
+ * group, the Q4_0 offset -8 d_w x (exact run sum) one per 32-block, the Q8_0 offset (codes
+ * stored + 128) an exact integer -128 x (sum of the run's int8 activations). Tokens go 4, 2 or
+ * 1 per pass over a tile (the tile stays in L1/L2). */
+
+/* software prefetch distance in the tile stream (0: none, the hardware streamer only) */
+#ifndef PK_PFD
+#define PK_PFD 4096
+#endif
+/* one prefetch per this many 64-byte chunks */
+#ifndef PK_PF_EVERY
+#define PK_PF_EVERY 4
+#endif
+
+static int pk_ssz(rp_dtype sdt) { return sdt == RP_DT_F32 ? 4 : 2; }
+static int pk_bits(rp_dtype dt) { return dt == RP_DT_MLX4 || dt == RP_DT_Q4_0 ? 4 : 8; }
+static int pk_mlx(rp_dtype dt) { return dt == RP_DT_MLX4 || dt == RP_DT_MLX8; }
+/* rows per tile */
+static int pk_rows_per_tile(rp_dtype dt) { return pk_bits(dt) == 4 ? 32 : 16; }
+
+int rp_qx_repack_fits(const rp_tensor *w)
+{
+    if (w->n_dims != 2 || w->shape[1] % 64 != 0 || w->shape[0] < 1)
+        return 0;
+    long cols = (long)w->shape[1];
+    if (pk_mlx(w->dtype))
+        return (w->group_size == 64 || w->group_size == 128) && cols % w->group_size == 0 &&
+               cols / w->group_size <= QX_MAX_GROUPS &&
+               (w->scale_dtype == RP_DT_F32 || w->scale_dtype == RP_DT_F16 ||
+                w->scale_dtype == RP_DT_BF16);
+    return (w->dtype == RP_DT_Q4_0 || w->dtype == RP_DT_Q8_0) && cols / 32 <= QX_MAX_BLOCKS;
+}
+
+/* Bytes of one 64-block of a tile's codes: 32 rows x 64 x 4 bits, or 16 x 64 x 8. */
+#define PK_BLOCK 1024
+
+/* Bytes of a tile's scales per group: MLX scales then biases, tile rows each (scale_dtype);
+ * GGUF the two 32-blocks' f16 d, tile rows each. */
+static size_t pk_scale_bytes(const rp_tensor *w)
+{
+    size_t tr = (size_t)pk_rows_per_tile(w->dtype);
+    return pk_mlx(w->dtype) ? 2 * tr * (size_t)pk_ssz(w->scale_dtype) : 2 * tr * 2;
+}
+
+static int pk_blocks_per_group(const rp_tensor *w)
+{
+    return pk_mlx(w->dtype) ? w->group_size / 64 : 1;
+}
+
+static size_t pk_group_bytes(const rp_tensor *w)
+{
+    return (size_t)pk_blocks_per_group(w) * PK_BLOCK + pk_scale_bytes(w);
+}
+
+static long pk_n_groups(const rp_tensor *w)
+{
+    return (long)w->shape[1] / (64L * pk_blocks_per_group(w));
+}
+
+static size_t pk_tile_bytes(const rp_tensor *w) { return (size_t)pk_n_groups(w) * pk_group_bytes(w); }
+
+size_t rp_qx_repack_bytes(const rp_tensor *w)
+{
+    long tr = pk_rows_per_tile(w->dtype);
+    return (size_t)((w->shape[0] + tr - 1) / tr) * pk_tile_bytes(w);
+}
+
+long rp_qx_repack_tiles(const rp_tensor *w)
+{
+    long tr = pk_rows_per_tile(w->dtype);
+    return (long)((w->shape[0] + tr - 1) / tr);
+}
+
+int rp_qx_repack_run64(rp_dtype dt) { return pk_mlx(dt); }
+
+/* The 64 unsigned codes of row r, columns k0 .. k0 + 63 (MLX: q; Q4_0: the nibble, offset 8
+ * kept; Q8_0: q + 128); zeros past the last row. */
+static void pk_codes(const rp_tensor *w, long r, long k0, uint8_t *out)
+{
+    long cols = (long)w->shape[1];
+    if (r >= w->shape[0]) {
+        memset(out, 0, 64);
+        return;
+    }
+    const uint8_t *d = w->data;
+    switch (w->dtype) {
+    case RP_DT_MLX4: {
+        const uint8_t *p = d + (size_t)r * (size_t)(cols / 2) + (size_t)(k0 / 2);
+        for (int i = 0; i < 32; i++) {
+            out[2 * i] = p[i] & 15;
+            out[2 * i + 1] = p[i] >> 4;
+        }
+        return;
+    }
+    case RP_DT_MLX8: memcpy(out, d + (size_t)r * (size_t)cols + (size_t)k0, 64); return;
+    case RP_DT_Q4_0:
+        for (int b = 0; b < 2; b++) {
+            const uint8_t *blk = d + ((size_t)r * (size_t)(cols / 32) + (size_t)(k0 / 32 + b)) * 18;
+            for (int i = 0; i < 16; i++) {
+                out[32 * b + i] = blk[2 + i] & 15;
+                out[32 * b + 16 + i] = blk[2 + i] >> 4;
+            }
+        }
+        return;
+    default:
+        for (int b = 0; b < 2; b++) {
+            const uint8_t *blk = d + ((size_t)r * (size_t)(cols / 32) + (size_t)(k0 / 32 + b)) * 34;
+            for (int i = 0; i < 32; i++)
+                out[32 * b + i] = (uint8_t)(blk[2 + i] ^ 0x80);
+        }
+        return;
+    }
+}
+
+/* One 64-block of a tile at rows r.. (16 chunks of 64 bytes; chunk p, byte 4i + j holds k 4p + j
+ * of row i; 4-bit: row i in the low nibble, row 16 + i in the high). */
+static uint32_t pk_spread4(uint32_t t) /* 4 nibbles (low first) -> the low nibbles of 4 bytes */
+{
+    t = (t | t << 8) & 0x00FF00FFu;
+    return (t | t << 4) & 0x0F0F0F0Fu;
+}
+
+static void pk_block(const rp_tensor *w, long r, long k0, uint8_t *out)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1];
+    if (w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_MLX8) { /* whole words, no code array */
+        size_t rb = (size_t)cols * (size_t)pk_bits(w->dtype) / 8;
+        const uint8_t *d = (const uint8_t *)w->data + (size_t)k0 * (size_t)pk_bits(w->dtype) / 8;
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *a = r + i < rows ? d + (size_t)(r + i) * rb : NULL;
+            const uint8_t *b = r + 16 + i < rows ? d + (size_t)(r + 16 + i) * rb : NULL;
+            for (int p = 0; p < 16; p++) {
+                uint32_t v = 0;
+                if (w->dtype == RP_DT_MLX8) {
+                    if (a)
+                        memcpy(&v, a + 4 * p, 4);
+                } else {
+                    uint16_t ua = 0, ub = 0;
+                    if (a)
+                        memcpy(&ua, a + 2 * p, 2);
+                    if (b)
+                        memcpy(&ub, b + 2 * p, 2);
+                    v = pk_spread4(ua) | pk_spread4(ub) << 4;
+                }
+                memcpy(out + 64 * p + 4 * i, &v, 4);
+            }
+        }
+        return;
+    }
+    uint8_t c[32][64];
+    int tr = pk_rows_per_tile(w->dtype);
+    for (int i = 0; i < tr; i++)
+        pk_codes(w, r + i, k0, c[i]);
+    for (int p = 0; p < 16; p++)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 4; j++)
+                out[64 * p + 4 * i + j] =
+                    tr == 32 ? (uint8_t)(c[i][4 * p + j] | c[16 + i][4 * p + j] << 4)
+                             : c[i][4 * p + j];
+}
+
+void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out)
+{
+    long rows = (long)w->shape[0], ng = pk_n_groups(w), cols = (long)w->shape[1];
+    size_t gb = pk_group_bytes(w), tb = pk_tile_bytes(w), bb = PK_BLOCK;
+    int mlx = pk_mlx(w->dtype), tr = pk_rows_per_tile(w->dtype), bpg = pk_blocks_per_group(w);
+    size_t ssz = mlx ? (size_t)pk_ssz(w->scale_dtype) : 2;
+    for (long t = t0; t < t1; t++) {
+        long r = t * tr;
+        for (long g = 0; g < ng; g++) {
+            uint8_t *gp = (uint8_t *)out + (size_t)t * tb + (size_t)g * gb;
+            for (int b = 0; b < bpg; b++)
+                pk_block(w, r, (g * bpg + b) * 64, gp + (size_t)b * bb);
+            uint8_t *sp = gp + (size_t)bpg * bb;
+            memset(sp, 0, pk_scale_bytes(w));
+            for (int i = 0; i < tr && r + i < rows; i++) {
+                if (mlx) { /* scales then biases, tile rows each, as stored */
+                    size_t src = ((size_t)(r + i) * (size_t)ng + (size_t)g) * ssz;
+                    memcpy(sp + (size_t)i * ssz, (const uint8_t *)w->scales + src, ssz);
+                    memcpy(sp + ((size_t)tr + (size_t)i) * ssz, (const uint8_t *)w->biases + src,
+                           ssz);
+                } else { /* the f16 d of 32-blocks 2g, then 2g + 1, tile rows each */
+                    size_t bsz = w->dtype == RP_DT_Q4_0 ? 18 : 34;
+                    const uint8_t *blk = (const uint8_t *)w->data +
+                                         ((size_t)(r + i) * (size_t)(cols / 32) + 2 * (size_t)g) * bsz;
+                    memcpy(sp + 2 * (size_t)i, blk, 2);
+                    memcpy(sp + 2 * ((size_t)tr + (size_t)i), blk + bsz, 2);
+                }
+            }
+        }
+    }
+}
+
+QX_AI __m512i pk_bcast(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Integer sums of one 64-block of a tile with NT tokens' activations xq[j] (offset to the
+ * block), as 16-lane vectors per half-block h (k 0..31, 32..63):
+ *   8-bit: s[j][h][0] rows 0..15;
+ *   4-bit: s[j][h][0] rows 0..15, s[j][h][1] rows 16..31. */
+QX_AI void pk_dots(const uint8_t *wp, const int8_t *const *xq, const int bits, const int NT,
+                   __m512i s[4][2][2])
+{
+    const __m512i high4 = _mm512_set1_epi8((char)0xF0);
+    __m512i a[4][2][2]; /* [token][half][all / high] */
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 2; c++)
+                a[j][h][c] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; p++) {
+        if (PK_PFD && p % PK_PF_EVERY == 0)
+            _mm_prefetch((const char *)wp + 64 * p + PK_PFD, _MM_HINT_T0);
+        __m512i v = _mm512_load_si512(wp + 64 * p);
+        __m512i hv = bits == 4 ? _mm512_and_si512(v, high4) : v;
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) {
+            __m512i x = pk_bcast(xq[j] + 4 * p);
+            if (bits == 4) {
+                a[j][p >> 3][0] = _mm512_dpbusd_epi32(a[j][p >> 3][0], v, x);
+                a[j][p >> 3][1] = _mm512_dpbusd_epi32(a[j][p >> 3][1], hv, x);
+            } else { /* two chains per half */
+                a[j][p >> 3][p & 1] = _mm512_dpbusd_epi32(a[j][p >> 3][p & 1], v, x);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        for (int h = 0; h < 2; h++) {
+            if (bits == 4) {
+                s[j][h][0] = _mm512_sub_epi32(a[j][h][0], a[j][h][1]);
+                s[j][h][1] = _mm512_srai_epi32(a[j][h][1], 4);
+            } else {
+                s[j][h][0] = _mm512_add_epi32(a[j][h][0], a[j][h][1]);
+            }
+        }
+}
+
+/* One MLX tile x NT tokens (t: the tokens' first row in a; xg: their exact group sums);
+ * out[j][0..1]: rows 0..15, 16..31 (8-bit: [0] only). */
+QX_AI void pk_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
+                       const float (*xg)[QX_MAX_GROUPS], const int bits, const int NT,
+                       __m512 out[4][2])
+{
+    long cols = (long)w->shape[1], ng = pk_n_groups(w), nb = cols / 64;
+    const int nh = bits == 4 ? 2 : 1; /* 16-row halves of the tile */
+    int bpg = w->group_size / 64;
+    size_t gb = pk_group_bytes(w), ssz = (size_t)pk_ssz(w->scale_dtype);
+    rp_dtype sdt = w->scale_dtype;
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        for (int h = 0; h < 2; h++)
+            acc[j][h] = _mm512_setzero_ps();
+    for (long g = 0; g < ng; g++) {
+        const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + (size_t)bpg * PK_BLOCK;
+        __m512 sc[2], bi[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            sc[h] = qx_load_sc(sdt, sp + 16 * (size_t)h * ssz, 0, 16);
+            bi[h] = qx_load_sc(sdt, sp + (16 * (size_t)nh + 16 * (size_t)h) * ssz, 0, 16);
+        }
+        for (int b = 0; b < bpg; b++) {
+            long kb = g * bpg + b;
+            const int8_t *xq[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++)
+                xq[j] = a->q + (long)(t + j) * cols + 64 * kb;
+            __m512i s[4][2][2];
+            pk_dots(gp + (size_t)b * PK_BLOCK, xq, bits, NT, s);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++) {
+                __m512 dx = _mm512_set1_ps(a->d[(long)(t + j) * nb + kb]);
+#pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) {
+                    __m512i sum = _mm512_add_epi32(s[j][0][h], s[j][1][h]);
+                    acc[j][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sc[h], dx),
+                                                acc[j][h]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) {
+            __m512 xs = _mm512_set1_ps(xg[j][g]);
+#pragma GCC unroll 2
+            for (int h = 0; h < nh; h++)
+                acc[j][h] = _mm512_fmadd_ps(bi[h], xs, acc[j][h]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        for (int h = 0; h < 2; h++)
+            out[j][h] = acc[j][h];
+}
+
+/* One GGUF tile x NT tokens (natural 32-runs; xs: Q8_0's per-run int8 sums x 128). */
+QX_AI void pk_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
+                      const int32_t (*xs)[QX_MAX_BLOCKS], const int bits, const int NT,
+                      __m512 out[4][2])
+{
+    long cols = (long)w->shape[1], ng = cols / 64, nrun = cols / 32;
+    const int nh = bits == 4 ? 2 : 1, tr = 16 * nh;
+    size_t gb = PK_BLOCK + 4 * (size_t)tr;
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        for (int h = 0; h < 2; h++)
+            acc[j][h] = _mm512_setzero_ps();
+    for (long g = 0; g < ng; g++) {
+        const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + PK_BLOCK;
+        __m512 d[2][2]; /* [32-block][16-row half] */
+#pragma GCC unroll 2
+        for (int b = 0; b < 2; b++)
+            for (int h = 0; h < nh; h++)
+                d[b][h] = _mm512_cvtph_ps(
+                    _mm256_loadu_si256((const __m256i *)(sp + 2 * ((size_t)b * tr + 16 * (size_t)h))));
+        const int8_t *xq[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++)
+            xq[j] = a->q + (long)(t + j) * cols + 64 * g;
+        __m512i s[4][2][2];
+        pk_dots(gp, xq, bits, NT, s);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) {
+            const float *dx = a->d + (long)(t + j) * nrun + 2 * g;
+            const float *sx = a->s + (long)(t + j) * nrun + 2 * g;
+#pragma GCC unroll 2
+            for (int b = 0; b < 2; b++) {
+                __m512 dxb = _mm512_set1_ps(dx[b]);
+                /* Q4_0: the -8 offset is -8 x the run's exact sum of x; Q8_0: codes are q + 128,
+                 * so 128 x the run's int8 sum comes off, exactly */
+                __m512 off = _mm512_set1_ps(-8.0f * sx[b]);
+                __m512i corr = _mm512_set1_epi32(bits == 4 ? 0 : xs[j][2 * g + b]);
+#pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) {
+                    __m512 u;
+                    if (bits == 4)
+                        u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j][b][h]), dxb, off);
+                    else
+                        u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[j][b][h], corr)), dxb);
+                    acc[j][h] = _mm512_fmadd_ps(d[b][h], u, acc[j][h]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; j++)
+        for (int h = 0; h < 2; h++)
+            out[j][h] = acc[j][h];
+}
+
+/* Tiles of rows [r0, r1) x NT tokens from t; kind: the weight dtype. */
+QX_AI void pk_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
+                   int t, const float (*xg)[QX_MAX_GROUPS], const int32_t (*xs)[QX_MAX_BLOCKS],
+                   float *y, const rp_dtype kind, const int NT)
+{
+    long rows = (long)w->shape[0];
+    const int tr = kind == RP_DT_MLX4 || kind == RP_DT_Q4_0 ? 32 : 16;
+    size_t tb = pk_tile_bytes(w);
+    for (long r = r0; r < r1; r += tr) {
+        const uint8_t *tp = pk + (size_t)(r / tr) * tb;
+        __m512 out[4][2];
+        if (kind == RP_DT_MLX4)
+            pk_mlx_tile(w, tp, a, t, xg, 4, NT, out);
+        else if (kind == RP_DT_MLX8)
+            pk_mlx_tile(w, tp, a, t, xg, 8, NT, out);
+        else if (kind == RP_DT_Q4_0)
+            pk_gg_tile(w, tp, a, t, xs, 4, NT, out);
+        else
+            pk_gg_tile(w, tp, a, t, xs, 8, NT, out);
+#pragma GCC unroll 2
+        for (int h = 0; h < tr / 16; h++) {
+            long nv = r1 - r - 16 * h;
+            if (nv <= 0)
+                break;
+            __mmask16 m = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++)
+                _mm512_mask_storeu_ps(y + (long)(t + j) * rows + r + 16 * h, m, out[j][h]);
+        }
+    }
+}
+
+QX_AI void pk_decode(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
+                     int n_tok, float *y, const rp_dtype kind)
+{
+    long cols = (long)w->shape[1], nrun = cols / 32;
+    float xg[4][QX_MAX_GROUPS];
+    int32_t xs[4][QX_MAX_BLOCKS];
+    for (int t = 0; t < n_tok;) {
+        int nt = n_tok - t >= 4 ? 4 : n_tok - t >= 2 ? 2 : 1;
+        for (int j = 0; j < nt; j++) {
+            if (kind == RP_DT_MLX4 || kind == RP_DT_MLX8) { /* exact group sums of x */
+                long per = w->group_size / 32, ng = cols / w->group_size;
+                const float *s = a->s + (long)(t + j) * nrun;
+                for (long g = 0; g < ng; g++) {
+                    float v = 0.0f;
+                    for (long k = 0; k < per; k++)
+                        v += s[g * per + k];
+                    xg[j][g] = v;
+                }
+            } else if (kind == RP_DT_Q8_0) { /* 128 x each run's int8 sum */
+                const int8_t *q = a->q + (long)(t + j) * cols;
+                for (long k = 0; k < nrun; k++) {
+                    int32_t v = 0;
+                    for (int i = 0; i < 32; i++)
+                        v += q[32 * k + i];
+                    xs[j][k] = 128 * v;
+                }
+            }
+        }
+        if (nt == 4)
+            pk_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 4);
+        else if (nt == 2)
+            pk_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 2);
+        else
+            pk_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 1);
+        t += nt;
+    }
+}
+
+void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
+                         const rp_qact *a, int n_tok, float *y)
+{
+    const uint8_t *pk = packed;
+    switch (w->dtype) {
+    case RP_DT_MLX4: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_MLX4); return;
+    case RP_DT_MLX8: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_MLX8); return;
+    case RP_DT_Q4_0: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_Q4_0); return;
+    default: pk_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_Q8_0); return;
+    }
 }

@@ -1,8 +1,10 @@
 /* backend/cpu/x86/kernels_qx86.h - fast x86 kernels for quantized weights (decode in
  * kernels_qx86.c, prefill in kernels_qx86_prefill.c):
- * MLX decode on AVX-512 VNNI, and prefill of every quantized type on AMX-BF16 tiles.
+ * MLX decode on AVX-512 VNNI (row kernels on the stored layout, and tile kernels on MLX4/MLX8/
+ * Q4_0/Q8_0 weights repacked at load), and prefill of every quantized type on AMX-BF16 tiles.
  *
- * Ownership: every pointer is the caller's; nothing is allocated. Threading: pure functions;
+ * Ownership: every pointer is the caller's; nothing is allocated (the repacked weights of
+ * rp_qx_repack are a buffer the caller allocates and owns). Threading: pure functions;
  * concurrent calls need distinct rowbuf / y rows. Errors: none; callers check *_fits first.
  * Only call with rp_cpu() reporting AVX-512 VNNI (decode) or AMX + AVX512-BF16 with the tile
  * state granted by rp_amx_enable (prefill).
@@ -29,6 +31,32 @@ void rp_qx_mlx_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, in
 int rp_qx_gguf_decode_fits(const rp_tensor *w, const rp_qact *a);
 void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n_tok,
                        float *y);
+
+/* Decode on weights repacked at load (the CPU backend's weight op; a layout built for the
+ * kernel). MLX4 / MLX8 with group 64 or 128, GGUF Q4_0 / Q8_0; cols % 64 == 0. Rows in tiles
+ * (4-bit: 32 rows, 8-bit: 16; the last zero-padded); a tile is its groups in order (MLX: gs
+ * columns; GGUF: 64 columns = two 32-blocks), each group = gs / 64 blocks of 1024 bytes of
+ * codes (4 consecutive k of one row per int32 lane; 4-bit: row i low nibble, row 16 + i high
+ * nibble of the same byte), then the tile rows' scales and biases as stored (MLX:
+ * scale_dtype), or the two 32-blocks' f16 d (GGUF). Q8_0 codes are stored as q + 128 (u8).
+ * Every group is a multiple of 64 bytes and a tile is contiguous, so a thread's rows are one
+ * sequential stream.
+ * Memory: the packed copy (rp_qx_repack_bytes: the original's size plus tile padding) is heap
+ * memory the backend owns, in addition to the original view (mmap), which stays valid for the
+ * kernels that read that layout (AMX prefill, embedding rows); after the repack only those
+ * touch the original's pages (file-backed, so the kernel may drop them).
+ * rp_qx_repack writes tiles [t0, t1) (of rp_qx_repack_tiles) of out (64-byte aligned).
+ * rp_qx_packed_decode: rows [r0, r1), r0 a multiple of 32, any n_tok (4, 2 or 1 tokens per
+ * pass over a tile); activations from rp_quant_act with even_odd 0 and
+ * run64 = rp_qx_repack_run64(dtype). Error: the int8 activation bound of rp_qact (per
+ * 64-block for MLX, per 32-run for GGUF), with f32 sums (integer sums exact). */
+int rp_qx_repack_fits(const rp_tensor *w);
+size_t rp_qx_repack_bytes(const rp_tensor *w);
+long rp_qx_repack_tiles(const rp_tensor *w);
+int rp_qx_repack_run64(rp_dtype dt);
+void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out);
+void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
+                         const rp_qact *a, int n_tok, float *y);
 
 /* Prefill: any quantized type but MXFP4, and bf16 (rows copied, not decoded), n_tok >=
  * RP_QX_MIN_TOKENS. x is packed once per call
