@@ -38,10 +38,10 @@ typedef struct llama {
     rp_tensor *weights; /* the backend's copies the layer pointers point into */
     int n_weights, cap_weights;
     rp_rope rope;
-    /* activations for RP_MAX_CHUNK tokens (backend buffers) */
+    /* activations for m->eval_chunk tokens (backend buffers) */
     float *x, *h, *q, *k, *v, *att, *gate, *up;
     float *logits; /* RP_MAX_CHUNK rows, only when buffers are not host memory */
-    int32_t pos[RP_MAX_CHUNK];
+    int32_t pos[RP_MAX_EVAL_CHUNK];
 } llama;
 
 /* The backend's copy of a bound weight (NULL stays NULL); a tensor seen before (tied
@@ -199,7 +199,9 @@ static rp_status llama_init(rp_model *m, rp_err *err)
         return rc;
     if ((rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;
-    size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
+    /* on the GPU, prompts go through in chunks of RP_MAX_EVAL_CHUNK (the GEMMs' N) */
+    m->eval_chunk = rp_backend_is_cuda(m->be) ? RP_MAX_EVAL_CHUNK : RP_MAX_CHUNK;
+    size_t n = (size_t)m->eval_chunk, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
     s->x = alloc_act(m, n * c->dim);
     s->h = alloc_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
@@ -210,7 +212,7 @@ static rp_status llama_init(rp_model *m, rp_err *err)
     s->gate = alloc_act(m, n * c->ffn_dim);
     s->up = alloc_act(m, n * c->ffn_dim);
     if (!rp_backend_host_buffers(m->be))
-        s->logits = alloc_act(m, n * (size_t)c->vocab_size);
+        s->logits = alloc_act(m, (size_t)RP_MAX_CHUNK * (size_t)c->vocab_size);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up ||
         (!rp_backend_host_buffers(m->be) && !s->logits))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
@@ -307,7 +309,7 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
     llama *s = m->arch_state;
     rp_model_config *c = &m->cfg;
     int n = b->n_tok, max_len = 0, n_seqs = 0;
-    rp_step_seq seqs[RP_MAX_CHUNK];
+    rp_step_seq seqs[RP_MAX_EVAL_CHUNK];
     for (int t = 0; t < n; t++) {
         int first = !(t > 0 && b->kv[t - 1] == b->kv[t]);
         s->pos[t] = first ? b->kv[t]->len : s->pos[t - 1] + 1;
@@ -330,7 +332,7 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
         if (t + 1 == n || b->kv[t + 1] != b->kv[t])
             b->kv[t]->len = s->pos[t] + 1;
     int n_rows = 0;
-    int32_t rows[RP_MAX_CHUNK];
+    int32_t rows[RP_MAX_EVAL_CHUNK];
     for (int t = 0; t < n && logits; t++) /* gather the rows asked for */
         if (b->want_logits[t])
             rows[n_rows++] = t;
@@ -346,8 +348,8 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
 static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                                int n_logits, rp_err *err)
 {
-    rp_kv *kvs[RP_MAX_CHUNK];
-    uint8_t want[RP_MAX_CHUNK];
+    rp_kv *kvs[RP_MAX_EVAL_CHUNK];
+    uint8_t want[RP_MAX_EVAL_CHUNK];
     for (int t = 0; t < n; t++) {
         kvs[t] = kv;
         want[t] = 0;

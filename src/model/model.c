@@ -215,8 +215,9 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
     if (rc)
         return rc;
     size_t vocab = (size_t)m->info.vocab_size;
+    int max_chunk = m->eval_chunk > 0 && !(logits && all_logits) ? m->eval_chunk : RP_MAX_CHUNK;
     for (int done = 0; done < n;) {
-        int chunk = n - done < RP_MAX_CHUNK ? n - done : RP_MAX_CHUNK;
+        int chunk = n - done < max_chunk ? n - done : max_chunk;
         int last_chunk = done + chunk == n;
         float *dst = NULL;
         int n_logits = 0;
