@@ -4,6 +4,7 @@
 #   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
 #   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
+#   ab       pp512 / tg128 / 64 streams with one of RAPID_CUDA_FLASH, _ATTN, _PDL off each
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
@@ -12,8 +13,8 @@
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
 #            (plain and streaming) either way
-# usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [profile]
-#        [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
+# usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [ab]
+#        [variants] [ncu] [profile] [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
 set -uo pipefail
 B=$(cd "$1" && pwd)
 shift
@@ -46,6 +47,14 @@ if [[ $what == *" bench "* ]]; then
   RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0 timeout 100 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" \
     bench --model "$model" --device cuda --prompt 512 --gen 128 --streams 64 2>&1 |
     sed 's/^/pdl+fuse off: /' | tee -a "$out/bench.log"
+fi
+if [[ $what == *" ab "* ]]; then
+  echo "== ab (one knob off each: pp512 / tg128 / 64 streams) =="
+  for v in RAPID_CUDA_FLASH=0 RAPID_CUDA_ATTN=0 RAPID_CUDA_PDL=0; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 512 --gen 128 --streams 64 2>&1 | grep -E "^prefill|^decode |^streams" |
+      sed "s/^/$v: /" | tee -a "$out/ab.log"
+  done
 fi
 if [[ $what == *" variants "* ]]; then
   echo "== variants =="

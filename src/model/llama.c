@@ -40,7 +40,7 @@ typedef struct llama {
     rp_rope rope;
     /* activations for m->eval_chunk tokens (backend buffers) */
     float *x, *h, *q, *k, *v, *att, *gate, *up;
-    float *logits; /* RP_MAX_CHUNK rows, only when buffers are not host memory */
+    float *logits; /* eval_chunk rows, only when buffers are not host memory */
     int32_t pos[RP_MAX_EVAL_CHUNK];
 } llama;
 
@@ -199,7 +199,7 @@ static rp_status llama_init(rp_model *m, rp_err *err)
         return rc;
     if ((rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;
-    /* on the GPU, prompts go through in chunks of RP_MAX_EVAL_CHUNK (the GEMMs' N) */
+    /* on the GPU, steps of up to RP_MAX_EVAL_CHUNK tokens (prompt chunks, engine batches) */
     m->eval_chunk = rp_backend_is_cuda(m->be) ? RP_MAX_EVAL_CHUNK : RP_MAX_CHUNK;
     size_t n = (size_t)m->eval_chunk, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
@@ -212,7 +212,7 @@ static rp_status llama_init(rp_model *m, rp_err *err)
     s->gate = alloc_act(m, n * c->ffn_dim);
     s->up = alloc_act(m, n * c->ffn_dim);
     if (!rp_backend_host_buffers(m->be))
-        s->logits = alloc_act(m, (size_t)RP_MAX_CHUNK * (size_t)c->vocab_size);
+        s->logits = alloc_act(m, n * (size_t)c->vocab_size);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up ||
         (!rp_backend_host_buffers(m->be) && !s->logits))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",

@@ -122,6 +122,7 @@ struct rp_cuda_ctx {
     int n_tok, tok_cap, max_pos;
     int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
     int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
+    int attn_dec;           /* the decode attention kernel (RAPID_CUDA_ATTN=0: off) */
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
     rp_cuda_kv kv;               /* the step's pool */
@@ -414,6 +415,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
             return NULL;
         }
     }
+    const char *ae = getenv("RAPID_CUDA_ATTN"); /* 0: the chunked attention for decode too */
+    c->attn_dec = !(ae && strcmp(ae, "0") == 0);
     const char *fa = getenv("RAPID_CUDA_FLASH"); /* min step tokens for flash prefill, 0 off */
     c->fa_min = fa && *fa ? atoi(fa) : 65;
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
@@ -676,16 +679,35 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* Lets the next kernel of the stream (when launched with PDL) start launching: every kernel
+ * calls it first, so the next one's blocks are resident and waiting, or issuing their
+ * weight loads, when this one drains. */
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* The start of a kernel that reads nothing before its predecessor is done. */
+__device__ __forceinline__ void pdl_enter()
+{
+    pdl_trigger();
+    pdl_wait();
+}
+
 template <typename... P, typename... A>
-static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
+static void pdl_launch_s(int pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t s, A... args)
 {
     if (!pdl) {
-        k<<<grid, block, 0, s>>>(args...);
+        k<<<grid, block, smem, s>>>(args...);
         return;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -693,6 +715,12 @@ static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStre
     cfg.attrs = at;
     cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
+template <typename... P, typename... A>
+static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
+{
+    pdl_launch_s(pdl, k, grid, block, 0, s, args...);
 }
 
 /* ---- matmul: decode matvec --------------------------------------------------------------- */
@@ -731,6 +759,7 @@ template <int DT, int NT, int U>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_kernel(mv_set set, long cols, const float *__restrict__ x)
 {
+    pdl_trigger();
     const int EPV = wtype<DT>::EPV;
     long row = (long)blockIdx.x * MV_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -746,23 +775,23 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         acc[t] = 0.0f;
     long i = lane;
     bool waited = false;
-    for (; i + 32 * (U - 1) < nv; i += 32 * U) { /* U loads in flight per lane */
+    for (; i < nv; i += 32 * U) { /* U loads in flight per lane (the last round guarded) */
         uint4 u[U];
 #pragma unroll
         for (int k = 0; k < U; k++)
-            u[k] = ld_stream(wr + i + 32 * k);
+            if (i + 32 * k < nv)
+                u[k] = ld_stream(wr + i + 32 * k);
         if (!waited) { /* the weights are constant: only x waits for the previous kernel */
             pdl_wait();
             waited = true;
         }
 #pragma unroll
         for (int k = 0; k < U; k++)
-            mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
+            if (i + 32 * k < nv)
+                mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
     }
     if (!waited)
         pdl_wait();
-    for (; i < nv; i += 32)
-        mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
     float *y = set.y[m];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -865,6 +894,7 @@ template <> __device__ __forceinline__ __half from_f32(float v) { return __float
 
 template <typename T> __global__ void round_kernel(const float *__restrict__ x, T *out, long n)
 {
+    pdl_trigger();
     pdl_wait(); /* (a no-op unless launched through pdl_launch) */
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
@@ -1102,6 +1132,7 @@ __device__ __forceinline__ void tc_step(float (*acc)[NT][4], const uint4 (*w)[2]
 template <int DT, int NT, int U, int MT>
 __global__ void __launch_bounds__(TC_WARPS * 32, MT == 1 ? 4 : 1) tc_gemm_kernel(tc_args a)
 {
+    pdl_trigger();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     long R = a.r0[3], cols = a.cols;
     const uint4 *wp[MT][2];
@@ -1214,6 +1245,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, MT == 1 ? 4 : 1) tc_gemm_kernel
  * (a matrix's rows are a multiple of 16, so the 4 stay in one matrix). */
 __global__ void tc_reduce_kernel(tc_args a)
 {
+    pdl_trigger();
     pdl_wait(); /* launched early (PDL): its ramp hides under the GEMM's tail */
     long R = a.r0[3], q = (long)blockIdx.x * blockDim.x + threadIdx.x, nq = R / 4 * a.n;
     if (q >= nq)
@@ -1343,6 +1375,7 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
 /* One block per row: the largest value, the lowest index among equals (as the CPU's loop). */
 __global__ void argmax_kernel(const float *__restrict__ x, long n, int vec, int32_t *out)
 {
+    pdl_enter();
     const float *r = x + (long)blockIdx.x * n;
     float best = -INFINITY;
     int bi = INT_MAX;
@@ -1397,7 +1430,7 @@ extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long 
     int vec = n % 4 == 0 && (uintptr_t)x % 16 == 0;
     int32_t *d = c->ids_dev, *h = c->ids_host;
     LAUNCH(c, {
-        argmax_kernel<<<n_rows, 1024, 0, c->stream>>>(x, n, vec, d);
+        pdl_launch_s(c->pdl, argmax_kernel, n_rows, 1024, 0, c->stream, x, n, vec, d);
         LAUNCHED();
         CK(cudaMemcpyAsync(h, d, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, c->stream));
     });
@@ -1427,9 +1460,9 @@ extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows,
         void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
         int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
         if (dt == RP_CUDA_BF16)
-            round_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(x, (__nv_bfloat16 *)xh, ne);
+            pdl_launch_s(c->pdl, round_kernel<__nv_bfloat16>, blocks, 256, 0, c->stream, x, (__nv_bfloat16 *)xh, ne);
         else
-            round_kernel<__half><<<blocks, 256, 0, c->stream>>>(x, (__half *)xh, ne);
+            pdl_launch_s(c->pdl, round_kernel<__half>, blocks, 256, 0, c->stream, x, (__half *)xh, ne);
         LAUNCHED();
         gemm(c, dt, w, rows, cols, xh, n, y);
         return;
@@ -1518,6 +1551,7 @@ __device__ float block_max(float v, float *red)
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                int add_one)
 {
+    pdl_enter();
     __shared__ float red[32];
     const float *xr = x + (long)blockIdx.x * dim;
     float *orow = out + (long)blockIdx.x * dim;
@@ -1538,6 +1572,7 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
 __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                 int add_one)
 {
+    pdl_enter();
     __shared__ float red[32];
     const float4 *xr = (const float4 *)(x + (long)blockIdx.x * dim);
     float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
@@ -1566,6 +1601,7 @@ __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int 
 __global__ void add_rmsnorm4_kernel(float *out, float *x, const float *a, const float *w, int dim,
                                     float eps, int add_one)
 {
+    pdl_enter();
     __shared__ float red[32];
     float4 *xr = (float4 *)(x + (long)blockIdx.x * dim);
     const float4 *ar = (const float4 *)(a + (long)blockIdx.x * dim);
@@ -1609,7 +1645,7 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
         const float *a = pd->x;
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            add_rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, xy, a, w, dim, eps,
+            pdl_launch_s(c->pdl, add_rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, xy, a, w, dim, eps,
                                                                    add_one);
             LAUNCHED();
         });
@@ -1619,13 +1655,13 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
     if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            pdl_launch_s(c->pdl, rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
             LAUNCHED();
         });
     } else {
         int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
         LAUNCH(c, {
-            rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            pdl_launch_s(c->pdl, rmsnorm_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
             LAUNCHED();
         });
     }
@@ -1637,6 +1673,7 @@ __global__ void rope_kernel(float *x1, int h1, float *x2, int h2, int head_dim, 
                             const rp_cuda_tok *toks, const int32_t *pos, const float *inv,
                             float attn_factor, int neox)
 {
+    pdl_enter();
     int t = blockIdx.x;
     int p = pos ? pos[t] : toks[t].pos;
     for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < (h1 + h2) * half;
@@ -1661,7 +1698,7 @@ static void rope_launch(rp_cuda_ctx *c, float *x1, int h1, float *x2, int h2, in
     const rp_cuda_tok *td = c->tok_dev;
     const float *inv = c->inv_dev;
     LAUNCH(c, {
-        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
+        pdl_launch_s(c->pdl, rope_kernel, dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream, 
             x1, h1, x2, h2, head_dim, half, td, pos_dev, inv, attn_factor, neox);
         LAUNCHED();
     });
@@ -1722,6 +1759,7 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
 {
+    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -1729,6 +1767,7 @@ __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long
 
 __global__ void add_kernel(float *y, const float *x, long n)
 {
+    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         y[i] += x[i];
@@ -1736,6 +1775,7 @@ __global__ void add_kernel(float *y, const float *x, long n)
 
 __global__ void add_bias_kernel(float *y, const float *b, int dim, long n)
 {
+    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         y[i] += b[i % dim];
@@ -1753,7 +1793,7 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
     prof_scope ps(c, P_ELEM);
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        silu_mul_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n);
+        pdl_launch_s(c->pdl, silu_mul_kernel, nb, 256, 0, c->stream, out, g, u, n);
         LAUNCHED();
     });
 }
@@ -1762,7 +1802,7 @@ static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 {
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        add_kernel<<<nb, 256, 0, c->stream>>>(y, x, n);
+        pdl_launch_s(c->pdl, add_kernel, nb, 256, 0, c->stream, y, x, n);
         LAUNCHED();
     });
 }
@@ -1805,7 +1845,7 @@ extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n
     long n = (long)n_tok * dim;
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        add_bias_kernel<<<nb, 256, 0, c->stream>>>(y, b, dim, n);
+        pdl_launch_s(c->pdl, add_bias_kernel, nb, 256, 0, c->stream, y, b, dim, n);
         LAUNCHED();
     });
 }
@@ -1813,6 +1853,7 @@ extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n
 template <int DT>
 __global__ void embed_kernel(const void *table, long cols, const int32_t *ids, float *x)
 {
+    pdl_enter();
     long row = ids[blockIdx.x];
     for (long i = threadIdx.x; i < cols; i += blockDim.x)
         x[(long)blockIdx.x * cols + i] = wtype<DT>::one(table, row * cols + i);
@@ -1825,17 +1866,18 @@ extern "C" void rp_cuda_embed(rp_cuda_ctx *c, int dt, const void *table, long co
     const int32_t *d = (const int32_t *)stage(c, ids, sizeof(int32_t) * n);
     LAUNCH(c, {
         if (dt == RP_CUDA_BF16)
-            embed_kernel<RP_CUDA_BF16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+            pdl_launch_s(c->pdl, embed_kernel<RP_CUDA_BF16>, n, 256, 0, c->stream, table, cols, d, x);
         else if (dt == RP_CUDA_F16)
-            embed_kernel<RP_CUDA_F16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+            pdl_launch_s(c->pdl, embed_kernel<RP_CUDA_F16>, n, 256, 0, c->stream, table, cols, d, x);
         else
-            embed_kernel<RP_CUDA_F32><<<n, 256, 0, c->stream>>>(table, cols, d, x);
+            pdl_launch_s(c->pdl, embed_kernel<RP_CUDA_F32>, n, 256, 0, c->stream, table, cols, d, x);
         LAUNCHED();
     });
 }
 
 __global__ void gather_kernel(float *dst, const float *src, const int32_t *rows, int dim)
 {
+    pdl_enter();
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         dst[(long)blockIdx.x * dim + i] = src[(long)rows[blockIdx.x] * dim + i];
 }
@@ -1847,7 +1889,7 @@ extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src
     const int32_t *d = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
     float *tmp = (float *)grow(c, (void **)&c->part, &c->part_bytes, sizeof(float) * n * dim);
     LAUNCH(c, {
-        gather_kernel<<<n, 256, 0, c->stream>>>(tmp, src, d, dim);
+        pdl_launch_s(c->pdl, gather_kernel, n, 256, 0, c->stream, tmp, src, d, dim);
         LAUNCHED();
         CK(cudaMemcpyAsync(dst, tmp, sizeof(float) * n * dim, cudaMemcpyDeviceToDevice,
                            c->stream));
@@ -1935,6 +1977,7 @@ __device__ __forceinline__ float *kv_row(const rp_cuda_kv &kv, const int32_t *tb
 __global__ void kv_store_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv,
                                 int layer, const float *k, const float *v, int kvd)
 {
+    pdl_enter();
     rp_cuda_tok d = toks[blockIdx.x];
     size_t off = (size_t)(d.pos % kv.block_tokens) * kvd;
     float *kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
@@ -1954,7 +1997,7 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
     const int32_t *tbl = c->tbl_dev;
     rp_cuda_kv kv = c->kv;
     LAUNCH(c, {
-        kv_store_kernel<<<nt, 256, 0, c->stream>>>(td, tbl, kv, layer, k, v, kvd);
+        pdl_launch_s(c->pdl, kv_store_kernel, nt, 256, 0, c->stream, td, tbl, kv, layer, k, v, kvd);
         LAUNCHED();
     });
 }
@@ -1989,6 +2032,7 @@ __global__ void __launch_bounds__(FA_THREADS)
                          rp_cuda_kv kv, int layer, const float *q, float *out, int H, int KVH,
                          float qscale, int window)
 {
+    pdl_enter();
     constexpr int KP = D + 8; /* row stride in bf16: 16 bytes of pad, conflict-free fragments */
     __shared__ __align__(16) __nv_bfloat16 ks[FA_BK * KP];
     __shared__ __align__(16) __nv_bfloat16 vs[FA_BK * KP];
@@ -2138,10 +2182,10 @@ static void flash_launch(rp_cuda_ctx *c, int layer, const float *q, float *out, 
     float qs = scale * 1.4426950408889634f;
     LAUNCH(c, {
         if (D == 128)
-            flash_prefill_kernel<128><<<grid, FA_THREADS, 0, c->stream>>>(
+            pdl_launch_s(c->pdl, flash_prefill_kernel<128>, grid, FA_THREADS, 0, c->stream, 
                 tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
         else
-            flash_prefill_kernel<64><<<grid, FA_THREADS, 0, c->stream>>>(
+            pdl_launch_s(c->pdl, flash_prefill_kernel<64>, grid, FA_THREADS, 0, c->stream, 
                 tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
         LAUNCHED();
     });
@@ -2155,6 +2199,7 @@ __global__ void __launch_bounds__(ACH)
                       const float *q, int H, int KVH, int D, float scale, int window,
                       int n_chunks, int kc, float *part)
 {
+    pdl_enter();
     extern __shared__ float sm[];
     float *qs = sm;             /* G * D */
     float *ps = qs + G * D;     /* G * ACH */
@@ -2249,27 +2294,161 @@ __global__ void __launch_bounds__(ACH)
         }
 }
 
+/* Block (head group hg, token t, chunk ch) of DC_KEYS keys, for steps of a few tokens
+ * (decode): every thread scores one key for the G heads of the group (its K row read as
+ * D/4 independent 16-byte loads, q from shared memory), one warp per head takes the chunk's
+ * softmax (warp shuffles, no block-wide reductions), then each warp sums V over a quarter of
+ * the keys (lanes across the head dimension) and the four partial sums meet in shared
+ * memory. Writes the same (max, sum, acc[D]) partials as attn_chunk_kernel. */
+enum { DC_KEYS = 128 };
+template <int G, int D>
+__global__ void __launch_bounds__(DC_KEYS)
+    attn_dec_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv, int layer,
+                    const float *q, int H, int KVH, float scale, int window, int n_chunks,
+                    float *part)
+{
+    pdl_enter();
+    constexpr int VPL = D / 32; /* V floats per lane */
+    __shared__ __align__(16) float qs[G * D];
+    __shared__ float ps[G][DC_KEYS];
+    __shared__ float ml[G][2];
+    __shared__ __align__(16) float red[4][G * D];
+    int hg = blockIdx.x, t = blockIdx.y, ch = blockIdx.z, tid = threadIdx.x;
+    int lane = tid & 31, warp = tid >> 5;
+    int h0 = hg * G, kvh = h0 / (H / KVH);
+    rp_cuda_tok d = toks[t];
+    int pos = d.pos, j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    size_t kvd = (size_t)KVH * D;
+    int jb = j0 + ch * DC_KEYS, je = min(jb + DC_KEYS, pos + 1), nk = je - jb;
+    size_t pstride = (size_t)D + 2;
+    for (int i = tid; i < G * D / 4; i += DC_KEYS)
+        ((float4 *)qs)[i] = ((const float4 *)(q + ((size_t)t * H + h0) * D))[i];
+    if (nk <= 0) {
+        for (int g = 0; g < G; g++) {
+            float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
+            for (int i = tid; i < D + 2; i += DC_KEYS)
+                pp[i] = i == 0 ? -INFINITY : 0.0f;
+        }
+        return;
+    }
+    __syncthreads();
+    if (tid < nk) {
+        int p = jb + tid;
+        const float4 *kr = (const float4 *)(kv_row(kv, tbl, d, layer, 0, p) +
+                                            (size_t)(p % kv.block_tokens) * kvd + (size_t)kvh * D);
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            s[g] = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < D / 4; i++) {
+            float4 k4 = kr[i];
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float4 q4 = ((const float4 *)(qs + g * D))[i];
+                s[g] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            ps[g][tid] = s[g] * scale;
+    } else {
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            ps[g][tid] = -INFINITY;
+    }
+    __syncthreads();
+    for (int g = warp; g < G; g += DC_KEYS / 32) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int j = lane; j < DC_KEYS; j += 32)
+            m = fmaxf(m, ps[g][j]);
+        m = warp_max(m);
+        float l = 0.0f;
+#pragma unroll
+        for (int j = lane; j < DC_KEYS; j += 32) {
+            float e = j < nk ? expf(ps[g][j] - m) : 0.0f;
+            ps[g][j] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0)
+            ml[g][0] = m, ml[g][1] = l;
+    }
+    __syncthreads();
+    float acc[G][VPL];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int e = 0; e < VPL; e++)
+            acc[g][e] = 0.0f;
+    int q4 = DC_KEYS / 4, ja = warp * q4, jz = min(ja + q4, nk);
+#pragma unroll 4
+    for (int j = ja; j < jz; j++) {
+        int p = jb + j;
+        const float *vr = kv_row(kv, tbl, d, layer, 1, p) + (size_t)(p % kv.block_tokens) * kvd +
+                          (size_t)kvh * D + lane * VPL;
+        float v[VPL];
+        if constexpr (VPL == 4) {
+            float4 v4 = *(const float4 *)vr;
+            v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
+        } else {
+            float2 v2 = *(const float2 *)vr;
+            v[0] = v2.x, v[1] = v2.y;
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float pg = ps[g][j];
+#pragma unroll
+            for (int e = 0; e < VPL; e++)
+                acc[g][e] = fmaf(pg, v[e], acc[g][e]);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int e = 0; e < VPL; e++)
+            red[warp][g * D + lane * VPL + e] = acc[g][e];
+    __syncthreads();
+    for (int i = tid; i < G * D; i += DC_KEYS) {
+        int g = i / D, e = i % D;
+        float s = red[0][i] + red[1][i] + red[2][i] + red[3][i];
+        float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
+        pp[2 + e] = s;
+        if (e == 0)
+            pp[0] = ml[g][0], pp[1] = ml[g][1];
+    }
+}
+
+/* out = the chunks' partials merged: each chunk's (max, sum) weight computed once into
+ * shared memory (blockDim threads in parallel), then every dimension's sum over the chunks
+ * with independent loads. */
 __global__ void attn_merge_kernel(const float *part, float *out, int H, int D, int n_chunks)
 {
-    int h = blockIdx.x, t = blockIdx.y;
+    pdl_enter();
+    extern __shared__ float w[]; /* n_chunks */
+    __shared__ float red[32];
+    int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     size_t pstride = (size_t)D + 2;
     const float *pp = part + ((size_t)t * H + h) * n_chunks * pstride;
     float M = -INFINITY;
-    for (int c = 0; c < n_chunks; c++)
+    for (int c = tid; c < n_chunks; c += blockDim.x)
         M = fmaxf(M, pp[c * pstride]);
+    M = block_max(M, red);
     float L = 0.0f;
-    for (int c = 0; c < n_chunks; c++) {
+    for (int c = tid; c < n_chunks; c += blockDim.x) {
         float m = pp[c * pstride];
-        L += m == -INFINITY ? 0.0f : expf(m - M) * pp[c * pstride + 1];
+        float e = m == -INFINITY ? 0.0f : expf(m - M);
+        w[c] = e;
+        L += e * pp[c * pstride + 1];
     }
+    L = block_sum(L, red); /* synchronises: w is complete */
     float inv = 1.0f / L;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    for (int i = tid; i < D; i += blockDim.x) {
         float acc = 0.0f;
-        for (int c = 0; c < n_chunks; c++) {
-            float m = pp[c * pstride];
-            if (m != -INFINITY)
-                acc += expf(m - M) * pp[c * pstride + 2 + i];
-        }
+#pragma unroll 8
+        for (int c = 0; c < n_chunks; c++)
+            acc += w[c] * pp[c * pstride + 2 + i];
         out[((size_t)t * H + h) * D + i] = acc * inv;
     }
 }
@@ -2292,6 +2471,11 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     /* keys per chunk: 128 (one per thread) when that gives the GPU enough blocks, else 32
      * (decode of a few sequences: more, shorter chunks, so the V loop is 4x shorter) */
     int kc = (long)c->n_tok * (H / G) * ((span + ACH - 1) / ACH) >= 2L * c->sms ? ACH : 32;
+    /* the decode kernel (RAPID_CUDA_ATTN=0: the chunked one everywhere) */
+    int dec = c->attn_dec && (D == 64 || D == 128) && c->kv.block_floats % 4 == 0 &&
+              c->kv.half_floats % 4 == 0;
+    if (dec)
+        kc = DC_KEYS;
     int n_chunks = (span + kc - 1) / kc;
     size_t need = sizeof(float) * (size_t)c->n_tok * H * n_chunks * (D + 2);
     float *part = (float *)grow(c, (void **)&c->part, &c->part_bytes, need);
@@ -2301,27 +2485,47 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     const int32_t *tbl = c->tbl_dev;
     rp_cuda_kv kv = c->kv;
     int nt = c->n_tok;
+    size_t msmem = sizeof(float) * (size_t)n_chunks;
+    if (dec) {
+        LAUNCH(c, {
+            switch (G * 1000 + D) {
+            case 8128: pdl_launch_s(c->pdl, attn_dec_kernel<8, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 4128: pdl_launch_s(c->pdl, attn_dec_kernel<4, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 2128: pdl_launch_s(c->pdl, attn_dec_kernel<2, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 1128: pdl_launch_s(c->pdl, attn_dec_kernel<1, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 8064: pdl_launch_s(c->pdl, attn_dec_kernel<8, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 4064: pdl_launch_s(c->pdl, attn_dec_kernel<4, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 2064: pdl_launch_s(c->pdl, attn_dec_kernel<2, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            default: pdl_launch_s(c->pdl, attn_dec_kernel<1, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            }
+            LAUNCHED();
+            pdl_launch_s(c->pdl, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), D, msmem, c->stream, 
+                part, out, H, D, n_chunks);
+            LAUNCHED();
+        });
+        return;
+    }
     LAUNCH(c, {
         switch (G) {
         case 8:
-            attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl, attn_chunk_kernel<8>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 4:
-            attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl, attn_chunk_kernel<4>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 2:
-            attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl, attn_chunk_kernel<2>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         default:
-            attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl, attn_chunk_kernel<1>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         }
         LAUNCHED();
-        attn_merge_kernel<<<dim3((unsigned)H, (unsigned)nt), D < 256 ? D : 256, 0, c->stream>>>(
+        pdl_launch_s(c->pdl, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), D < 256 ? D : 256, msmem, c->stream, 
             part, out, H, D, n_chunks);
         LAUNCHED();
     });
