@@ -4,7 +4,7 @@
 #   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
 #   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
-#   ab       pp512 / tg128 / 64 streams with one of RAPID_CUDA_FLASH, _ATTN, _PDL off each
+#   ab       pp512 / tg128 / 64 streams with one knob changed each (RAPID_CUDA_FLASH=0, ...)
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
@@ -50,7 +50,7 @@ if [[ $what == *" bench "* ]]; then
 fi
 if [[ $what == *" ab "* ]]; then
   echo "== ab (one knob off each: pp512 / tg128 / 64 streams) =="
-  for v in RAPID_CUDA_FLASH=0 RAPID_CUDA_ATTN=0 RAPID_CUDA_PDL=0; do
+  for v in RAPID_CUDA_FLASH=0 RAPID_CUDA_ATTN=0 RAPID_CUDA_PDL=0 RAPID_CUDA_TC=4,1; do
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 512 --gen 128 --streams 64 2>&1 | grep -E "^prefill|^decode |^streams" |
       sed "s/^/$v: /" | tee -a "$out/ab.log"

@@ -143,7 +143,7 @@ struct rp_cuda_ctx {
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8, 16 (default) */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
-                      * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
+                      * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4, 1,4 or 4,1; bf16 only) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
@@ -395,6 +395,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->tc_mt = 2, c->tc_u = 2; /* the fastest at 16 and 64 streams on the H200 (NOTES.md) */
     if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
         c->tc_mt = tv[0] - '0', c->tc_u = tv[2] - '0';
+    if (tv && strcmp(tv, "4,1") == 0) /* 64 rows per warp: x's fragments feed 4 tiles */
+        c->tc_mt = 4, c->tc_u = 1;
     c->pend = (pend_op *)rp_calloc(1, sizeof(pend_op));
     if (!c->pend) {
         snprintf(err, err_len, "out of memory");
@@ -1298,6 +1300,7 @@ static void tc_go(int v, int pdl, dim3 grid, dim3 block, cudaStream_t st, const 
         case 1: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 2>, grid, block, st, a); break;
         case 2: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 2>, grid, block, st, a); break;
         case 3: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 1>, grid, block, st, a); break;
+        case 4: pdl_launch(pdl, tc_gemm_kernel<DT, N, 1, 4>, grid, block, st, a); break;
         default: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 1>, grid, block, st, a); break;
         }
     }
@@ -1310,7 +1313,7 @@ template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim
     int nt = (a.n + 7) / 8, pdl = c->pdl;
     long nq = a.r0[3] / 4 * a.n;
     unsigned rblocks = (unsigned)((nq + 255) / 256);
-    int v = mt == 2 ? (u == 2 ? 1 : 2) : (u == 4 ? 3 : 0);
+    int v = mt == 4 ? 4 : mt == 2 ? (u == 2 ? 1 : 2) : (u == 4 ? 3 : 0);
     LAUNCH(c, {
         switch (nt) {
         case 1: tc_go<DT, 1>(v, pdl, grid, block, c->stream, a); break;
