@@ -483,8 +483,9 @@ static void attn_check(rp_backend *be, const char *kernel, const attn_seq *ss, i
 }
 
 /* The flash prefill kernel (forced for every step size with RAPID_CUDA_FLASH=1) against the
- * reference on bf16-rounded inputs; the decode kernel (RAPID_CUDA_FLASH=0) and the chunked
- * f32 kernel (also RAPID_CUDA_ATTN=0) on the same steps against the exact one. */
+ * reference on bf16-rounded inputs; the thread-per-key decode kernel (RAPID_CUDA_FLASH=0
+ * RAPID_CUDA_ATTN=1) and the chunked f32 kernel (RAPID_CUDA_ATTN=0, the default for steps
+ * under 65 tokens) on the same steps against the exact one. */
 static void attention_checks(void)
 {
     rp_backend *fl = NULL, *dc = NULL, *ck = NULL;
@@ -492,6 +493,7 @@ static void attention_checks(void)
     setenv("RAPID_CUDA_FLASH", "1", 1);
     rp_status rc = rp_backend_new_cuda(0, 0.1, &fl, &err);
     setenv("RAPID_CUDA_FLASH", "0", 1);
+    setenv("RAPID_CUDA_ATTN", "1", 1);
     if (!rc)
         rc = rp_backend_new_cuda(0, 0.1, &dc, &err);
     setenv("RAPID_CUDA_ATTN", "0", 1);

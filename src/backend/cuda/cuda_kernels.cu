@@ -10,18 +10,22 @@
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
  *     back) are timed and the fastest is cached: for skinny batched-decode shapes the two
  *     differ several-fold.
- *  2. Attention: one block per (query token, group of query heads sharing a KV head, chunk
- *     of 32 or 128 keys); a warp scores one key at a time for every head of the group (one
- *     coalesced K row read per group), then threads sum V over the chunk per dimension; a second kernel merges the
- *     chunks' (max, sum, acc) partials (flash-decoding style split over the keys). The same
- *     kernels serve prefill, where every query token is its own row.
+ *  2. Attention: steps of at least 65 tokens (prefill chunks) go to the flash kernel (see
+ *     "flash prefill attention": tensor cores, bf16 Q/K/V/P, RAPID_CUDA_FLASH=N sets the
+ *     threshold, 0 turns it off). Smaller steps: one block per (query token, group of query
+ *     heads sharing a KV head, chunk of 32 or 128 keys); a warp scores one key at a time for
+ *     every head of the group (one coalesced K row read per group), then threads sum V over
+ *     the chunk per dimension; a second kernel merges the chunks' (max, sum, acc) partials
+ *     (flash-decoding style split over the keys). RAPID_CUDA_ATTN=1: a thread-per-key
+ *     variant (measured slower at 600 positions).
  *  3. Small host arrays (token ids, gather rows) go through a pinned ring copied with the
  *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
  *     synchronises first). The step's token table and RoPE's inv_freq have their own device
  *     buffers, re-uploaded only when they change.
  *  4. Decode steps of <= 64 tokens are recorded and replayed as CUDA graphs (see "CUDA
  *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
- *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
+ *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off;
+ *     =2: every kernel, each triggering its dependents first and waiting before it reads),
  *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
  * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_MV_UNROLL=4|8|16,
@@ -122,7 +126,7 @@ struct rp_cuda_ctx {
     int n_tok, tok_cap, max_pos;
     int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
     int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
-    int attn_dec;           /* the decode attention kernel (RAPID_CUDA_ATTN=0: off) */
+    int attn_dec;           /* the thread-per-key decode attention (RAPID_CUDA_ATTN=1: on) */
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
     rp_cuda_kv kv;               /* the step's pool */
@@ -143,8 +147,9 @@ struct rp_cuda_ctx {
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8, 16 (default) */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
-                      * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4, 1,4 or 4,1; bf16 only) */
+                      * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
+    int pdl_all; /* and for every other kernel too (RAPID_CUDA_PDL=2) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
     int32_t *ids_host, *ids_dev; /* argmax results */
@@ -391,12 +396,11 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *pd = getenv("RAPID_CUDA_PDL");
     c->pdl = !(pd && strcmp(pd, "0") == 0);
+    c->pdl_all = pd && strcmp(pd, "2") == 0;
     const char *tv = getenv("RAPID_CUDA_TC");
     c->tc_mt = 2, c->tc_u = 2; /* the fastest at 16 and 64 streams on the H200 (NOTES.md) */
     if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
         c->tc_mt = tv[0] - '0', c->tc_u = tv[2] - '0';
-    if (tv && strcmp(tv, "4,1") == 0) /* 64 rows per warp: x's fragments feed 4 tiles */
-        c->tc_mt = 4, c->tc_u = 1;
     c->pend = (pend_op *)rp_calloc(1, sizeof(pend_op));
     if (!c->pend) {
         snprintf(err, err_len, "out of memory");
@@ -417,8 +421,10 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
             return NULL;
         }
     }
-    const char *ae = getenv("RAPID_CUDA_ATTN"); /* 0: the chunked attention for decode too */
-    c->attn_dec = !(ae && strcmp(ae, "0") == 0);
+    /* 1: the thread-per-key decode attention kernel (slower than the chunked one at 600
+     * positions on the H200, NOTES.md; off by default) */
+    const char *ae = getenv("RAPID_CUDA_ATTN");
+    c->attn_dec = ae && strcmp(ae, "1") == 0;
     const char *fa = getenv("RAPID_CUDA_FLASH"); /* min step tokens for flash prefill, 0 off */
     c->fa_min = fa && *fa ? atoi(fa) : 65;
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
@@ -777,23 +783,23 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         acc[t] = 0.0f;
     long i = lane;
     bool waited = false;
-    for (; i < nv; i += 32 * U) { /* U loads in flight per lane (the last round guarded) */
+    for (; i + 32 * (U - 1) < nv; i += 32 * U) { /* U loads in flight per lane */
         uint4 u[U];
 #pragma unroll
         for (int k = 0; k < U; k++)
-            if (i + 32 * k < nv)
-                u[k] = ld_stream(wr + i + 32 * k);
+            u[k] = ld_stream(wr + i + 32 * k);
         if (!waited) { /* the weights are constant: only x waits for the previous kernel */
             pdl_wait();
             waited = true;
         }
 #pragma unroll
         for (int k = 0; k < U; k++)
-            if (i + 32 * k < nv)
-                mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
+            mv_fma<DT, NT>(u[k], x, cols, (i + 32 * k) * EPV, acc);
     }
     if (!waited)
         pdl_wait();
+    for (; i < nv; i += 32)
+        mv_fma<DT, NT>(ld_stream(wr + i), x, cols, i * EPV, acc);
     float *y = set.y[m];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -1300,7 +1306,6 @@ static void tc_go(int v, int pdl, dim3 grid, dim3 block, cudaStream_t st, const 
         case 1: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 2>, grid, block, st, a); break;
         case 2: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 2>, grid, block, st, a); break;
         case 3: pdl_launch(pdl, tc_gemm_kernel<DT, N, 4, 1>, grid, block, st, a); break;
-        case 4: pdl_launch(pdl, tc_gemm_kernel<DT, N, 1, 4>, grid, block, st, a); break;
         default: pdl_launch(pdl, tc_gemm_kernel<DT, N, 2, 1>, grid, block, st, a); break;
         }
     }
@@ -1313,7 +1318,7 @@ template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim
     int nt = (a.n + 7) / 8, pdl = c->pdl;
     long nq = a.r0[3] / 4 * a.n;
     unsigned rblocks = (unsigned)((nq + 255) / 256);
-    int v = mt == 4 ? 4 : mt == 2 ? (u == 2 ? 1 : 2) : (u == 4 ? 3 : 0);
+    int v = mt == 2 ? (u == 2 ? 1 : 2) : (u == 4 ? 3 : 0);
     LAUNCH(c, {
         switch (nt) {
         case 1: tc_go<DT, 1>(v, pdl, grid, block, c->stream, a); break;
@@ -1433,7 +1438,7 @@ extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long 
     int vec = n % 4 == 0 && (uintptr_t)x % 16 == 0;
     int32_t *d = c->ids_dev, *h = c->ids_host;
     LAUNCH(c, {
-        pdl_launch_s(c->pdl, argmax_kernel, n_rows, 1024, 0, c->stream, x, n, vec, d);
+        pdl_launch_s(c->pdl_all, argmax_kernel, n_rows, 1024, 0, c->stream, x, n, vec, d);
         LAUNCHED();
         CK(cudaMemcpyAsync(h, d, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, c->stream));
     });
@@ -1463,9 +1468,9 @@ extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows,
         void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
         int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
         if (dt == RP_CUDA_BF16)
-            pdl_launch_s(c->pdl, round_kernel<__nv_bfloat16>, blocks, 256, 0, c->stream, x, (__nv_bfloat16 *)xh, ne);
+            pdl_launch_s(c->pdl_all, round_kernel<__nv_bfloat16>, blocks, 256, 0, c->stream, x, (__nv_bfloat16 *)xh, ne);
         else
-            pdl_launch_s(c->pdl, round_kernel<__half>, blocks, 256, 0, c->stream, x, (__half *)xh, ne);
+            pdl_launch_s(c->pdl_all, round_kernel<__half>, blocks, 256, 0, c->stream, x, (__half *)xh, ne);
         LAUNCHED();
         gemm(c, dt, w, rows, cols, xh, n, y);
         return;
@@ -1648,7 +1653,7 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
         const float *a = pd->x;
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            pdl_launch_s(c->pdl, add_rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, xy, a, w, dim, eps,
+            pdl_launch_s(c->pdl_all, add_rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, xy, a, w, dim, eps,
                                                                    add_one);
             LAUNCHED();
         });
@@ -1658,13 +1663,13 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
     if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            pdl_launch_s(c->pdl, rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
+            pdl_launch_s(c->pdl_all, rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
             LAUNCHED();
         });
     } else {
         int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
         LAUNCH(c, {
-            pdl_launch_s(c->pdl, rmsnorm_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
+            pdl_launch_s(c->pdl_all, rmsnorm_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
             LAUNCHED();
         });
     }
@@ -1701,7 +1706,7 @@ static void rope_launch(rp_cuda_ctx *c, float *x1, int h1, float *x2, int h2, in
     const rp_cuda_tok *td = c->tok_dev;
     const float *inv = c->inv_dev;
     LAUNCH(c, {
-        pdl_launch_s(c->pdl, rope_kernel, dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream, 
+        pdl_launch_s(c->pdl_all, rope_kernel, dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream, 
             x1, h1, x2, h2, head_dim, half, td, pos_dev, inv, attn_factor, neox);
         LAUNCHED();
     });
@@ -1796,7 +1801,7 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
     prof_scope ps(c, P_ELEM);
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl, silu_mul_kernel, nb, 256, 0, c->stream, out, g, u, n);
+        pdl_launch_s(c->pdl_all, silu_mul_kernel, nb, 256, 0, c->stream, out, g, u, n);
         LAUNCHED();
     });
 }
@@ -1805,7 +1810,7 @@ static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 {
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl, add_kernel, nb, 256, 0, c->stream, y, x, n);
+        pdl_launch_s(c->pdl_all, add_kernel, nb, 256, 0, c->stream, y, x, n);
         LAUNCHED();
     });
 }
@@ -1848,7 +1853,7 @@ extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n
     long n = (long)n_tok * dim;
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl, add_bias_kernel, nb, 256, 0, c->stream, y, b, dim, n);
+        pdl_launch_s(c->pdl_all, add_bias_kernel, nb, 256, 0, c->stream, y, b, dim, n);
         LAUNCHED();
     });
 }
@@ -1869,11 +1874,11 @@ extern "C" void rp_cuda_embed(rp_cuda_ctx *c, int dt, const void *table, long co
     const int32_t *d = (const int32_t *)stage(c, ids, sizeof(int32_t) * n);
     LAUNCH(c, {
         if (dt == RP_CUDA_BF16)
-            pdl_launch_s(c->pdl, embed_kernel<RP_CUDA_BF16>, n, 256, 0, c->stream, table, cols, d, x);
+            pdl_launch_s(c->pdl_all, embed_kernel<RP_CUDA_BF16>, n, 256, 0, c->stream, table, cols, d, x);
         else if (dt == RP_CUDA_F16)
-            pdl_launch_s(c->pdl, embed_kernel<RP_CUDA_F16>, n, 256, 0, c->stream, table, cols, d, x);
+            pdl_launch_s(c->pdl_all, embed_kernel<RP_CUDA_F16>, n, 256, 0, c->stream, table, cols, d, x);
         else
-            pdl_launch_s(c->pdl, embed_kernel<RP_CUDA_F32>, n, 256, 0, c->stream, table, cols, d, x);
+            pdl_launch_s(c->pdl_all, embed_kernel<RP_CUDA_F32>, n, 256, 0, c->stream, table, cols, d, x);
         LAUNCHED();
     });
 }
@@ -1892,7 +1897,7 @@ extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src
     const int32_t *d = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
     float *tmp = (float *)grow(c, (void **)&c->part, &c->part_bytes, sizeof(float) * n * dim);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl, gather_kernel, n, 256, 0, c->stream, tmp, src, d, dim);
+        pdl_launch_s(c->pdl_all, gather_kernel, n, 256, 0, c->stream, tmp, src, d, dim);
         LAUNCHED();
         CK(cudaMemcpyAsync(dst, tmp, sizeof(float) * n * dim, cudaMemcpyDeviceToDevice,
                            c->stream));
@@ -2000,7 +2005,7 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
     const int32_t *tbl = c->tbl_dev;
     rp_cuda_kv kv = c->kv;
     LAUNCH(c, {
-        pdl_launch_s(c->pdl, kv_store_kernel, nt, 256, 0, c->stream, td, tbl, kv, layer, k, v, kvd);
+        pdl_launch_s(c->pdl_all, kv_store_kernel, nt, 256, 0, c->stream, td, tbl, kv, layer, k, v, kvd);
         LAUNCHED();
     });
 }
@@ -2185,10 +2190,10 @@ static void flash_launch(rp_cuda_ctx *c, int layer, const float *q, float *out, 
     float qs = scale * 1.4426950408889634f;
     LAUNCH(c, {
         if (D == 128)
-            pdl_launch_s(c->pdl, flash_prefill_kernel<128>, grid, FA_THREADS, 0, c->stream, 
+            pdl_launch_s(c->pdl_all, flash_prefill_kernel<128>, grid, FA_THREADS, 0, c->stream, 
                 tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
         else
-            pdl_launch_s(c->pdl, flash_prefill_kernel<64>, grid, FA_THREADS, 0, c->stream, 
+            pdl_launch_s(c->pdl_all, flash_prefill_kernel<64>, grid, FA_THREADS, 0, c->stream, 
                 tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
         LAUNCHED();
     });
@@ -2474,7 +2479,7 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     /* keys per chunk: 128 (one per thread) when that gives the GPU enough blocks, else 32
      * (decode of a few sequences: more, shorter chunks, so the V loop is 4x shorter) */
     int kc = (long)c->n_tok * (H / G) * ((span + ACH - 1) / ACH) >= 2L * c->sms ? ACH : 32;
-    /* the decode kernel (RAPID_CUDA_ATTN=0: the chunked one everywhere) */
+    /* the thread-per-key decode kernel (RAPID_CUDA_ATTN=1) */
     int dec = c->attn_dec && (D == 64 || D == 128) && c->kv.block_floats % 4 == 0 &&
               c->kv.half_floats % 4 == 0;
     if (dec)
@@ -2489,20 +2494,22 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     rp_cuda_kv kv = c->kv;
     int nt = c->n_tok;
     size_t msmem = sizeof(float) * (size_t)n_chunks;
+    /* whole warps (the merge reduces over the block), one thread per dimension up to 256 */
+    int mthreads = D < 32 ? 32 : D < 256 ? (D + 31) / 32 * 32 : 256;
     if (dec) {
         LAUNCH(c, {
             switch (G * 1000 + D) {
-            case 8128: pdl_launch_s(c->pdl, attn_dec_kernel<8, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 4128: pdl_launch_s(c->pdl, attn_dec_kernel<4, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 2128: pdl_launch_s(c->pdl, attn_dec_kernel<2, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 1128: pdl_launch_s(c->pdl, attn_dec_kernel<1, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 8064: pdl_launch_s(c->pdl, attn_dec_kernel<8, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 4064: pdl_launch_s(c->pdl, attn_dec_kernel<4, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 2064: pdl_launch_s(c->pdl, attn_dec_kernel<2, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            default: pdl_launch_s(c->pdl, attn_dec_kernel<1, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 8128: pdl_launch_s(c->pdl_all, attn_dec_kernel<8, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 4128: pdl_launch_s(c->pdl_all, attn_dec_kernel<4, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 2128: pdl_launch_s(c->pdl_all, attn_dec_kernel<2, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 1128: pdl_launch_s(c->pdl_all, attn_dec_kernel<1, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 8064: pdl_launch_s(c->pdl_all, attn_dec_kernel<8, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 4064: pdl_launch_s(c->pdl_all, attn_dec_kernel<4, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            case 2064: pdl_launch_s(c->pdl_all, attn_dec_kernel<2, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
+            default: pdl_launch_s(c->pdl_all, attn_dec_kernel<1, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
             }
             LAUNCHED();
-            pdl_launch_s(c->pdl, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), D, msmem, c->stream, 
+            pdl_launch_s(c->pdl_all, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), mthreads, msmem, c->stream, 
                 part, out, H, D, n_chunks);
             LAUNCHED();
         });
@@ -2511,24 +2518,24 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     LAUNCH(c, {
         switch (G) {
         case 8:
-            pdl_launch_s(c->pdl, attn_chunk_kernel<8>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl_all, attn_chunk_kernel<8>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 4:
-            pdl_launch_s(c->pdl, attn_chunk_kernel<4>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl_all, attn_chunk_kernel<4>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 2:
-            pdl_launch_s(c->pdl, attn_chunk_kernel<2>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl_all, attn_chunk_kernel<2>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         default:
-            pdl_launch_s(c->pdl, attn_chunk_kernel<1>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            pdl_launch_s(c->pdl_all, attn_chunk_kernel<1>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         }
         LAUNCHED();
-        pdl_launch_s(c->pdl, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), D < 256 ? D : 256, msmem, c->stream, 
+        pdl_launch_s(c->pdl_all, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), mthreads, msmem, c->stream, 
             part, out, H, D, n_chunks);
         LAUNCHED();
     });
