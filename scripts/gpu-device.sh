@@ -4,8 +4,8 @@
 #   check    scripts/gpu-test.sh (kernel checks at the 8B shapes, every fixture, the CLI)
 #   bench    scripts/bench-gpu.sh (pp512, tg128, 1/16/64 streams), then with PDL and the
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
-#   ab       rapid_gpu_check with RAPID_CUDA_PDL=2, then pp512 / tg128 / 1 and 64 streams with
-#            one knob changed each (RAPID_CUDA_PDL=2, _ATTN=1, _FLASH=0)
+#   ab       pp512 / tg128 / 1 and 64 streams with one knob changed each (RAPID_CUDA_FLASH=0,
+#            RAPID_CUDA_PDL=0)
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
@@ -50,12 +50,8 @@ if [[ $what == *" bench "* ]]; then
     sed 's/^/pdl+fuse off: /' | tee -a "$out/bench.log"
 fi
 if [[ $what == *" ab "* ]]; then
-  echo "== ab (one knob changed each: pp512 / tg128 / 64 streams) =="
-  RAPID_CUDA_PDL=2 LD_LIBRARY_PATH="$RAPID_LIBS" RP_SOURCE_DIR=$PWD timeout 150 "$B/bin/rapid_gpu_check" \
-    >"$out/check-pdl2.log" 2>&1
-  echo "RAPID_CUDA_PDL=2 rapid_gpu_check: $(tail -1 "$out/check-pdl2.log")" | tee -a "$out/ab.log"
-  grep FAIL "$out/check-pdl2.log" | head -5
-  for v in RAPID_CUDA_PDL=2 RAPID_CUDA_ATTN=1 RAPID_CUDA_FLASH=0; do
+  echo "== ab (one knob changed each: pp512 / tg128 / 1 and 64 streams) =="
+  for v in RAPID_CUDA_FLASH=0 RAPID_CUDA_PDL=0; do
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 512 --gen 128 --streams 1,64 2>&1 | grep -E "^prefill|^decode |^streams" |
       sed "s/^/$v: /" | tee -a "$out/ab.log"

@@ -10,22 +10,20 @@
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
  *     back) are timed and the fastest is cached: for skinny batched-decode shapes the two
  *     differ several-fold.
- *  2. Attention: steps of at least 65 tokens (prefill chunks) go to the flash kernel (see
- *     "flash prefill attention": tensor cores, bf16 Q/K/V/P, RAPID_CUDA_FLASH=N sets the
- *     threshold, 0 turns it off). Smaller steps: one block per (query token, group of query
- *     heads sharing a KV head, chunk of 32 or 128 keys); a warp scores one key at a time for
- *     every head of the group (one coalesced K row read per group), then threads sum V over
- *     the chunk per dimension; a second kernel merges the chunks' (max, sum, acc) partials
- *     (flash-decoding style split over the keys). RAPID_CUDA_ATTN=1: a thread-per-key
- *     variant (measured slower at 600 positions).
+ *  2. Attention: steps of at least 65 tokens (prefill chunks, big engine batches) go to the
+ *     flash kernel (see "flash prefill attention": tensor cores, bf16 Q/K/V/P;
+ *     RAPID_CUDA_FLASH=N sets the threshold, 0 turns it off). Smaller steps: one block per
+ *     (query token, group of query heads sharing a KV head, chunk of 32 or 128 keys); a warp
+ *     scores one key at a time for every head of the group (one coalesced K row read per
+ *     group), then threads sum V over the chunk per dimension; a second kernel merges the
+ *     chunks' (max, sum, acc) partials (flash-decoding style split over the keys).
  *  3. Small host arrays (token ids, gather rows) go through a pinned ring copied with the
  *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
  *     synchronises first). The step's token table and RoPE's inv_freq have their own device
  *     buffers, re-uploaded only when they change.
  *  4. Decode steps of <= 64 tokens are recorded and replayed as CUDA graphs (see "CUDA
  *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
- *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off;
- *     =2: every kernel, each triggering its dependents first and waiting before it reads),
+ *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
  *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
  * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_MV_UNROLL=4|8|16,
@@ -126,7 +124,6 @@ struct rp_cuda_ctx {
     int n_tok, tok_cap, max_pos;
     int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
     int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
-    int attn_dec;           /* the thread-per-key decode attention (RAPID_CUDA_ATTN=1: on) */
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
     rp_cuda_kv kv;               /* the step's pool */
@@ -149,7 +146,6 @@ struct rp_cuda_ctx {
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
                       * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
-    int pdl_all; /* and for every other kernel too (RAPID_CUDA_PDL=2) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
     int32_t *ids_host, *ids_dev; /* argmax results */
@@ -396,7 +392,6 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *pd = getenv("RAPID_CUDA_PDL");
     c->pdl = !(pd && strcmp(pd, "0") == 0);
-    c->pdl_all = pd && strcmp(pd, "2") == 0;
     const char *tv = getenv("RAPID_CUDA_TC");
     c->tc_mt = 2, c->tc_u = 2; /* the fastest at 16 and 64 streams on the H200 (NOTES.md) */
     if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
@@ -421,10 +416,6 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
             return NULL;
         }
     }
-    /* 1: the thread-per-key decode attention kernel (slower than the chunked one at 600
-     * positions on the H200, NOTES.md; off by default) */
-    const char *ae = getenv("RAPID_CUDA_ATTN");
-    c->attn_dec = ae && strcmp(ae, "1") == 0;
     const char *fa = getenv("RAPID_CUDA_FLASH"); /* min step tokens for flash prefill, 0 off */
     c->fa_min = fa && *fa ? atoi(fa) : 65;
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
@@ -687,35 +678,16 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
-/* Lets the next kernel of the stream (when launched with PDL) start launching: every kernel
- * calls it first, so the next one's blocks are resident and waiting, or issuing their
- * weight loads, when this one drains. */
-__device__ __forceinline__ void pdl_trigger()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-/* The start of a kernel that reads nothing before its predecessor is done. */
-__device__ __forceinline__ void pdl_enter()
-{
-    pdl_trigger();
-    pdl_wait();
-}
-
 template <typename... P, typename... A>
-static void pdl_launch_s(int pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
-                         cudaStream_t s, A... args)
+static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
 {
     if (!pdl) {
-        k<<<grid, block, smem, s>>>(args...);
+        k<<<grid, block, 0, s>>>(args...);
         return;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -723,12 +695,6 @@ static void pdl_launch_s(int pdl, void (*k)(P...), dim3 grid, dim3 block, size_t
     cfg.attrs = at;
     cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, k, args...));
-}
-
-template <typename... P, typename... A>
-static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
-{
-    pdl_launch_s(pdl, k, grid, block, 0, s, args...);
 }
 
 /* ---- matmul: decode matvec --------------------------------------------------------------- */
@@ -767,7 +733,6 @@ template <int DT, int NT, int U>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_kernel(mv_set set, long cols, const float *__restrict__ x)
 {
-    pdl_trigger();
     const int EPV = wtype<DT>::EPV;
     long row = (long)blockIdx.x * MV_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -902,7 +867,6 @@ template <> __device__ __forceinline__ __half from_f32(float v) { return __float
 
 template <typename T> __global__ void round_kernel(const float *__restrict__ x, T *out, long n)
 {
-    pdl_trigger();
     pdl_wait(); /* (a no-op unless launched through pdl_launch) */
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
@@ -1140,7 +1104,6 @@ __device__ __forceinline__ void tc_step(float (*acc)[NT][4], const uint4 (*w)[2]
 template <int DT, int NT, int U, int MT>
 __global__ void __launch_bounds__(TC_WARPS * 32, MT == 1 ? 4 : 1) tc_gemm_kernel(tc_args a)
 {
-    pdl_trigger();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     long R = a.r0[3], cols = a.cols;
     const uint4 *wp[MT][2];
@@ -1253,7 +1216,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32, MT == 1 ? 4 : 1) tc_gemm_kernel
  * (a matrix's rows are a multiple of 16, so the 4 stay in one matrix). */
 __global__ void tc_reduce_kernel(tc_args a)
 {
-    pdl_trigger();
     pdl_wait(); /* launched early (PDL): its ramp hides under the GEMM's tail */
     long R = a.r0[3], q = (long)blockIdx.x * blockDim.x + threadIdx.x, nq = R / 4 * a.n;
     if (q >= nq)
@@ -1383,7 +1345,6 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
 /* One block per row: the largest value, the lowest index among equals (as the CPU's loop). */
 __global__ void argmax_kernel(const float *__restrict__ x, long n, int vec, int32_t *out)
 {
-    pdl_enter();
     const float *r = x + (long)blockIdx.x * n;
     float best = -INFINITY;
     int bi = INT_MAX;
@@ -1438,7 +1399,7 @@ extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long 
     int vec = n % 4 == 0 && (uintptr_t)x % 16 == 0;
     int32_t *d = c->ids_dev, *h = c->ids_host;
     LAUNCH(c, {
-        pdl_launch_s(c->pdl_all, argmax_kernel, n_rows, 1024, 0, c->stream, x, n, vec, d);
+        argmax_kernel<<<n_rows, 1024, 0, c->stream>>>(x, n, vec, d);
         LAUNCHED();
         CK(cudaMemcpyAsync(h, d, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, c->stream));
     });
@@ -1468,9 +1429,9 @@ extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows,
         void *xh = grow(c, &c->xh, &c->xh_bytes, (size_t)ne * 2);
         int blocks = (int)((ne + 255) / 256 < 4096 ? (ne + 255) / 256 : 4096);
         if (dt == RP_CUDA_BF16)
-            pdl_launch_s(c->pdl_all, round_kernel<__nv_bfloat16>, blocks, 256, 0, c->stream, x, (__nv_bfloat16 *)xh, ne);
+            round_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(x, (__nv_bfloat16 *)xh, ne);
         else
-            pdl_launch_s(c->pdl_all, round_kernel<__half>, blocks, 256, 0, c->stream, x, (__half *)xh, ne);
+            round_kernel<__half><<<blocks, 256, 0, c->stream>>>(x, (__half *)xh, ne);
         LAUNCHED();
         gemm(c, dt, w, rows, cols, xh, n, y);
         return;
@@ -1559,7 +1520,6 @@ __device__ float block_max(float v, float *red)
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                int add_one)
 {
-    pdl_enter();
     __shared__ float red[32];
     const float *xr = x + (long)blockIdx.x * dim;
     float *orow = out + (long)blockIdx.x * dim;
@@ -1580,7 +1540,6 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
 __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                 int add_one)
 {
-    pdl_enter();
     __shared__ float red[32];
     const float4 *xr = (const float4 *)(x + (long)blockIdx.x * dim);
     float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
@@ -1609,7 +1568,6 @@ __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int 
 __global__ void add_rmsnorm4_kernel(float *out, float *x, const float *a, const float *w, int dim,
                                     float eps, int add_one)
 {
-    pdl_enter();
     __shared__ float red[32];
     float4 *xr = (float4 *)(x + (long)blockIdx.x * dim);
     const float4 *ar = (const float4 *)(a + (long)blockIdx.x * dim);
@@ -1653,7 +1611,7 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
         const float *a = pd->x;
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            pdl_launch_s(c->pdl_all, add_rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, xy, a, w, dim, eps,
+            add_rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, xy, a, w, dim, eps,
                                                                    add_one);
             LAUNCHED();
         });
@@ -1663,13 +1621,13 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
     if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            pdl_launch_s(c->pdl_all, rmsnorm4_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
+            rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
             LAUNCHED();
         });
     } else {
         int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
         LAUNCH(c, {
-            pdl_launch_s(c->pdl_all, rmsnorm_kernel, n_rows, threads, 0, c->stream, out, x, w, dim, eps, add_one);
+            rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
             LAUNCHED();
         });
     }
@@ -1681,7 +1639,6 @@ __global__ void rope_kernel(float *x1, int h1, float *x2, int h2, int head_dim, 
                             const rp_cuda_tok *toks, const int32_t *pos, const float *inv,
                             float attn_factor, int neox)
 {
-    pdl_enter();
     int t = blockIdx.x;
     int p = pos ? pos[t] : toks[t].pos;
     for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < (h1 + h2) * half;
@@ -1706,7 +1663,7 @@ static void rope_launch(rp_cuda_ctx *c, float *x1, int h1, float *x2, int h2, in
     const rp_cuda_tok *td = c->tok_dev;
     const float *inv = c->inv_dev;
     LAUNCH(c, {
-        pdl_launch_s(c->pdl_all, rope_kernel, dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream, 
+        rope_kernel<<<dim3((unsigned)n_tok, (unsigned)per_tok), threads, 0, c->stream>>>(
             x1, h1, x2, h2, head_dim, half, td, pos_dev, inv, attn_factor, neox);
         LAUNCHED();
     });
@@ -1767,7 +1724,6 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
 {
-    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -1775,7 +1731,6 @@ __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long
 
 __global__ void add_kernel(float *y, const float *x, long n)
 {
-    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         y[i] += x[i];
@@ -1783,7 +1738,6 @@ __global__ void add_kernel(float *y, const float *x, long n)
 
 __global__ void add_bias_kernel(float *y, const float *b, int dim, long n)
 {
-    pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         y[i] += b[i % dim];
@@ -1801,7 +1755,7 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
     prof_scope ps(c, P_ELEM);
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl_all, silu_mul_kernel, nb, 256, 0, c->stream, out, g, u, n);
+        silu_mul_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n);
         LAUNCHED();
     });
 }
@@ -1810,7 +1764,7 @@ static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 {
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl_all, add_kernel, nb, 256, 0, c->stream, y, x, n);
+        add_kernel<<<nb, 256, 0, c->stream>>>(y, x, n);
         LAUNCHED();
     });
 }
@@ -1853,7 +1807,7 @@ extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n
     long n = (long)n_tok * dim;
     int nb = ew_blocks(c, n);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl_all, add_bias_kernel, nb, 256, 0, c->stream, y, b, dim, n);
+        add_bias_kernel<<<nb, 256, 0, c->stream>>>(y, b, dim, n);
         LAUNCHED();
     });
 }
@@ -1861,7 +1815,6 @@ extern "C" void rp_cuda_add_bias(rp_cuda_ctx *c, float *y, const float *b, int n
 template <int DT>
 __global__ void embed_kernel(const void *table, long cols, const int32_t *ids, float *x)
 {
-    pdl_enter();
     long row = ids[blockIdx.x];
     for (long i = threadIdx.x; i < cols; i += blockDim.x)
         x[(long)blockIdx.x * cols + i] = wtype<DT>::one(table, row * cols + i);
@@ -1874,18 +1827,17 @@ extern "C" void rp_cuda_embed(rp_cuda_ctx *c, int dt, const void *table, long co
     const int32_t *d = (const int32_t *)stage(c, ids, sizeof(int32_t) * n);
     LAUNCH(c, {
         if (dt == RP_CUDA_BF16)
-            pdl_launch_s(c->pdl_all, embed_kernel<RP_CUDA_BF16>, n, 256, 0, c->stream, table, cols, d, x);
+            embed_kernel<RP_CUDA_BF16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
         else if (dt == RP_CUDA_F16)
-            pdl_launch_s(c->pdl_all, embed_kernel<RP_CUDA_F16>, n, 256, 0, c->stream, table, cols, d, x);
+            embed_kernel<RP_CUDA_F16><<<n, 256, 0, c->stream>>>(table, cols, d, x);
         else
-            pdl_launch_s(c->pdl_all, embed_kernel<RP_CUDA_F32>, n, 256, 0, c->stream, table, cols, d, x);
+            embed_kernel<RP_CUDA_F32><<<n, 256, 0, c->stream>>>(table, cols, d, x);
         LAUNCHED();
     });
 }
 
 __global__ void gather_kernel(float *dst, const float *src, const int32_t *rows, int dim)
 {
-    pdl_enter();
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         dst[(long)blockIdx.x * dim + i] = src[(long)rows[blockIdx.x] * dim + i];
 }
@@ -1897,7 +1849,7 @@ extern "C" void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src
     const int32_t *d = (const int32_t *)stage(c, rows, sizeof(int32_t) * n);
     float *tmp = (float *)grow(c, (void **)&c->part, &c->part_bytes, sizeof(float) * n * dim);
     LAUNCH(c, {
-        pdl_launch_s(c->pdl_all, gather_kernel, n, 256, 0, c->stream, tmp, src, d, dim);
+        gather_kernel<<<n, 256, 0, c->stream>>>(tmp, src, d, dim);
         LAUNCHED();
         CK(cudaMemcpyAsync(dst, tmp, sizeof(float) * n * dim, cudaMemcpyDeviceToDevice,
                            c->stream));
@@ -1985,7 +1937,6 @@ __device__ __forceinline__ float *kv_row(const rp_cuda_kv &kv, const int32_t *tb
 __global__ void kv_store_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv,
                                 int layer, const float *k, const float *v, int kvd)
 {
-    pdl_enter();
     rp_cuda_tok d = toks[blockIdx.x];
     size_t off = (size_t)(d.pos % kv.block_tokens) * kvd;
     float *kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
@@ -2005,7 +1956,7 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
     const int32_t *tbl = c->tbl_dev;
     rp_cuda_kv kv = c->kv;
     LAUNCH(c, {
-        pdl_launch_s(c->pdl_all, kv_store_kernel, nt, 256, 0, c->stream, td, tbl, kv, layer, k, v, kvd);
+        kv_store_kernel<<<nt, 256, 0, c->stream>>>(td, tbl, kv, layer, k, v, kvd);
         LAUNCHED();
     });
 }
@@ -2040,7 +1991,6 @@ __global__ void __launch_bounds__(FA_THREADS)
                          rp_cuda_kv kv, int layer, const float *q, float *out, int H, int KVH,
                          float qscale, int window)
 {
-    pdl_enter();
     constexpr int KP = D + 8; /* row stride in bf16: 16 bytes of pad, conflict-free fragments */
     __shared__ __align__(16) __nv_bfloat16 ks[FA_BK * KP];
     __shared__ __align__(16) __nv_bfloat16 vs[FA_BK * KP];
@@ -2190,10 +2140,10 @@ static void flash_launch(rp_cuda_ctx *c, int layer, const float *q, float *out, 
     float qs = scale * 1.4426950408889634f;
     LAUNCH(c, {
         if (D == 128)
-            pdl_launch_s(c->pdl_all, flash_prefill_kernel<128>, grid, FA_THREADS, 0, c->stream, 
+            flash_prefill_kernel<128><<<grid, FA_THREADS, 0, c->stream>>>(
                 tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
         else
-            pdl_launch_s(c->pdl_all, flash_prefill_kernel<64>, grid, FA_THREADS, 0, c->stream, 
+            flash_prefill_kernel<64><<<grid, FA_THREADS, 0, c->stream>>>(
                 tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
         LAUNCHED();
     });
@@ -2207,7 +2157,6 @@ __global__ void __launch_bounds__(ACH)
                       const float *q, int H, int KVH, int D, float scale, int window,
                       int n_chunks, int kc, float *part)
 {
-    pdl_enter();
     extern __shared__ float sm[];
     float *qs = sm;             /* G * D */
     float *ps = qs + G * D;     /* G * ACH */
@@ -2302,161 +2251,27 @@ __global__ void __launch_bounds__(ACH)
         }
 }
 
-/* Block (head group hg, token t, chunk ch) of DC_KEYS keys, for steps of a few tokens
- * (decode): every thread scores one key for the G heads of the group (its K row read as
- * D/4 independent 16-byte loads, q from shared memory), one warp per head takes the chunk's
- * softmax (warp shuffles, no block-wide reductions), then each warp sums V over a quarter of
- * the keys (lanes across the head dimension) and the four partial sums meet in shared
- * memory. Writes the same (max, sum, acc[D]) partials as attn_chunk_kernel. */
-enum { DC_KEYS = 128 };
-template <int G, int D>
-__global__ void __launch_bounds__(DC_KEYS)
-    attn_dec_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv, int layer,
-                    const float *q, int H, int KVH, float scale, int window, int n_chunks,
-                    float *part)
-{
-    pdl_enter();
-    constexpr int VPL = D / 32; /* V floats per lane */
-    __shared__ __align__(16) float qs[G * D];
-    __shared__ float ps[G][DC_KEYS];
-    __shared__ float ml[G][2];
-    __shared__ __align__(16) float red[4][G * D];
-    int hg = blockIdx.x, t = blockIdx.y, ch = blockIdx.z, tid = threadIdx.x;
-    int lane = tid & 31, warp = tid >> 5;
-    int h0 = hg * G, kvh = h0 / (H / KVH);
-    rp_cuda_tok d = toks[t];
-    int pos = d.pos, j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    size_t kvd = (size_t)KVH * D;
-    int jb = j0 + ch * DC_KEYS, je = min(jb + DC_KEYS, pos + 1), nk = je - jb;
-    size_t pstride = (size_t)D + 2;
-    for (int i = tid; i < G * D / 4; i += DC_KEYS)
-        ((float4 *)qs)[i] = ((const float4 *)(q + ((size_t)t * H + h0) * D))[i];
-    if (nk <= 0) {
-        for (int g = 0; g < G; g++) {
-            float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
-            for (int i = tid; i < D + 2; i += DC_KEYS)
-                pp[i] = i == 0 ? -INFINITY : 0.0f;
-        }
-        return;
-    }
-    __syncthreads();
-    if (tid < nk) {
-        int p = jb + tid;
-        const float4 *kr = (const float4 *)(kv_row(kv, tbl, d, layer, 0, p) +
-                                            (size_t)(p % kv.block_tokens) * kvd + (size_t)kvh * D);
-        float s[G];
-#pragma unroll
-        for (int g = 0; g < G; g++)
-            s[g] = 0.0f;
-#pragma unroll 8
-        for (int i = 0; i < D / 4; i++) {
-            float4 k4 = kr[i];
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float4 q4 = ((const float4 *)(qs + g * D))[i];
-                s[g] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < G; g++)
-            ps[g][tid] = s[g] * scale;
-    } else {
-#pragma unroll
-        for (int g = 0; g < G; g++)
-            ps[g][tid] = -INFINITY;
-    }
-    __syncthreads();
-    for (int g = warp; g < G; g += DC_KEYS / 32) {
-        float m = -INFINITY;
-#pragma unroll
-        for (int j = lane; j < DC_KEYS; j += 32)
-            m = fmaxf(m, ps[g][j]);
-        m = warp_max(m);
-        float l = 0.0f;
-#pragma unroll
-        for (int j = lane; j < DC_KEYS; j += 32) {
-            float e = j < nk ? expf(ps[g][j] - m) : 0.0f;
-            ps[g][j] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0)
-            ml[g][0] = m, ml[g][1] = l;
-    }
-    __syncthreads();
-    float acc[G][VPL];
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-        for (int e = 0; e < VPL; e++)
-            acc[g][e] = 0.0f;
-    int q4 = DC_KEYS / 4, ja = warp * q4, jz = min(ja + q4, nk);
-#pragma unroll 4
-    for (int j = ja; j < jz; j++) {
-        int p = jb + j;
-        const float *vr = kv_row(kv, tbl, d, layer, 1, p) + (size_t)(p % kv.block_tokens) * kvd +
-                          (size_t)kvh * D + lane * VPL;
-        float v[VPL];
-        if constexpr (VPL == 4) {
-            float4 v4 = *(const float4 *)vr;
-            v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
-        } else {
-            float2 v2 = *(const float2 *)vr;
-            v[0] = v2.x, v[1] = v2.y;
-        }
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float pg = ps[g][j];
-#pragma unroll
-            for (int e = 0; e < VPL; e++)
-                acc[g][e] = fmaf(pg, v[e], acc[g][e]);
-        }
-    }
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-        for (int e = 0; e < VPL; e++)
-            red[warp][g * D + lane * VPL + e] = acc[g][e];
-    __syncthreads();
-    for (int i = tid; i < G * D; i += DC_KEYS) {
-        int g = i / D, e = i % D;
-        float s = red[0][i] + red[1][i] + red[2][i] + red[3][i];
-        float *pp = part + (((size_t)t * H + h0 + g) * n_chunks + ch) * pstride;
-        pp[2 + e] = s;
-        if (e == 0)
-            pp[0] = ml[g][0], pp[1] = ml[g][1];
-    }
-}
-
-/* out = the chunks' partials merged: each chunk's (max, sum) weight computed once into
- * shared memory (blockDim threads in parallel), then every dimension's sum over the chunks
- * with independent loads. */
 __global__ void attn_merge_kernel(const float *part, float *out, int H, int D, int n_chunks)
 {
-    pdl_enter();
-    extern __shared__ float w[]; /* n_chunks */
-    __shared__ float red[32];
-    int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+    int h = blockIdx.x, t = blockIdx.y;
     size_t pstride = (size_t)D + 2;
     const float *pp = part + ((size_t)t * H + h) * n_chunks * pstride;
     float M = -INFINITY;
-    for (int c = tid; c < n_chunks; c += blockDim.x)
+    for (int c = 0; c < n_chunks; c++)
         M = fmaxf(M, pp[c * pstride]);
-    M = block_max(M, red);
     float L = 0.0f;
-    for (int c = tid; c < n_chunks; c += blockDim.x) {
+    for (int c = 0; c < n_chunks; c++) {
         float m = pp[c * pstride];
-        float e = m == -INFINITY ? 0.0f : expf(m - M);
-        w[c] = e;
-        L += e * pp[c * pstride + 1];
+        L += m == -INFINITY ? 0.0f : expf(m - M) * pp[c * pstride + 1];
     }
-    L = block_sum(L, red); /* synchronises: w is complete */
     float inv = 1.0f / L;
-    for (int i = tid; i < D; i += blockDim.x) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
         float acc = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < n_chunks; c++)
-            acc += w[c] * pp[c * pstride + 2 + i];
+        for (int c = 0; c < n_chunks; c++) {
+            float m = pp[c * pstride];
+            if (m != -INFINITY)
+                acc += expf(m - M) * pp[c * pstride + 2 + i];
+        }
         out[((size_t)t * H + h) * D + i] = acc * inv;
     }
 }
@@ -2479,11 +2294,6 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     /* keys per chunk: 128 (one per thread) when that gives the GPU enough blocks, else 32
      * (decode of a few sequences: more, shorter chunks, so the V loop is 4x shorter) */
     int kc = (long)c->n_tok * (H / G) * ((span + ACH - 1) / ACH) >= 2L * c->sms ? ACH : 32;
-    /* the thread-per-key decode kernel (RAPID_CUDA_ATTN=1) */
-    int dec = c->attn_dec && (D == 64 || D == 128) && c->kv.block_floats % 4 == 0 &&
-              c->kv.half_floats % 4 == 0;
-    if (dec)
-        kc = DC_KEYS;
     int n_chunks = (span + kc - 1) / kc;
     size_t need = sizeof(float) * (size_t)c->n_tok * H * n_chunks * (D + 2);
     float *part = (float *)grow(c, (void **)&c->part, &c->part_bytes, need);
@@ -2493,49 +2303,27 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     const int32_t *tbl = c->tbl_dev;
     rp_cuda_kv kv = c->kv;
     int nt = c->n_tok;
-    size_t msmem = sizeof(float) * (size_t)n_chunks;
-    /* whole warps (the merge reduces over the block), one thread per dimension up to 256 */
-    int mthreads = D < 32 ? 32 : D < 256 ? (D + 31) / 32 * 32 : 256;
-    if (dec) {
-        LAUNCH(c, {
-            switch (G * 1000 + D) {
-            case 8128: pdl_launch_s(c->pdl_all, attn_dec_kernel<8, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 4128: pdl_launch_s(c->pdl_all, attn_dec_kernel<4, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 2128: pdl_launch_s(c->pdl_all, attn_dec_kernel<2, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 1128: pdl_launch_s(c->pdl_all, attn_dec_kernel<1, 128>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 8064: pdl_launch_s(c->pdl_all, attn_dec_kernel<8, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 4064: pdl_launch_s(c->pdl_all, attn_dec_kernel<4, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            case 2064: pdl_launch_s(c->pdl_all, attn_dec_kernel<2, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            default: pdl_launch_s(c->pdl_all, attn_dec_kernel<1, 64>, grid, DC_KEYS, 0, c->stream, td, tbl, kv, layer, q, H, KVH, scale, window, n_chunks, part); break;
-            }
-            LAUNCHED();
-            pdl_launch_s(c->pdl_all, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), mthreads, msmem, c->stream, 
-                part, out, H, D, n_chunks);
-            LAUNCHED();
-        });
-        return;
-    }
     LAUNCH(c, {
         switch (G) {
         case 8:
-            pdl_launch_s(c->pdl_all, attn_chunk_kernel<8>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<8><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 4:
-            pdl_launch_s(c->pdl_all, attn_chunk_kernel<4>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<4><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         case 2:
-            pdl_launch_s(c->pdl_all, attn_chunk_kernel<2>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<2><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         default:
-            pdl_launch_s(c->pdl_all, attn_chunk_kernel<1>, grid, ACH, smem, c->stream, td, tbl, kv, layer, q, H, KVH, D, scale,
+            attn_chunk_kernel<1><<<grid, ACH, smem, c->stream>>>(td, tbl, kv, layer, q, H, KVH, D, scale,
                                                                  window, n_chunks, kc, part);
             break;
         }
         LAUNCHED();
-        pdl_launch_s(c->pdl_all, attn_merge_kernel, dim3((unsigned)H, (unsigned)nt), mthreads, msmem, c->stream, 
+        attn_merge_kernel<<<dim3((unsigned)H, (unsigned)nt), D < 256 ? D : 256, 0, c->stream>>>(
             part, out, H, D, n_chunks);
         LAUNCHED();
     });
