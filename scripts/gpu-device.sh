@@ -8,6 +8,8 @@
 #            (with profile) a 4-bit profile (RAPID_CUDA_PROFILE=2, 1 and 64 streams)
 #   variants4 the MLX 4-bit kernels' knob (RAPID_CUDA_QMM=MT,F): their checks, then pp512 and
 #            64 streams on the 4-bit checkpoint in each (after bench4 made it); ncu of them
+#   ab       pp512 / tg128 / 1 and 64 streams with one knob changed each (RAPID_CUDA_FLASH=0,
+#            RAPID_CUDA_PDL=0)
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
@@ -16,8 +18,8 @@
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
 #            (plain and streaming) either way
-# usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [profile]
-#        [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
+# usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [ab]
+#        [variants] [ncu] [profile] [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
 set -uo pipefail
 B=$(cd "$1" && pwd)
 shift
@@ -87,6 +89,14 @@ if [[ $what == *" variants4 "* ]]; then
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
     "$B/bin/rapid_gpu_check" qkernels >"$out/ncu4.csv" 2>"$out/ncu4.err"
   echo "ncu rc $? ($(wc -l <"$out/ncu4.csv") lines)"
+fi
+if [[ $what == *" ab "* ]]; then
+  echo "== ab (one knob changed each: pp512 / tg128 / 1 and 64 streams) =="
+  for v in RAPID_CUDA_FLASH=0 RAPID_CUDA_PDL=0; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 512 --gen 128 --streams 1,64 2>&1 | grep -E "^prefill|^decode |^streams" |
+      sed "s/^/$v: /" | tee -a "$out/ab.log"
+  done
 fi
 if [[ $what == *" variants "* ]]; then
   echo "== variants =="

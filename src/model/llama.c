@@ -42,10 +42,10 @@ typedef struct llama {
     const rp_tensor *embed, *final_norm, *lm_head;
     rp_blk_weights weights; /* the backend's copies the layer pointers point into */
     rp_rope rope;
-    /* activations for RP_MAX_CHUNK tokens (backend buffers) */
+    /* activations for m->eval_chunk tokens (backend buffers) */
     float *x, *h, *q, *k, *v, *att, *gate, *up;
-    float *logits; /* RP_MAX_CHUNK rows, only when buffers are not host memory */
-    int32_t pos[RP_MAX_CHUNK];
+    float *logits; /* eval_chunk rows, only when buffers are not host memory */
+    int32_t pos[RP_MAX_EVAL_CHUNK];
 } llama;
 
 static rp_status bind_layer(rp_model *m, int i, layer *L, rp_err *err)
@@ -200,7 +200,9 @@ static rp_status llama_init(rp_model *m, rp_err *err)
         return rc;
     if ((rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;
-    size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
+    /* on the GPU, steps of up to RP_MAX_EVAL_CHUNK tokens (prompt chunks, engine batches) */
+    m->eval_chunk = rp_backend_is_cuda(m->be) ? RP_MAX_EVAL_CHUNK : RP_MAX_CHUNK;
+    size_t n = (size_t)m->eval_chunk, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
     s->x = rp_blk_act(m, n * c->dim);
     s->h = rp_blk_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
@@ -308,7 +310,7 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
     llama *s = m->arch_state;
     rp_model_config *c = &m->cfg;
     int n = b->n_tok, max_len = 0, n_seqs = 0;
-    rp_step_seq seqs[RP_MAX_CHUNK];
+    rp_step_seq seqs[RP_MAX_EVAL_CHUNK];
     for (int t = 0; t < n; t++) {
         int first = !(t > 0 && b->kv[t - 1] == b->kv[t]);
         s->pos[t] = first ? b->kv[t]->len : s->pos[t - 1] + 1;
@@ -331,7 +333,7 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
         if (t + 1 == n || b->kv[t + 1] != b->kv[t])
             b->kv[t]->len = s->pos[t] + 1;
     int n_rows = 0;
-    int32_t rows[RP_MAX_CHUNK];
+    int32_t rows[RP_MAX_EVAL_CHUNK];
     for (int t = 0; t < n && logits; t++) /* gather the rows asked for */
         if (b->want_logits[t])
             rows[n_rows++] = t;
@@ -347,8 +349,8 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
 static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                                int n_logits, rp_err *err)
 {
-    rp_kv *kvs[RP_MAX_CHUNK];
-    uint8_t want[RP_MAX_CHUNK];
+    rp_kv *kvs[RP_MAX_EVAL_CHUNK];
+    uint8_t want[RP_MAX_EVAL_CHUNK];
     for (int t = 0; t < n; t++) {
         kvs[t] = kv;
         want[t] = 0;

@@ -215,8 +215,9 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
     if (rc)
         return rc;
     size_t vocab = (size_t)m->info.vocab_size;
+    int max_chunk = rp_model_max_batch(m);
     for (int done = 0; done < n;) {
-        int chunk = n - done < RP_MAX_CHUNK ? n - done : RP_MAX_CHUNK;
+        int chunk = n - done < max_chunk ? n - done : max_chunk;
         int last_chunk = done + chunk == n;
         float *dst = NULL;
         int n_logits = 0;
@@ -237,13 +238,16 @@ rp_status rp_model_eval(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float
     return RP_OK;
 }
 
-int rp_model_max_batch(const rp_model *m) { return RP_MAX_CHUNK; }
+int rp_model_max_batch(const rp_model *m)
+{
+    return m->eval_chunk > 0 ? m->eval_chunk : RP_MAX_CHUNK;
+}
 
 static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
 {
-    if (b->n_tok <= 0 || b->n_tok > RP_MAX_CHUNK)
+    if (b->n_tok <= 0 || b->n_tok > rp_model_max_batch(m))
         return rp_err_set(err, RP_ERR_INVALID, "batch of %d tokens (1..%d)", b->n_tok,
-                          RP_MAX_CHUNK);
+                          rp_model_max_batch(m));
     for (int i = 0; i < b->n_tok; i++) {
         if (b->ids[i] < 0 || b->ids[i] >= m->info.vocab_size)
             return rp_err_set(err, RP_ERR_INVALID, "token id %d is outside the vocabulary (%d)",

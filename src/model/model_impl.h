@@ -14,16 +14,20 @@
 
 /* Tokens per forward call; longer prompts are evaluated in chunks of this size. */
 #define RP_MAX_CHUNK 128
+/* A recipe may take larger forward steps (rp_model_eval's prompt chunks and the engine's
+ * batches, rp_model_max_batch) by setting rp_model.eval_chunk at init, up to this: the llama
+ * recipe on the CUDA backend, whose GEMMs run compute-bound only well past 128 tokens. */
+#define RP_MAX_EVAL_CHUNK 512
 
 typedef struct rp_arch {
     const char *name; /* "llama" */
     int gpu; /* 1: written only in backend ops, so it runs on the CUDA backend too */
     rp_status (*init)(rp_model *m, rp_err *err);
     void (*deinit)(rp_model *m);
-    /* Forward for n <= RP_MAX_CHUNK tokens; logits rows for the last n_logits tokens. */
+    /* Forward for n <= rp_model_max_batch tokens; logits rows for the last n_logits tokens. */
     rp_status (*forward)(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
                          int n_logits, rp_err *err);
-    /* (optional) One step over several sequences (see rp_batch); n_tok <= RP_MAX_CHUNK.
+    /* (optional) One step over several sequences (see rp_batch); n_tok <= rp_model_max_batch.
      * Without it, rp_model_eval_batch runs the sequences one by one through forward. */
     rp_status (*forward_batch)(rp_model *m, const rp_batch *b, float *logits, rp_err *err);
     /* KV bytes per position per layer is arch-specific (hybrids keep states instead). */
@@ -43,6 +47,7 @@ struct rp_model {
     /* KV geometry, learnt at load from a probe call of arch->kv_init (kv->probe set) */
     int n_kv_layers; /* layers with attention: the cache layers of a block */
     int *kv_layer;   /* [n_layers]: cache layer of each layer, -1 for none */
+    int eval_chunk;  /* tokens per forward step, <= RP_MAX_EVAL_CHUNK (0: RP_MAX_CHUNK) */
 };
 
 typedef struct rp_kv_pool rp_kv_pool;

@@ -15,6 +15,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -320,6 +321,209 @@ static void argmax_check(rp_backend *be)
     rp_free(x);
 }
 
+/* ---- attention over the paged KV pool (the flash prefill kernel and the chunked one) ---- */
+
+typedef struct attn_seq {
+    int cached, n_new; /* positions 0..cached-1 stored by an earlier step, then n_new */
+} attn_seq;
+
+/* Uploads n floats as a 2-D f32 "weight" (device memory freed with the backend). */
+static float *upload_f32(rp_backend *be, const float *x, long rows, long cols)
+{
+    rp_tensor t = {.dtype = RP_DT_F32, .n_dims = 2, .shape = {rows, cols}, .data = x,
+                   .n_bytes = sizeof(float) * (size_t)rows * cols}, td;
+    rp_err err = {0};
+    return rp_backend_weight(be, &t, &td, &err) == RP_OK ? (float *)(uintptr_t)td.data : NULL;
+}
+
+static float bf16r(float x) { return rp_bf16_to_f32(rp_f32_to_bf16(x)); }
+
+/* One step over the sequences of ss (every sequence's n_new tokens; their first `cached`
+ * positions stored by a step before), on cache layer 1 of 2 of a pool whose blocks are
+ * handed out in a scrambled order, against a double-precision host reference: on the
+ * inputs as they are (tol_f32, for the f32 kernel), or with q * scale * log2(e), K and V
+ * rounded to bf16 as the flash kernel does (tol_bf16). Returns the worst error. */
+static double attn_run(rp_backend *be, const attn_seq *ss, int n_seqs, int H, int KVH, int D,
+                       int window, int rounded)
+{
+    enum { BT = 16, LAYERS = 2, LAYER = 1 };
+    int kvd = KVH * D, n_tok = 0, n_old = 0, n_blk = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        n_tok += ss[s].n_new;
+        n_old += ss[s].cached;
+        n_blk += (ss[s].cached + ss[s].n_new + BT - 1) / BT;
+    }
+    int n_all = n_tok + n_old;
+    /* K/V of every position of every sequence: rows [seq base + pos] */
+    float *k = rp_alloc(sizeof(float) * (size_t)n_all * kvd),
+          *v = rp_alloc(sizeof(float) * (size_t)n_all * kvd),
+          *q = rp_alloc(sizeof(float) * (size_t)n_tok * H * D),
+          *got = rp_alloc(sizeof(float) * (size_t)n_tok * H * D);
+    float *kold = rp_alloc(sizeof(float) * (size_t)(n_old + 1) * kvd),
+          *vold = rp_alloc(sizeof(float) * (size_t)(n_old + 1) * kvd),
+          *knew = rp_alloc(sizeof(float) * (size_t)n_tok * kvd),
+          *vnew = rp_alloc(sizeof(float) * (size_t)n_tok * kvd);
+    int32_t *blocks = rp_alloc(sizeof(int32_t) * (size_t)n_blk);
+    for (long i = 0; i < (long)n_all * kvd; i++) {
+        k[i] = frand();
+        v[i] = frand();
+    }
+    for (long i = 0; i < (long)n_tok * H * D; i++)
+        q[i] = frand();
+    for (int b = 0; b < n_blk; b++) /* a permutation of 0..n_blk-1 */
+        blocks[b] = (int32_t)(((long)b * 7 + 3) % n_blk);
+    if (n_blk % 7 == 0)
+        for (int b = 0; b < n_blk; b++)
+            blocks[b] = n_blk - 1 - b;
+    rp_step_seq st_old[8], st_new[8];
+    int n_so = 0, to = 0, tn = 0, boff = 0, base = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int nb = (ss[s].cached + ss[s].n_new + BT - 1) / BT;
+        for (int i = 0; i < ss[s].cached; i++) {
+            memcpy(kold + (size_t)(to + i) * kvd, k + (size_t)(base + i) * kvd, sizeof(float) * kvd);
+            memcpy(vold + (size_t)(to + i) * kvd, v + (size_t)(base + i) * kvd, sizeof(float) * kvd);
+        }
+        for (int i = 0; i < ss[s].n_new; i++) {
+            size_t src = (size_t)(base + ss[s].cached + i) * kvd;
+            memcpy(knew + (size_t)(tn + i) * kvd, k + src, sizeof(float) * kvd);
+            memcpy(vnew + (size_t)(tn + i) * kvd, v + src, sizeof(float) * kvd);
+        }
+        if (ss[s].cached)
+            st_old[n_so++] = (rp_step_seq){.blocks = blocks + boff, .n_blocks = nb, .t0 = to,
+                                           .n_tok = ss[s].cached, .pos0 = 0};
+        st_new[s] = (rp_step_seq){.blocks = blocks + boff, .n_blocks = nb, .t0 = tn,
+                                  .n_tok = ss[s].n_new, .pos0 = ss[s].cached};
+        to += ss[s].cached;
+        tn += ss[s].n_new;
+        boff += nb;
+        base += ss[s].cached + ss[s].n_new;
+    }
+    size_t half = (size_t)BT * kvd * sizeof(float);
+    rp_kv_layout L = {.dtype = RP_KV_F32, .block_tokens = BT, .n_layers = LAYERS,
+                      .n_kv_heads = KVH, .head_dim = D, .row_bytes = sizeof(float) * D,
+                      .half_bytes = half, .block_bytes = 2 * LAYERS * half};
+    L.base = rp_backend_buf_alloc(be, L.block_bytes * (size_t)n_blk, 0);
+    float *qd = upload_f32(be, q, n_tok, (long)H * D), *kn = upload_f32(be, knew, n_tok, kvd),
+          *vn = upload_f32(be, vnew, n_tok, kvd), *ko = upload_f32(be, kold, n_old + 1, kvd),
+          *vo = upload_f32(be, vold, n_old + 1, kvd);
+    float *od = rp_backend_buf_alloc(be, sizeof(float) * (size_t)n_tok * H * D, 0);
+    double worst = INFINITY;
+    if (L.base && qd && kn && vn && ko && vo && od) {
+        float scale = 1.0f / sqrtf((float)D);
+        if (n_so) {
+            rp_op_step_begin(be, &L, st_old, n_so);
+            rp_op_kv_store(be, LAYER, ko, vo, kvd);
+        }
+        rp_op_step_begin(be, &L, st_new, n_seqs);
+        rp_op_kv_store(be, LAYER, kn, vn, kvd);
+        rp_step_attn a = {.q = qd, .out = od, .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
+                          .scale = scale, .window = window};
+        rp_op_attention_step(be, LAYER, &a);
+        rp_backend_to_host(be, got, od, sizeof(float) * (size_t)n_tok * H * D);
+        worst = 0;
+        double *p = rp_alloc(sizeof(double) * (size_t)n_all), *o = rp_alloc(sizeof(double) * D);
+        const double l2e = 1.4426950408889634;
+        int t = 0;
+        base = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            for (int i = 0; i < ss[s].n_new; i++, t++) {
+                int pos = ss[s].cached + i, lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+                for (int h = 0; h < H; h++) {
+                    const float *qr = q + ((size_t)t * H + h) * D;
+                    int kh = h / (H / KVH);
+                    double mx = -INFINITY, l = 0;
+                    for (int j = lo; j <= pos; j++) {
+                        const float *kr = k + (size_t)(base + j) * kvd + (size_t)kh * D;
+                        double sc = 0;
+                        for (int e = 0; e < D; e++)
+                            sc += rounded ? (double)bf16r(qr[e] * scale * (float)l2e) * bf16r(kr[e])
+                                          : (double)qr[e] * kr[e] * scale * l2e;
+                        p[j] = sc;
+                        mx = sc > mx ? sc : mx;
+                    }
+                    for (int e = 0; e < D; e++)
+                        o[e] = 0;
+                    for (int j = lo; j <= pos; j++) {
+                        double w = exp2(p[j] - mx);
+                        l += w;
+                        const float *vr = v + (size_t)(base + j) * kvd + (size_t)kh * D;
+                        for (int e = 0; e < D; e++)
+                            o[e] += w * (rounded ? bf16r(vr[e]) : vr[e]);
+                    }
+                    for (int e = 0; e < D; e++) {
+                        double d = fabs(o[e] / l - got[((size_t)t * H + h) * D + e]);
+                        worst = d > worst || d != d ? (d != d ? INFINITY : d) : worst;
+                    }
+                }
+            }
+            base += ss[s].cached + ss[s].n_new;
+        }
+        rp_free(p);
+        rp_free(o);
+    }
+    rp_backend_buf_free(be, L.base);
+    rp_backend_buf_free(be, od);
+    rp_free(k);
+    rp_free(v);
+    rp_free(q);
+    rp_free(got);
+    rp_free(kold);
+    rp_free(vold);
+    rp_free(knew);
+    rp_free(vnew);
+    rp_free(blocks);
+    return worst;
+}
+
+static void attn_check(rp_backend *be, const char *kernel, const attn_seq *ss, int n_seqs, int H,
+                       int KVH, int D, int window, int rounded, double tol)
+{
+    char what[128];
+    int n = snprintf(what, sizeof what, "H%d/%d D%d%s", H, KVH, D, window ? " win" : "");
+    for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
+        n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
+    double d = attn_run(be, ss, n_seqs, H, KVH, D, window, rounded);
+    check(d <= tol, kernel, what, d, tol);
+}
+
+/* The flash prefill kernel (forced for every step size with RAPID_CUDA_FLASH=1) against the
+ * reference on bf16-rounded inputs, and the chunked f32 kernel (RAPID_CUDA_FLASH=0) on the
+ * same steps against the exact one (which also checks the harness). */
+static void attention_checks(void)
+{
+    rp_backend *fl = NULL, *ch = NULL;
+    rp_err err = {0};
+    setenv("RAPID_CUDA_FLASH", "1", 1);
+    rp_status rc = rp_backend_new_cuda(0, 0.2, &fl, &err);
+    setenv("RAPID_CUDA_FLASH", "0", 1);
+    if (!rc)
+        rc = rp_backend_new_cuda(0, 0.2, &ch, &err);
+    unsetenv("RAPID_CUDA_FLASH");
+    if (rc) {
+        printf("FAIL cuda backend: %s\n", err.msg);
+        g_fail++;
+        rp_backend_free(fl);
+        return;
+    }
+    const attn_seq one16[] = {{0, 16}}, one40[] = {{0, 40}}, one200[] = {{0, 200}},
+                   one512[] = {{0, 512}}, mixed[] = {{37, 100}, {0, 77}, {130, 1}, {5, 64}},
+                   tail[] = {{300, 45}};
+    const double tb = 3e-3, tf = 1e-4;
+    attn_check(fl, "flash attn", one16, 1, 32, 8, 128, 0, 1, tb);
+    attn_check(fl, "flash attn", one40, 1, 32, 8, 128, 0, 1, tb);
+    attn_check(fl, "flash attn", one200, 1, 32, 8, 128, 0, 1, tb);
+    attn_check(fl, "flash attn", one512, 1, 32, 8, 128, 0, 1, tb);
+    attn_check(fl, "flash attn", mixed, 4, 32, 8, 128, 0, 1, tb);
+    attn_check(fl, "flash attn", tail, 1, 32, 8, 128, 0, 1, tb);
+    attn_check(fl, "flash attn", one200, 1, 32, 8, 128, 50, 1, tb);
+    attn_check(fl, "flash attn", mixed, 4, 8, 2, 64, 0, 1, tb);
+    attn_check(fl, "flash attn", one200, 1, 4, 4, 64, 0, 1, tb);
+    attn_check(ch, "chunked attn", mixed, 4, 32, 8, 128, 0, 0, tf);
+    attn_check(ch, "chunked attn", one200, 1, 32, 8, 128, 50, 0, tf);
+    rp_backend_free(fl);
+    rp_backend_free(ch);
+}
+
 static void kernel_checks(int dense, int quant)
 {
     rp_backend *be = NULL;
@@ -348,6 +552,7 @@ static void kernel_checks(int dense, int quant)
     gemm_check(be, 1, head, 4096, 24);
     argmax_check(be);
     rp_backend_free(be);
+    attention_checks();
 }
 
 int main(int argc, char **argv)

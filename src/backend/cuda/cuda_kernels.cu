@@ -10,11 +10,13 @@
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
  *     back) are timed and the fastest is cached: for skinny batched-decode shapes the two
  *     differ several-fold.
- *  2. Attention: one block per (query token, group of query heads sharing a KV head, chunk
- *     of 32 or 128 keys); a warp scores one key at a time for every head of the group (one
- *     coalesced K row read per group), then threads sum V over the chunk per dimension; a second kernel merges the
- *     chunks' (max, sum, acc) partials (flash-decoding style split over the keys). The same
- *     kernels serve prefill, where every query token is its own row.
+ *  2. Attention: steps of at least 65 tokens (prefill chunks, big engine batches) go to the
+ *     flash kernel (see "flash prefill attention": tensor cores, bf16 Q/K/V/P;
+ *     RAPID_CUDA_FLASH=N sets the threshold, 0 turns it off). Smaller steps: one block per
+ *     (query token, group of query heads sharing a KV head, chunk of 32 or 128 keys); a warp
+ *     scores one key at a time for every head of the group (one coalesced K row read per
+ *     group), then threads sum V over the chunk per dimension; a second kernel merges the
+ *     chunks' (max, sum, acc) partials (flash-decoding style split over the keys).
  *  3. Small host arrays (token ids, gather rows) go through a pinned ring copied with the
  *     stream; the ring restarts after each synchronisation (to_host) or when full (then it
  *     synchronises first). The step's token table and RoPE's inv_freq have their own device
@@ -83,6 +85,8 @@ enum { RING_BYTES = 8 << 20, WS_BYTES = 32 << 20, N_ALGOS = 512, ACH = 128, MV_W
        EV_CAP = 8192 };
 /* the tensor-core skinny GEMM (see its section) */
 enum { TC_WARPS = 4, TC_MAXN = 64 };
+/* flash prefill attention: query tokens per tile, keys per step, threads per block */
+enum { FA_BQ = 64, FA_BK = 64, FA_THREADS = 128 };
 
 enum { PEND_NONE, PEND_ADD, PEND_ROPE };
 typedef struct pend_op {
@@ -119,6 +123,8 @@ struct rp_cuda_ctx {
     size_t part_bytes;
     rp_cuda_tok *tok_host, *tok_dev;
     int n_tok, tok_cap, max_pos;
+    int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
+    int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
     rp_cuda_kv kv;               /* the step's pool */
@@ -414,6 +420,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
             return NULL;
         }
     }
+    const char *fa = getenv("RAPID_CUDA_FLASH"); /* min step tokens for flash prefill, 0 off */
+    c->fa_min = fa && *fa ? atoi(fa) : 65;
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
     c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
     const char *qe = getenv("RAPID_CUDA_QMM");
@@ -483,6 +491,8 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     cudaFreeHost(c->tok_host);
     cudaFreeHost(c->pin);
     cudaFree(c->tok_dev);
+    cudaFreeHost(c->fa_host);
+    cudaFree(c->fa_dev);
     cudaFreeHost(c->tbl_host);
     cudaFree(c->tbl_dev);
     cudaFree(c->inv_dev);
@@ -1873,10 +1883,14 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, con
         CK(cudaStreamSynchronize(c->stream));
         cudaFreeHost(c->tok_host);
         cudaFree(c->tok_dev);
+        cudaFreeHost(c->fa_host);
+        cudaFree(c->fa_dev);
         rp_free(c->pos_host);
         c->tok_cap = n < 256 ? 256 : n;
         CK(cudaMallocHost((void **)&c->tok_host, sizeof(rp_cuda_tok) * c->tok_cap));
         CK(cudaMalloc((void **)&c->tok_dev, sizeof(rp_cuda_tok) * c->tok_cap));
+        CK(cudaMallocHost((void **)&c->fa_host, sizeof(int2) * c->tok_cap));
+        CK(cudaMalloc((void **)&c->fa_dev, sizeof(int2) * c->tok_cap));
         c->pos_host = (int32_t *)rp_alloc(sizeof(int32_t) * c->tok_cap);
         if (!c->pos_host) {
             fprintf(stderr, "cuda: out of host memory\n");
@@ -1906,6 +1920,19 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, con
     c->n_tok = n;
     CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
                        c->stream));
+    c->n_fa = 0;
+    if (c->fa_min > 0 && n >= c->fa_min) { /* runs of one sequence, cut every FA_BQ tokens */
+        for (int t = 0; t < n; t++) {
+            int2 *last = c->n_fa ? &c->fa_host[c->n_fa - 1] : NULL;
+            if (last && last->y < FA_BQ && toks[t].tbl == toks[t - 1].tbl &&
+                toks[t].pos == toks[t - 1].pos + 1)
+                last->y++;
+            else
+                c->fa_host[c->n_fa++] = make_int2(t, 1);
+        }
+        CK(cudaMemcpyAsync(c->fa_dev, c->fa_host, sizeof(int2) * c->n_fa, cudaMemcpyHostToDevice,
+                           c->stream));
+    }
     CK(cudaEventRecord(c->tok_ev, c->stream));
     c->rec = c->graphs && n <= TC_MAXN;
     c->rec_dirty = 0;
@@ -1942,6 +1969,194 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
     rp_cuda_kv kv = c->kv;
     LAUNCH(c, {
         kv_store_kernel<<<nt, 256, 0, c->stream>>>(td, tbl, kv, layer, k, v, kvd);
+        LAUNCHED();
+    });
+}
+
+/* ---- flash prefill attention ---------------------------------------------------------------
+ * Steps of many tokens (prefill chunks): the step's tokens are cut into tiles of up to
+ * FA_BQ consecutive tokens of one sequence at consecutive positions (rp_cuda_step builds
+ * the tile list). A block (tile, query head) keeps its 64 query rows in registers as bf16
+ * mma fragments (16 rows per warp, scale * log2(e) folded in) and walks the keys the tile
+ * can see in FA_BK-key tiles read through the block table: each f32 K/V row is rounded to
+ * bf16 into shared memory, S = Q K^T and O += P V run on the tensor cores (mma.sync
+ * m16n8k16, f32 accumulators), with the online softmax (running max and sum per row) in
+ * between; the causal / sliding-window mask is applied per element. V's B fragments come
+ * from row-major shared memory through ldmatrix.trans. */
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_prefill_kernel(const int2 *tiles, const rp_cuda_tok *toks, const int32_t *tbl,
+                         rp_cuda_kv kv, int layer, const float *q, float *out, int H, int KVH,
+                         float qscale, int window)
+{
+    constexpr int KP = D + 8; /* row stride in bf16: 16 bytes of pad, conflict-free fragments */
+    __shared__ __align__(16) __nv_bfloat16 ks[FA_BK * KP];
+    __shared__ __align__(16) __nv_bfloat16 vs[FA_BK * KP];
+    int2 tl = tiles[blockIdx.x]; /* (first token, tokens) */
+    int h = blockIdx.y, kvh = h / (H / KVH);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    rp_cuda_tok d0 = toks[tl.x];
+    int p0 = d0.pos, n = tl.y;
+    int jhi = p0 + n - 1; /* the last key any row of the tile sees */
+    int jlo = window > 0 && p0 - window + 1 > 0 ? p0 - window + 1 : 0;
+    size_t kvd = (size_t)KVH * D;
+    int r0 = warp * 16 + g, r1 = r0 + 8;
+    int pr0 = p0 + r0, pr1 = p0 + r1;
+    uint32_t qf[D / 16][4];
+    {
+        const float *q0 = q + ((size_t)(tl.x + min(r0, n - 1)) * H + h) * D;
+        const float *q1 = q + ((size_t)(tl.x + min(r1, n - 1)) * H + h) * D;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            int c0 = kk * 16 + 2 * tq;
+            float2 a = *(const float2 *)(q0 + c0), b = *(const float2 *)(q1 + c0);
+            float2 a8 = *(const float2 *)(q0 + c0 + 8), b8 = *(const float2 *)(q1 + c0 + 8);
+            qf[kk][0] = pack_bf16x2(a.x * qscale, a.y * qscale);
+            qf[kk][1] = pack_bf16x2(b.x * qscale, b.y * qscale);
+            qf[kk][2] = pack_bf16x2(a8.x * qscale, a8.y * qscale);
+            qf[kk][3] = pack_bf16x2(b8.x * qscale, b8.y * qscale);
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    /* the warp's rows see keys up to wmax and from wmin on */
+    int wmax = p0 + min(warp * 16 + 15, n - 1);
+    int wmin = window > 0 ? p0 + warp * 16 - window + 1 : 0;
+    for (int kb = jlo & ~15; kb <= jhi; kb += FA_BK) {
+        __syncthreads(); /* the previous tile's fragments are read */
+        for (int i = tid; i < FA_BK * (D / 4); i += FA_THREADS) {
+            int kr = i / (D / 4), c4 = (i % (D / 4)) * 4, j = kb + kr;
+            float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
+            if (j <= jhi) {
+                size_t off = (size_t)(j % kv.block_tokens) * kvd + (size_t)kvh * D + c4;
+                kx = *(const float4 *)(kv_row(kv, tbl, d0, layer, 0, j) + off);
+                vx = *(const float4 *)(kv_row(kv, tbl, d0, layer, 1, j) + off);
+            }
+            uint2 kp = make_uint2(pack_bf16x2(kx.x, kx.y), pack_bf16x2(kx.z, kx.w));
+            uint2 vp = make_uint2(pack_bf16x2(vx.x, vx.y), pack_bf16x2(vx.z, vx.w));
+            *(uint2 *)&ks[kr * KP + c4] = kp;
+            *(uint2 *)&vs[kr * KP + c4] = vp;
+        }
+        __syncthreads();
+        if (warp * 16 >= n || kb > wmax || kb + FA_BK - 1 < wmin)
+            continue; /* nothing of this tile is visible to the warp's rows */
+        float s[FA_BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            const __nv_bfloat16 *kr = ks + (nt * 8 + g) * KP + 2 * tq;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t b0 = *(const uint32_t *)(kr + kk * 16);
+                uint32_t b1 = *(const uint32_t *)(kr + kk * 16 + 8);
+                mma16816<RP_CUDA_BF16>(s[nt], qf[kk], b0, b1);
+            }
+        }
+        /* mask, running max */
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int j = kb + nt * 8 + 2 * tq + e;
+                int ok0 = j <= pr0 && j <= jhi && (window <= 0 || j > pr0 - window);
+                int ok1 = j <= pr1 && j <= jhi && (window <= 0 || j > pr1 - window);
+                s[nt][e] = ok0 ? s[nt][e] : -INFINITY;
+                s[nt][2 + e] = ok1 ? s[nt][2 + e] : -INFINITY;
+                mx0 = fmaxf(mx0, s[nt][e]);
+                mx1 = fmaxf(mx1, s[nt][2 + e]);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float u0 = mx0 == -INFINITY ? 0.0f : mx0, u1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float al0 = exp2f(m0 - u0), al1 = exp2f(m1 - u1);
+        m0 = mx0, m1 = mx1;
+        l0 *= al0, l1 *= al1;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= al0, o[i][1] *= al0;
+            o[i][2] *= al1, o[i][3] *= al1;
+        }
+        uint32_t pf[FA_BK / 16][4];
+#pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++) {
+            float a = exp2f(s[nt][0] - u0), b = exp2f(s[nt][1] - u0);
+            float c = exp2f(s[nt][2] - u1), e = exp2f(s[nt][3] - u1);
+            l0 += a + b, l1 += c + e;
+            pf[nt / 2][(nt & 1) * 2] = pack_bf16x2(a, b);
+            pf[nt / 2][(nt & 1) * 2 + 1] = pack_bf16x2(c, e);
+        }
+        /* O += P V: B fragments of 16 keys x 16 dims per ldmatrix.x4.trans */
+        int vrow = ((lane >> 3) & 1) * 8 + (lane & 7), vcol = (lane >> 4) * 8;
+#pragma unroll
+        for (int kk = 0; kk < FA_BK / 16; kk++)
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, vs + (kk * 16 + vrow) * KP + dp * 16 + vcol);
+                mma16816<RP_CUDA_BF16>(o[2 * dp], pf[kk], b[0], b[1]);
+                mma16816<RP_CUDA_BF16>(o[2 * dp + 1], pf[kk], b[2], b[3]);
+            }
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float i0 = 1.0f / l0, i1 = 1.0f / l1;
+    float *o0 = out + ((size_t)(tl.x + r0) * H + h) * D + 2 * tq;
+    float *o1 = out + ((size_t)(tl.x + r1) * H + h) * D + 2 * tq;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        if (r0 < n)
+            *(float2 *)(o0 + i * 8) = make_float2(o[i][0] * i0, o[i][1] * i0);
+        if (r1 < n)
+            *(float2 *)(o1 + i * 8) = make_float2(o[i][2] * i1, o[i][3] * i1);
+    }
+}
+
+/* Whether the flash kernel takes this step: enough tokens (RAPID_CUDA_FLASH=N, default 65,
+ * 0 off), a head size it is built for, KV rows 16-byte aligned. */
+static int flash_ok(const rp_cuda_ctx *c, int D)
+{
+    return c->fa_min > 0 && c->n_tok >= c->fa_min && c->n_fa > 0 && (D == 64 || D == 128) &&
+           c->kv.block_floats % 4 == 0 && c->kv.half_floats % 4 == 0;
+}
+
+static void flash_launch(rp_cuda_ctx *c, int layer, const float *q, float *out, int H, int KVH,
+                         int D, float scale, int window)
+{
+    dim3 grid((unsigned)c->n_fa, (unsigned)H);
+    const int2 *tiles = c->fa_dev;
+    const rp_cuda_tok *td = c->tok_dev;
+    const int32_t *tbl = c->tbl_dev;
+    rp_cuda_kv kv = c->kv;
+    float qs = scale * 1.4426950408889634f;
+    LAUNCH(c, {
+        if (D == 128)
+            flash_prefill_kernel<128><<<grid, FA_THREADS, 0, c->stream>>>(
+                tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
+        else
+            flash_prefill_kernel<64><<<grid, FA_THREADS, 0, c->stream>>>(
+                tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
         LAUNCHED();
     });
 }
@@ -2077,6 +2292,10 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
                                   int KVH, int D, float scale, int window)
 {
     prof_scope ps(c, P_ATTN);
+    if (flash_ok(c, D)) {
+        flash_launch(c, layer, q, out, H, KVH, D, scale, window);
+        return;
+    }
     int span = c->max_pos + 1;
     if (window > 0 && window < span)
         span = window;

@@ -75,7 +75,8 @@ void rp_cuda_embed(rp_cuda_ctx *c, int dtype, const void *table_dev, long cols,
 void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src, const int32_t *rows,
                          int n, int dim);
 /* The step's tokens, its sequences' block tables (n_tbl entries) and its pool (host arrays,
- * copied). */
+ * copied). Steps that attend through the flash kernel also get their tile list (runs of
+ * <= 64 consecutive positions of one sequence) here. */
 void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n_tok, const int32_t *tbl,
                   int n_tbl, const rp_cuda_kv *kv);
 void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v, int kv_dim);
