@@ -483,7 +483,7 @@ static void attn_check(rp_backend *be, const char *kernel, const attn_seq *ss, i
     for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
         n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
     double d = attn_run(be, ss, n_seqs, H, KVH, D, window, rounded);
-    check(d <= tol, kernel, what, d, tol);
+    gpu_check_report(d <= tol, kernel, what, d, tol);
 }
 
 /* The flash prefill kernel (forced for every step size with RAPID_CUDA_FLASH=1) against the
