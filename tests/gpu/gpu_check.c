@@ -9,7 +9,11 @@
  * checkpoint converted to bf16: GPU logits within BF16_GPU_TOL of the CPU's on the same
  * bf16 weights (the GPU's GEMM rounds activations to bf16, the CPU's kernels do not; decode
  * goes through the matvec, which keeps them f32, and is checked against transformers) and
- * within the CPU test's BF16_TOL of transformers' f32 logits. MLX 4/8-bit kernels and
+ * within the CPU test's BF16_TOL of transformers' f32 logits, or within what the CPU itself
+ * is from them on the same bf16 weights plus BF16_GPU_EXTRA when that is more: some
+ * fixtures amplify rounding (Gemma's zero-centred norms and sqrt(hidden) embedding scale:
+ * the CPU's bf16 logits are 0.36 from transformers there). That CPU distance over BF16_TOL is
+ * the fixture's rounding sensitivity, which also scales the MLX prefill tolerance. MLX 4/8-bit kernels and
  * quantized fixtures: gpu_check_quant.c (arguments: "kernels", "qkernels", a fixture name,
  * "quant" for every quantized fixture, none for everything).
  */
@@ -33,6 +37,7 @@
  * on these random models that moves logits by up to 0.15 (measured on the H200), the same
  * order as bf16 weights vs f32 ones (0.16, see model_test.c). */
 #define BF16_GPU_TOL 0.2f
+#define BF16_GPU_EXTRA 0.05f
 
 static const char *g_dense[] = {"llama_gqa",   "llama_tied_mha",    "llama_headdim",
                                 "llama3_rope", "llama_linear_rope", "llama_yarn_rope",
@@ -196,10 +201,13 @@ static void run_fixture(const char *name)
             float *lg = prefill(g, &f), *lc = prefill(c, &f);
             float d = lg && lc ? max_abs_diff(lg, lc, (long)f.n_ids * f.vocab) : INFINITY;
             gpu_check_report(d <= BF16_GPU_TOL, name, "bf16 prefill GPU vs CPU", d, BF16_GPU_TOL);
+            float dc = lc ? max_abs_diff(lc, f.logits, (long)f.n_ids * f.vocab) : INFINITY;
+            float tol = dc + BF16_GPU_EXTRA > BF16_TOL ? dc + BF16_GPU_EXTRA : BF16_TOL;
             d = lg ? max_abs_diff(lg, f.logits, (long)f.n_ids * f.vocab) : INFINITY;
-            gpu_check_report(d <= BF16_TOL, name, "bf16 prefill GPU vs transformers", d, BF16_TOL);
-            float dd = decode_worst(g, &f);
-            gpu_check_report(dd <= BF16_TOL, name, "bf16 decode GPU vs transformers", dd, BF16_TOL);
+            gpu_check_report(d <= tol, name, "bf16 prefill GPU vs transformers", d, tol);
+            float dd = decode_worst(g, &f), ddc = decode_worst(c, &f);
+            tol = ddc + BF16_GPU_EXTRA > BF16_TOL ? ddc + BF16_GPU_EXTRA : BF16_TOL;
+            gpu_check_report(dd <= tol, name, "bf16 decode GPU vs transformers", dd, tol);
             int32_t tg[64], tc[64];
             int ng = greedy(g, &f, tg), nc = greedy(c, &f, tc), mism = ng != nc;
             for (int i = 0; !mism && i < ng; i++)
@@ -269,7 +277,7 @@ static void gemm_check(rp_backend *be, int n_mat, const long *rows, long cols, i
                     double ref = 0;
                     for (long k = 0; k < cols; k++) {
                         float xv = x[(long)t * cols + k];
-                        if (n > 4)
+                        if (n > 4 && rows[m] >= 16) /* the GEMM paths round x to bf16 */
                             xv = rp_bf16_to_f32(rp_f32_to_bf16(xv));
                         ref += (double)rp_bf16_to_f32(wh[m][r * cols + k]) * xv;
                     }
@@ -550,9 +558,40 @@ static void kernel_checks(int dense, int quant)
     gemm_check(be, 1, down, 14336, 16);
     gemm_check(be, 1, down, 14336, 64);
     gemm_check(be, 1, head, 4096, 24);
+    /* the fixtures' small shapes beside the tensor-core GEMM's: the MoE fixture's router (4
+     * rows), its experts' gate/up (32 rows of 64) and down (64 rows of 32) */
+    const long r4[1] = {4}, r32[1] = {32}, r64[1] = {64};
+    const int small[] = {5, 9, 16};
+    for (size_t i = 0; i < sizeof small / sizeof *small; i++) {
+        gemm_check(be, 1, r4, 64, small[i]);
+        gemm_check(be, 1, r32, 64, small[i]);
+        gemm_check(be, 1, r64, 32, small[i]);
+    }
     argmax_check(be);
     rp_backend_free(be);
     attention_checks();
+}
+
+/* The fixture's rounding sensitivity (see the top): its bf16 weights' distance from
+ * transformers on the CPU over BF16_TOL, at least 1. */
+static float sensitivity(const char *name)
+{
+    fixture f;
+    char dir[512];
+    float s = 1.0f;
+    if (fixture_load(name, &f))
+        return s;
+    if (fixture_convert(&f, RP_DT_BF16, 0, dir) == 0) {
+        rp_model *c = load(dir, RP_DEVICE_CPU);
+        float *lc = c ? prefill(c, &f) : NULL;
+        float dc = lc ? max_abs_diff(lc, f.logits, (long)f.n_ids * f.vocab) : 0.0f;
+        s = dc > BF16_TOL ? dc / BF16_TOL : 1.0f;
+        rp_free(lc);
+        rp_model_free(c);
+        fixture_remove(dir);
+    }
+    fixture_free(&f);
+    return s;
 }
 
 int main(int argc, char **argv)
@@ -568,7 +607,7 @@ int main(int argc, char **argv)
         if (all || strcmp(argv[1], g_dense[i]) == 0)
             run_fixture(g_dense[i]);
         if (all || strcmp(argv[1], g_dense[i]) == 0 || strcmp(argv[1], "quant") == 0)
-            gpu_quant_fixture(g_dense[i]);
+            gpu_quant_fixture(g_dense[i], sensitivity(g_dense[i]));
     }
     printf("gpu_check: %d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

@@ -11,7 +11,8 @@
 void gpu_check_report(int ok, const char *name, const char *what, double v, double tol);
 /* The quantized-weight kernels at the 8B shapes against a host reference. */
 void gpu_quant_kernel_checks(rp_backend *be);
-/* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens. */
-void gpu_quant_fixture(const char *name);
+/* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens; the prefill
+ * tolerance is scaled by the fixture's rounding sensitivity (>= 1, gpu_check.c). */
+void gpu_quant_fixture(const char *name, float sensitivity);
 
 #endif

@@ -1430,8 +1430,11 @@ extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows,
         tc_gemm(c, dt, 1, &w, &rows, cols, x, n, &y);
         return;
     }
-    prof_scope ps(c, n > 4 ? P_GEMM : P_MATVEC);
-    if (n > 4 && aligned) {
+    /* Fewer than 16 rows (a mixture of experts' router) go through the matvec, whose x stays
+     * f32 as on the CPU: top-k routing is discontinuous, and bf16-rounded router inputs pick
+     * other experts than the CPU does on near ties. */
+    prof_scope ps(c, n > 4 && rows >= 16 ? P_GEMM : P_MATVEC);
+    if (n > 4 && aligned && rows >= 16) {
         rec_break(c); /* cuBLASLt (and its first-use tuning) stays out of graphs */
         if (dt == RP_CUDA_F32) {
             gemm(c, dt, w, rows, cols, x, n, y);
