@@ -118,6 +118,10 @@ long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb
  * floats with 16 lanes of partial sums combined in a fixed order, and y += a x. */
 float rp_attn_dot_avx512(const float *a, const float *b, int n);
 void rp_attn_axpy_avx512(float *y, float a, const float *x, int n);
+/* p[j] = e^(p[j] - mx) for j < n (within 2 ulp of expf); returns their sum. */
+float rp_attn_exp_sum_avx512(float *p, int n, float mx);
+/* out[i] = gate[i] / (1 + e^-gate[i]) * up[i], the same vector e^x. */
+void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n);
 /* rp_kv_row_load, vectorised (bit-identical results). */
 void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out);
 

@@ -53,6 +53,8 @@ typedef struct cpu_backend {
     float (*dot)(const float *a, const float *b, int n);           /* attention kernels */
     void (*axpy)(float *y, float a, const float *x, int n);
     void (*load_row)(rp_kv_dtype dt, const void *src, int hd, float *out);
+    float (*exp_sum)(float *p, int n, float mx); /* softmax weights: p = e^(p - mx), sum */
+    void (*silu)(float *out, const float *gate, const float *up, int64_t n);
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
@@ -72,6 +74,8 @@ typedef struct cpu_backend {
 static const rp_backend_vt g_cpu_vt;
 static float dot_portable(const float *a, const float *b, int n);
 static void axpy_portable(float *y, float a, const float *x, int n);
+static float exp_sum_portable(float *p, int n, float mx);
+static void silu_portable(float *out, const float *gate, const float *up, int64_t n);
 
 static void cpu_destroy(rp_backend *bk)
 {
@@ -115,11 +119,17 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     b->dot = dot_portable;
     b->axpy = axpy_portable;
     b->load_row = rp_kv_row_load;
+    b->exp_sum = exp_sum_portable;
+    b->silu = silu_portable;
 #if defined(__x86_64__)
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
         b->dot = rp_attn_dot_avx512;
         b->axpy = rp_attn_axpy_avx512;
         b->load_row = rp_attn_load_row_avx512;
+        if (!b->ref && !b->exact) {
+            b->exp_sum = rp_attn_exp_sum_avx512;
+            b->silu = rp_silu_mul_avx512;
+        }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX2)
         rp_cpu_kernels_avx2(&b->k);
@@ -199,14 +209,14 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread
         rp_qx_prefill(w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
         return;
     }
-#else
-    (void)thread;
-    if (j->amx_x) {
+    if (j->amx_x) { /* bf16 in exact mode (three-part activations, kernels_amx.c) */
         long r = rp_amx_matmul_bf16(w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, y);
         if (r < r1)
             j->kernel(w, r, r1, j->x, j->n_tok, y);
         return;
     }
+#else
+    (void)thread;
 #endif
     if (j->qkernel)
         j->qkernel(w, r0, r1, j->xq, j->n_tok, y);
@@ -555,11 +565,38 @@ static void cpu_rope(rp_backend *bk, float *x, int n_tok, int n_heads, int head_
     }
 }
 
-static void cpu_silu_mul(rp_backend *b, float *out, const float *gate, const float *up,
-                         int64_t n)
+static void silu_portable(float *out, const float *gate, const float *up, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+typedef struct silu_job {
+    cpu_backend *b;
+    float *out;
+    const float *gate, *up;
+    int64_t n;
+} silu_job;
+
+static void silu_part(void *p, int i, int n)
+{
+    silu_job *j = p;
+    long lo, hi;
+    rp_pool_split((long)j->n, i, n, 16, &lo, &hi);
+    j->b->silu(j->out + lo, j->gate + lo, j->up + lo, hi - lo);
+}
+
+/* Element-wise, so any split gives the same values; a prefill's (tokens x ffn) is split
+ * over the pool, a decode step's stays on the caller. */
+static void cpu_silu_mul(rp_backend *bk, float *out, const float *gate, const float *up,
+                         int64_t n)
+{
+    cpu_backend *b = CPU(bk);
+    silu_job j = {.b = b, .out = out, .gate = gate, .up = up, .n = n};
+    if (n < 65536)
+        silu_part(&j, 0, 1);
+    else
+        rp_pool_run(b->pool, silu_part, &j);
 }
 
 static void cpu_add(rp_backend *b, float *y, const float *x, int64_t n)
@@ -698,6 +735,16 @@ static void axpy_portable(float *y, float a, const float *x, int n)
         y[i] += a * x[i];
 }
 
+static float exp_sum_portable(float *p, int n, float mx)
+{
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    return sum;
+}
+
 static void cpu_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, int dim)
 {
     float tmp[16384];
@@ -811,11 +858,7 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
             mx = p[j] > mx ? p[j] : mx;
         float sink = a->sinks ? a->sinks[kvh * G + g] : -INFINITY;
         mx = sink > mx ? sink : mx;
-        float sum = a->sinks ? expf(sink - mx) : 0.0f;
-        for (int j = 0; j < n; j++) {
-            p[j] = expf(p[j] - mx);
-            sum += p[j];
-        }
+        float sum = (a->sinks ? expf(sink - mx) : 0.0f) + b->exp_sum(p, n, mx);
         inv[g] = 1.0f / sum;
     }
     memset(acc, 0, sizeof(float) * (size_t)G * d);

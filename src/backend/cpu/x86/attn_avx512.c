@@ -1,6 +1,8 @@
-/* backend/cpu/x86/attn_avx512.c - the paged attention's inner loops (q.k and p*v) for AVX-512.
- * Compiled with the AVX-512 flags; chosen at run time when the CPU has them. */
+/* backend/cpu/x86/attn_avx512.c - the paged attention's inner loops (q.k, the softmax
+ * weights and p*v) and the SiLU gate for AVX-512. Compiled with the AVX-512 flags; chosen at
+ * run time when the CPU has them. The exponentials are a vector e^x within 2 ulp of expf. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
@@ -77,4 +79,56 @@ void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out
     }
     default: rp_kv_row_load(dt, src, hd, out); return;
     }
+}
+
+/* e^x for 16 lanes: x = n ln 2 + r (|r| <= ln 2 / 2, ln 2 in two parts), e^r by its degree-7
+ * Taylor polynomial (truncation below 2^-27 relative), times 2^n by VSCALEFPS (which
+ * underflows to 0 and overflows to inf as expf does). Within 2 ulp of expf. */
+static inline __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-104.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+float rp_attn_exp_sum_avx512(float *p, int n, float mx)
+{
+    __m512 m = _mm512_set1_ps(mx), acc = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p + j), m));
+        _mm512_storeu_ps(p + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) { /* the tail in one masked step */
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), m)));
+        _mm512_mask_storeu_ps(p + j, k, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n)
+{
+    int64_t i = 0;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    for (; i < n; i++)
+        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
