@@ -122,6 +122,13 @@ void rp_attn_axpy_avx512(float *y, float a, const float *x, int n);
 float rp_attn_exp_sum_avx512(float *p, int n, float mx);
 /* out[i] = gate[i] / (1 + e^-gate[i]) * up[i], the same vector e^x. */
 void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n);
+/* One paged-attention group with f32 rows and head_dim 64: G query heads (q, G x d)
+ * over the keys/values [j0, j0 + n) of KV head kvh (the sinks, G of them, or NULL); out G x
+ * d; sc G * n scratch. The same arithmetic as the dot / exp_sum / axpy loops, with the sums
+ * in registers. Returns 0, doing nothing, for other shapes or dtypes. */
+int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                             int j0, int n, const float *q, int G, float scale,
+                             const float *sinks, float *sc, float *out);
 /* rp_kv_row_load, vectorised (bit-identical results). */
 void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out);
 

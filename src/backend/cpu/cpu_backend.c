@@ -55,6 +55,9 @@ typedef struct cpu_backend {
     void (*load_row)(rp_kv_dtype dt, const void *src, int hd, float *out);
     float (*exp_sum)(float *p, int n, float mx); /* softmax weights: p = e^(p - mx), sum */
     void (*silu)(float *out, const float *gate, const float *up, int64_t n);
+    int (*group)(const rp_kv_layout *L, const int32_t *table, int layer, int kvh, int j0, int n,
+                 const float *q, int G, float scale, const float *sinks, float *sc,
+                 float *out); /* a fused paged_group for some shapes (optional) */
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
@@ -129,6 +132,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         if (!b->ref && !b->exact) {
             b->exp_sum = rp_attn_exp_sum_avx512;
             b->silu = rp_silu_mul_avx512;
+            b->group = rp_attn_group_f32_avx512;
         }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX2)
@@ -845,6 +849,10 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
     int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0, n = pos + 1 - j0;
     const float *q = a->q + ((size_t)r * a->n_heads + (size_t)kvh * G) * d;
     float *sc = scratch, *acc = sc + (size_t)G * n, *kbuf = acc + (size_t)G * d, *vbuf = kbuf + d;
+    if (b->group && b->group(L, sq->blocks, layer, kvh, j0, n, q, G, a->scale,
+                             a->sinks ? a->sinks + kvh * G : NULL, sc,
+                             a->out + ((size_t)r * a->n_heads + (size_t)kvh * G) * d))
+        return;
     for (int j = 0; j < n; j++) {
         const float *k = row_f32(b, L, rp_kv_row_at(L, sq->blocks, layer, 0, j0 + j, kvh), kbuf);
         for (int g = 0; g < G; g++)

@@ -132,3 +132,65 @@ void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t 
     for (; i < n; i++)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
+
+/* p * v over n value rows for GC heads of D16 x 16 dims, the sums in registers (GC * D16 <= 16
+ * accumulators); per head the same fused multiply-adds, key by key, as rp_attn_axpy_avx512. */
+static inline __attribute__((always_inline)) void pv_block(const rp_kv_layout *L,
+                                                           const int32_t *table, int layer,
+                                                           int kvh, int j0, int n,
+                                                           const float *sc, const float *inv,
+                                                           float *out, const int GC,
+                                                           const int D16)
+{
+    __m512 acc[16];
+    for (int i = 0; i < GC * D16; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const float *v = rp_kv_row_at(L, table, layer, 1, j0 + j, kvh);
+        for (int c = 0; c < D16; c++) {
+            __m512 vc = _mm512_loadu_ps(v + 16 * c);
+            for (int g = 0; g < GC; g++)
+                acc[g * D16 + c] = _mm512_fmadd_ps(_mm512_set1_ps(sc[(size_t)g * n + j]), vc,
+                                                   acc[g * D16 + c]);
+        }
+    }
+    for (int g = 0; g < GC; g++)
+        for (int c = 0; c < D16; c++)
+            _mm512_storeu_ps(out + (size_t)g * 16 * D16 + 16 * c,
+                             _mm512_mul_ps(acc[g * D16 + c], _mm512_set1_ps(inv[g])));
+}
+
+int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                             int j0, int n, const float *q, int G, float scale,
+                             const float *sinks, float *sc, float *out)
+{
+    int d = L->head_dim;
+    if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || n <= 0)
+        return 0;
+    /* scores: per key, every head's dot product (one 16-lane chain each, as rp_attn_dot) */
+    for (int j = 0; j < n; j++) {
+        const float *k = rp_kv_row_at(L, table, layer, 0, j0 + j, kvh);
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * d;
+            __m512 acc = _mm512_setzero_ps();
+            for (int i = 0; i < d; i += 16)
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i), _mm512_loadu_ps(k + i), acc);
+            sc[(size_t)g * n + j] = _mm512_reduce_add_ps(acc) * scale;
+        }
+    }
+    float inv[64];
+    for (int g = 0; g < G; g++) {
+        float *p = sc + (size_t)g * n, mx = -INFINITY;
+        for (int j = 0; j < n; j++)
+            mx = p[j] > mx ? p[j] : mx;
+        float sink = sinks ? sinks[g] : -INFINITY;
+        mx = sink > mx ? sink : mx;
+        inv[g] = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx512(p, n, mx));
+    }
+    int g = 0;
+    for (; g + 4 <= G; g += 4)
+        pv_block(L, table, layer, kvh, j0, n, sc + (size_t)g * n, inv + g, out + (size_t)g * d, 4, 4);
+    for (; g < G; g++)
+        pv_block(L, table, layer, kvh, j0, n, sc + (size_t)g * n, inv + g, out + (size_t)g * d, 1, 4);
+    return 1;
+}
