@@ -8,7 +8,9 @@
  *     gate/up) is one such job over several matrices sharing one activation packing.
  *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
  *     that grows (single-threaded, before the fan-out) to the longest context seen.
- *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
+ *  3. RoPE and the small elementwise ops run on the caller thread; a prefill's RMSNorm and
+ *     SiLU gate (tokens x dim elements) are split over the pool (per element or row: the same
+ *     values on any split).
  *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
  *     results are bit-identical to the recipe before it became backend-agnostic.
@@ -495,6 +497,40 @@ void rp_tensor_row_f32(const rp_tensor *t, int64_t row, float *out)
 
 /* ---- norms, rope, elementwise ---------------------------------------------------------- */
 
+typedef struct norm_job {
+    float *out;
+    const float *x, *wf;
+    int n_tok, dim, add_one;
+    float eps;
+} norm_job;
+
+/* Tokens split over the pool: each row's arithmetic is the same on any thread. */
+static void norm_part(void *p, int i, int n)
+{
+    norm_job *j = p;
+    long lo, hi;
+    int dim = j->dim;
+    const float *wf = j->wf;
+    rp_pool_split(j->n_tok, i, n, 1, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        const float *xt = j->x + t * dim;
+        float *ot = j->out + t * dim;
+        float ss = 0.0f;
+        for (int k = 0; k < dim; k++)
+            ss += xt[k] * xt[k];
+        float inv = 1.0f / sqrtf(ss / (float)dim + j->eps);
+        if (!wf)
+            for (int k = 0; k < dim; k++)
+                ot[k] = xt[k] * inv;
+        else if (j->add_one)
+            for (int k = 0; k < dim; k++)
+                ot[k] = xt[k] * inv * (1.0f + wf[k]);
+        else
+            for (int k = 0; k < dim; k++)
+                ot[k] = xt[k] * inv * wf[k];
+    }
+}
+
 static void cpu_rmsnorm(rp_backend *bk, float *out, const float *x, const rp_tensor *w,
                         int n_tok, int dim, float eps, int add_one)
 {
@@ -514,23 +550,12 @@ static void cpu_rmsnorm(rp_backend *bk, float *out, const float *x, const rp_ten
         rp_ref_rmsnorm(out, x, wf, n_tok, dim, eps, add_one);
         return;
     }
-    for (int t = 0; t < n_tok; t++) {
-        const float *xt = x + (long)t * dim;
-        float *ot = out + (long)t * dim;
-        float ss = 0.0f;
-        for (int i = 0; i < dim; i++)
-            ss += xt[i] * xt[i];
-        float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-        if (!wf)
-            for (int i = 0; i < dim; i++)
-                ot[i] = xt[i] * inv;
-        else if (add_one)
-            for (int i = 0; i < dim; i++)
-                ot[i] = xt[i] * inv * (1.0f + wf[i]);
-        else
-            for (int i = 0; i < dim; i++)
-                ot[i] = xt[i] * inv * wf[i];
-    }
+    norm_job j = {.out = out, .x = x, .wf = wf, .n_tok = n_tok, .dim = dim, .eps = eps,
+                  .add_one = add_one};
+    if ((long)n_tok * dim < 65536) /* a decode step's rows stay on the caller */
+        norm_part(&j, 0, 1);
+    else
+        rp_pool_run(b->pool, norm_part, &j);
 }
 
 static void cpu_rope(rp_backend *bk, float *x, int n_tok, int n_heads, int head_dim, int rot_dim,

@@ -2,7 +2,7 @@
  * AMX-BF16 tiles (rp_qx_prefill; contract in kernels_qx86.h).
  *
  * Weight rows in blocks of 32 are the A tiles: bf16 weights are read in place (TILELOADD with
- * the row pitch as stride); other types are dequantized (w in f32 exactly as the reference,
+ * the row pitch as stride; a call's first block is copied); other types are dequantized (w in f32 exactly as the reference,
  * then rounded to bf16) into the calling thread's buffer. The activations are rounded to bf16
  * once per call (rp_qx_pack_bf16: VNNI pairs for the B tiles, 16 x 16 transposes). C = 2 row
  * tiles x 2 token tiles of f32 accumulated by TDPBF16PS over a 2048-column chunk, then added
@@ -333,7 +333,9 @@ void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int
             long nr = r1 - r < 32 ? r1 - r : 32;
             const uint16_t *ab = a;
             long as = 64 * kn + 64; /* rowbuf: a multiple of 64 bytes, not of 4096 */
-            if (w->dtype == RP_DT_BF16 && nr == 32) {
+            /* bf16 in place, but for a call's first block: not prefetched, its strided tile
+             * loads would wait on memory row by row, where a copy streams */
+            if (w->dtype == RP_DT_BF16 && nr == 32 && (r != r0 || k0 != 0)) {
                 ab = (const uint16_t *)w->data + (size_t)r * (size_t)cols + 32 * (size_t)k0;
                 as = 2 * cols;
             } else {
