@@ -124,8 +124,9 @@ float rp_attn_exp_sum_avx512(float *p, int n, float mx);
 void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n);
 /* One paged-attention group with f32 rows and head_dim 64: G query heads (q, G x d)
  * over the keys/values [j0, j0 + n) of KV head kvh (the sinks, G of them, or NULL); out G x
- * d; sc G * n scratch. The same arithmetic as the dot / exp_sum / axpy loops, with the sums
- * in registers. Returns 0, doing nothing, for other shapes or dtypes. */
+ * d; sc G * n scratch. q.k 16 keys at a time (a fixed summation order per key), then the
+ * same exp_sum and p.v as the generic loops, the sums in registers. Returns 0, doing
+ * nothing, for other shapes or dtypes. */
 int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
                              int j0, int n, const float *q, int G, float scale,
                              const float *sinks, float *sc, float *out);

@@ -133,6 +133,32 @@ void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t 
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* The 16 x 16 transpose of r (32-bit lanes): r[i] lane j becomes r[j] lane i. */
+static inline void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+        u[g + 0] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+
 /* p * v over n value rows for GC heads of D16 x 16 dims, the sums in registers (GC * D16 <= 16
  * accumulators); per head the same fused multiply-adds, key by key, as rp_attn_axpy_avx512. */
 static inline __attribute__((always_inline)) void pv_block(const rp_kv_layout *L,
@@ -167,8 +193,35 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
     int d = L->head_dim;
     if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || n <= 0)
         return 0;
-    /* scores: per key, every head's dot product (one 16-lane chain each, as rp_attn_dot) */
-    for (int j = 0; j < n; j++) {
+    /* scores: 16 keys at a time, per head 16 chains of fused multiply-adds whose lanes are
+     * summed by a transpose and 15 adds (a reduction order of its own, fixed per key: the
+     * scores stay batch-invariant); the last keys one at a time */
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const float *k[16];
+        for (int jj = 0; jj < 16; jj++)
+            k[jj] = rp_kv_row_at(L, table, layer, 0, j0 + j + jj, kvh);
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * d;
+            __m512 q0 = _mm512_loadu_ps(qg), q1 = _mm512_loadu_ps(qg + 16);
+            __m512 q2 = _mm512_loadu_ps(qg + 32), q3 = _mm512_loadu_ps(qg + 48);
+            __m512 acc[16];
+            for (int jj = 0; jj < 16; jj++) {
+                __m512 a0 = _mm512_mul_ps(q0, _mm512_loadu_ps(k[jj]));
+                __m512 a1 = _mm512_mul_ps(q1, _mm512_loadu_ps(k[jj] + 16));
+                a0 = _mm512_fmadd_ps(q2, _mm512_loadu_ps(k[jj] + 32), a0);
+                a1 = _mm512_fmadd_ps(q3, _mm512_loadu_ps(k[jj] + 48), a1);
+                acc[jj] = _mm512_add_ps(a0, a1);
+            }
+            transpose16(acc);
+            for (int w = 1; w < 16; w *= 2) /* pairwise: acc[0] lane jj = key jj's dot */
+                for (int i = 0; i < 16; i += 2 * w)
+                    acc[i] = _mm512_add_ps(acc[i], acc[i + w]);
+            _mm512_storeu_ps(sc + (size_t)g * n + j,
+                             _mm512_mul_ps(acc[0], _mm512_set1_ps(scale)));
+        }
+    }
+    for (; j < n; j++) {
         const float *k = rp_kv_row_at(L, table, layer, 0, j0 + j, kvh);
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * d;
