@@ -159,6 +159,38 @@ static inline void transpose16(__m512 r[16])
     }
 }
 
+/* Rows of one KV head at consecutive positions: the next row is n_kv_heads rows on within a
+ * block, the block table's next block at a block's end (no division per row). */
+typedef struct kv_walk {
+    const rp_kv_layout *L;
+    const int32_t *table;
+    int layer, v, head, pos, left; /* left: rows before the block's end */
+    const char *p;
+} kv_walk;
+
+static inline kv_walk kv_walk_at(const rp_kv_layout *L, const int32_t *table, int layer, int v,
+                                 int pos, int head)
+{
+    return (kv_walk){.L = L, .table = table, .layer = layer, .v = v, .head = head, .pos = pos,
+                     .left = L->block_tokens - pos % L->block_tokens,
+                     .p = rp_kv_row_at(L, table, layer, v, pos, head)};
+}
+
+/* The row at the walk's position, then a step to the next one (a block's first row is looked
+ * up only when it is reached, so the table is never read past the last row asked for). */
+static inline const float *kv_walk_next(kv_walk *w)
+{
+    if (w->left == 0) {
+        w->left = w->L->block_tokens;
+        w->p = rp_kv_row_at(w->L, w->table, w->layer, w->v, w->pos, w->head);
+    }
+    const float *r = (const float *)w->p;
+    w->pos++;
+    w->left--;
+    w->p += (size_t)w->L->n_kv_heads * w->L->row_bytes;
+    return r;
+}
+
 /* p * v over n value rows for GC heads of D16 x 16 dims, the sums in registers (GC * D16 <= 16
  * accumulators); per head the same fused multiply-adds, key by key, as rp_attn_axpy_avx512. */
 static inline __attribute__((always_inline)) void pv_block(const rp_kv_layout *L,
@@ -169,18 +201,27 @@ static inline __attribute__((always_inline)) void pv_block(const rp_kv_layout *L
                                                            const int D16)
 {
     __m512 acc[16];
+#pragma GCC unroll 16
     for (int i = 0; i < GC * D16; i++)
         acc[i] = _mm512_setzero_ps();
+    kv_walk vw = kv_walk_at(L, table, layer, 1, j0, kvh);
     for (int j = 0; j < n; j++) {
-        const float *v = rp_kv_row_at(L, table, layer, 1, j0 + j, kvh);
-        for (int c = 0; c < D16; c++) {
-            __m512 vc = _mm512_loadu_ps(v + 16 * c);
-            for (int g = 0; g < GC; g++)
-                acc[g * D16 + c] = _mm512_fmadd_ps(_mm512_set1_ps(sc[(size_t)g * n + j]), vc,
-                                                   acc[g * D16 + c]);
+        const float *v = kv_walk_next(&vw);
+        __m512 vc[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < D16; c++)
+            vc[c] = _mm512_loadu_ps(v + 16 * c);
+#pragma GCC unroll 4
+        for (int g = 0; g < GC; g++) {
+            __m512 pg = _mm512_set1_ps(sc[(size_t)g * n + j]);
+#pragma GCC unroll 8
+            for (int c = 0; c < D16; c++)
+                acc[g * D16 + c] = _mm512_fmadd_ps(pg, vc[c], acc[g * D16 + c]);
         }
     }
+#pragma GCC unroll 4
     for (int g = 0; g < GC; g++)
+#pragma GCC unroll 8
         for (int c = 0; c < D16; c++)
             _mm512_storeu_ps(out + (size_t)g * 16 * D16 + 16 * c,
                              _mm512_mul_ps(acc[g * D16 + c], _mm512_set1_ps(inv[g])));
@@ -197,10 +238,11 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
      * summed by a transpose and 15 adds (a reduction order of its own, fixed per key: the
      * scores stay batch-invariant); the last keys one at a time */
     int j = 0;
+    kv_walk kw = kv_walk_at(L, table, layer, 0, j0, kvh);
     for (; j + 16 <= n; j += 16) {
         const float *k[16];
         for (int jj = 0; jj < 16; jj++)
-            k[jj] = rp_kv_row_at(L, table, layer, 0, j0 + j + jj, kvh);
+            k[jj] = kv_walk_next(&kw);
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * d;
             __m512 q0 = _mm512_loadu_ps(qg), q1 = _mm512_loadu_ps(qg + 16);
@@ -222,7 +264,7 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
         }
     }
     for (; j < n; j++) {
-        const float *k = rp_kv_row_at(L, table, layer, 0, j0 + j, kvh);
+        const float *k = kv_walk_next(&kw);
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * d;
             __m512 acc = _mm512_setzero_ps();
@@ -233,9 +275,14 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
     }
     float inv[64];
     for (int g = 0; g < G; g++) {
-        float *p = sc + (size_t)g * n, mx = -INFINITY;
-        for (int j = 0; j < n; j++)
-            mx = p[j] > mx ? p[j] : mx;
+        float *p = sc + (size_t)g * n;
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        int jm = 0;
+        for (; jm + 16 <= n; jm += 16) /* the maximum, in any order */
+            m = _mm512_max_ps(m, _mm512_loadu_ps(p + jm));
+        float mx = _mm512_reduce_max_ps(m);
+        for (; jm < n; jm++)
+            mx = p[jm] > mx ? p[jm] : mx;
         float sink = sinks ? sinks[g] : -INFINITY;
         mx = sink > mx ? sink : mx;
         inv[g] = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx512(p, n, mx));
