@@ -24,7 +24,8 @@ void rp_attn_axpy_avx512(float *y, float a, const float *x, int n)
     __m512 av = _mm512_set1_ps(a);
     int i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     for (; i < n; i++)
         y[i] += a * x[i];
 }
@@ -65,11 +66,12 @@ void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out
         __m512 dv = _mm512_set1_ps(d);
         __m512i eight = _mm512_set1_epi32(8), lo4 = _mm512_set1_epi32(15);
         __m512i perm_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        __m512i perm_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        __m512i perm_hi =
+            _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
         for (int i = 0; i < hd; i += 32) { /* 16 bytes: elements i .. i + 31 */
             __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + i / 2)));
-            __m512i lo = _mm512_sub_epi32(_mm512_and_si512(b, lo4), eight);  /* even elements */
-            __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight);   /* odd elements */
+            __m512i lo = _mm512_sub_epi32(_mm512_and_si512(b, lo4), eight); /* even elements */
+            __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight);  /* odd elements */
             __m512i e0 = _mm512_permutex2var_epi32(lo, perm_lo, hi);
             __m512i e1 = _mm512_permutex2var_epi32(lo, perm_hi, hi);
             _mm512_storeu_ps(out + i, _mm512_mul_ps(dv, _mm512_cvtepi32_ps(e0)));
@@ -77,7 +79,9 @@ void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out
         }
         return;
     }
-    default: rp_kv_row_load(dt, src, hd, out); return;
+    default:
+        rp_kv_row_load(dt, src, hd, out);
+        return;
     }
 }
 
@@ -126,7 +130,8 @@ void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t 
     const __m512 one = _mm512_set1_ps(1.0f);
     for (; i + 16 <= n; i += 16) {
         __m512 g = _mm512_loadu_ps(gate + i);
-        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        __m512 s =
+            _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
     }
     for (; i < n; i++)
@@ -171,7 +176,12 @@ typedef struct kv_walk {
 static inline kv_walk kv_walk_at(const rp_kv_layout *L, const int32_t *table, int layer, int v,
                                  int pos, int head)
 {
-    return (kv_walk){.L = L, .table = table, .layer = layer, .v = v, .head = head, .pos = pos,
+    return (kv_walk){.L = L,
+                     .table = table,
+                     .layer = layer,
+                     .v = v,
+                     .head = head,
+                     .pos = pos,
                      .left = L->block_tokens - pos % L->block_tokens,
                      .p = rp_kv_row_at(L, table, layer, v, pos, head)};
 }
@@ -193,12 +203,9 @@ static inline const float *kv_walk_next(kv_walk *w)
 
 /* p * v over n value rows for GC heads of D16 x 16 dims, the sums in registers (GC * D16 <= 16
  * accumulators); per head the same fused multiply-adds, key by key, as rp_attn_axpy_avx512. */
-static inline __attribute__((always_inline)) void pv_block(const rp_kv_layout *L,
-                                                           const int32_t *table, int layer,
-                                                           int kvh, int j0, int n,
-                                                           const float *sc, const float *inv,
-                                                           float *out, const int GC,
-                                                           const int D16)
+static inline __attribute__((always_inline)) void
+pv_block(const rp_kv_layout *L, const int32_t *table, int layer, int kvh, int j0, int n,
+         const float *sc, const float *inv, float *out, const int GC, const int D16)
 {
     __m512 acc[16];
 #pragma GCC unroll 16
@@ -228,12 +235,11 @@ static inline __attribute__((always_inline)) void pv_block(const rp_kv_layout *L
 }
 
 int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
-                             int j0, int n, const float *q, int G, float scale,
-                             const float *sinks, float *sc, float *out)
+                             int j0, int n, const float *q, int G, float scale, const float *sinks,
+                             float *sc, float *out)
 {
     int d = L->head_dim;
-    if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || n <= 0)
-        return 0;
+    if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || n <= 0) return 0;
     /* scores: 16 keys at a time, per head 16 chains of fused multiply-adds whose lanes are
      * summed by a transpose and 15 adds (a reduction order of its own, fixed per key: the
      * scores stay batch-invariant); the last keys one at a time */
@@ -259,8 +265,7 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
             for (int w = 1; w < 16; w *= 2) /* pairwise: acc[0] lane jj = key jj's dot */
                 for (int i = 0; i < 16; i += 2 * w)
                     acc[i] = _mm512_add_ps(acc[i], acc[i + w]);
-            _mm512_storeu_ps(sc + (size_t)g * n + j,
-                             _mm512_mul_ps(acc[0], _mm512_set1_ps(scale)));
+            _mm512_storeu_ps(sc + (size_t)g * n + j, _mm512_mul_ps(acc[0], _mm512_set1_ps(scale)));
         }
     }
     for (; j < n; j++) {
@@ -289,8 +294,10 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
     }
     int g = 0;
     for (; g + 4 <= G; g += 4)
-        pv_block(L, table, layer, kvh, j0, n, sc + (size_t)g * n, inv + g, out + (size_t)g * d, 4, 4);
+        pv_block(L, table, layer, kvh, j0, n, sc + (size_t)g * n, inv + g, out + (size_t)g * d, 4,
+                 4);
     for (; g < G; g++)
-        pv_block(L, table, layer, kvh, j0, n, sc + (size_t)g * n, inv + g, out + (size_t)g * d, 1, 4);
+        pv_block(L, table, layer, kvh, j0, n, sc + (size_t)g * n, inv + g, out + (size_t)g * d, 1,
+                 4);
     return 1;
 }

@@ -2,12 +2,12 @@
  * AMX-BF16 tiles (rp_qx_prefill; contract in kernels_qx86.h).
  *
  * Weight rows in blocks of 32 are the A tiles: bf16 weights are read in place (TILELOADD with
- * the row pitch as stride; a call's first block is copied); other types are dequantized (w in f32 exactly as the reference,
- * then rounded to bf16) into the calling thread's buffer. The activations are rounded to bf16
- * once per call (rp_qx_pack_bf16: VNNI pairs for the B tiles, 16 x 16 transposes). C = 2 row
- * tiles x 2 token tiles of f32 accumulated by TDPBF16PS over a 2048-column chunk, then added
- * into y (16 x 16 transposes). Error: the bf16 rounding of w and x (relative 2^-9 each per
- * product), f32 accumulation.
+ * the row pitch as stride; a call's first block is copied); other types are dequantized (w in f32
+ * exactly as the reference, then rounded to bf16) into the calling thread's buffer. The activations
+ * are rounded to bf16 once per call (rp_qx_pack_bf16: VNNI pairs for the B tiles, 16 x 16
+ * transposes). C = 2 row tiles x 2 token tiles of f32 accumulated by TDPBF16PS over a 2048-column
+ * chunk, then added into y (16 x 16 transposes). Error: the bf16 rounding of w and x (relative 2^-9
+ * each per product), f32 accumulation.
  *
  * Threading: pure functions of their arguments; the caller gives each thread its own rowbuf.
  * Compiled with AVX-512 + AMX flags; only called when rp_cpu() reports AMX + BF16 and the tile
@@ -22,7 +22,8 @@
 #include "backend/quant.h"
 #include "base/half.h"
 
-#define QX_KC 64     /* k-steps per column chunk (2048 columns): the B tiles of one chunk
+#define QX_KC                                                                                      \
+    64               /* k-steps per column chunk (2048 columns): the B tiles of one chunk          \
                         for 128 tokens (512 KB) stay in L2 while the row blocks go by */
 #define QX_MAX_TB 16 /* token blocks per group (256 tokens): a C spill of 32 KB */
 
@@ -51,10 +52,10 @@ QX_AI void qx_widen(rp_dtype sdt, const void *p, long n, float *out)
 int rp_qx_prefill_fits(const rp_tensor *w, int n_tok)
 {
     long cols = (long)w->shape[1];
-    int type_ok = (rp_dtype_is_quant(w->dtype) && w->dtype != RP_DT_MXFP4) ||
-                  w->dtype == RP_DT_BF16;
-    return type_ok && n_tok >= RP_QX_MIN_TOKENS &&
-           cols % 32 == 0 && cols % rp_dtype_block(w->dtype) == 0 && cols <= 65536 &&
+    int type_ok =
+        (rp_dtype_is_quant(w->dtype) && w->dtype != RP_DT_MXFP4) || w->dtype == RP_DT_BF16;
+    return type_ok && n_tok >= RP_QX_MIN_TOKENS && cols % 32 == 0 &&
+           cols % rp_dtype_block(w->dtype) == 0 && cols <= 65536 &&
            (w->dtype != RP_DT_MLX4 && w->dtype != RP_DT_MLX8 ? 1 : cols % w->group_size == 0);
 }
 
@@ -63,9 +64,13 @@ size_t rp_qx_pack_bytes(int n_tok, long cols)
     return (size_t)((n_tok + 15) / 16) * (size_t)cols * 16 * 2;
 }
 
-/* The weight block: 32 rows dequantized in A-tile order, tile (k-step k, half h) at
- * 512 * (2 k + h) uint16 (16 rows x 32 columns, 64 bytes a row), then f32 scratch. */
-size_t rp_qx_rowbuf_bytes(long cols) { return 32 * (64 * (size_t)QX_KC + 64) + (size_t)cols * 4 + 64; }
+/* The weight block: 32 rows of one 2048-column chunk in bf16, rows 64 kn + 64 bytes apart (a
+ * multiple of 64 that is not one of 4096: no shared L1 sets), then f32 scratch for the types
+ * dequantized a whole row at a time. */
+size_t rp_qx_rowbuf_bytes(long cols)
+{
+    return 32 * (64 * (size_t)QX_KC + 64) + (size_t)cols * 4 + 64;
+}
 
 /* The 16 x 16 transpose of r (32-bit elements): r[i] element j becomes r[j] element i. */
 QX_AI void qx_transpose16(__m512 r[16])
@@ -129,7 +134,8 @@ QX_AI void qx_affine32(__m256i q8, __m512 s, __m512 b, uint16_t *out)
 {
     __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q8)));
     __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q8, 1)));
-    _mm512_storeu_si512(out, qx_f32x32_to_bf16(_mm512_fmadd_ps(f0, s, b), _mm512_fmadd_ps(f1, s, b)));
+    _mm512_storeu_si512(out,
+                        qx_f32x32_to_bf16(_mm512_fmadd_ps(f0, s, b), _mm512_fmadd_ps(f1, s, b)));
 }
 
 /* 16 bytes of packed nibbles (byte k: element 2k low, 2k + 1 high) into 32 bf16 looked up in
@@ -137,8 +143,9 @@ QX_AI void qx_affine32(__m256i q8, __m512 s, __m512 b, uint16_t *out)
 QX_AI void qx_nib_lut32(const uint8_t *p, __m512i lut, uint16_t *out)
 {
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    __m512i idx = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(15)),
-                                  _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf0)), 12));
+    __m512i idx =
+        _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(15)),
+                        _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf0)), 12));
     _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, lut));
 }
 
@@ -150,12 +157,10 @@ QX_AI __m512i qx_lut16(float s, float b)
     return _mm512_castsi256_si512((__m256i)h);
 }
 
-
 /* Columns [32 k0, 32 k1) of row `row` of w into bf16 at out (the reference's f32 value,
  * rounded to nearest even). f32 scratch: cols floats, for the types without a vector path
  * (those dequantize the whole row). */
-static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t *out,
-                        float *f32)
+static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t *out, float *f32)
 {
     long cols = (long)w->shape[1];
     size_t rb = rp_dtype_row_bytes(w->dtype, cols);
@@ -169,8 +174,7 @@ static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t
         long gs = w->group_size, ng = cols / gs, g0 = 32 * k0 / gs, g1 = (32 * k1 + gs - 1) / gs;
         size_t sb = w->scale_dtype == RP_DT_F32 ? 4 : 2;
         float sc[1024], bi[1024];
-        if (g1 - g0 > 1024)
-            break;
+        if (g1 - g0 > 1024) break;
         size_t so = ((size_t)row * (size_t)ng + (size_t)g0) * sb;
         qx_widen(w->scale_dtype, (const char *)w->scales + so, g1 - g0, sc);
         qx_widen(w->scale_dtype, (const char *)w->biases + so, g1 - g0, bi);
@@ -207,12 +211,14 @@ static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t
                                 _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(q), lut));
         }
         return;
-    default: break;
+    default:
+        break;
     }
     rp_quant_dequant_row(w, row, f32);
     for (long k = k0; k < k1; k++) /* cols % 32 == 0 (rp_qx_prefill_fits) */
-        _mm512_storeu_si512(out + 32 * (k - k0), qx_f32x32_to_bf16(_mm512_loadu_ps(f32 + 32 * k),
-                                                                 _mm512_loadu_ps(f32 + 32 * k + 16)));
+        _mm512_storeu_si512(
+            out + 32 * (k - k0),
+            qx_f32x32_to_bf16(_mm512_loadu_ps(f32 + 32 * k), _mm512_loadu_ps(f32 + 32 * k + 16)));
 }
 
 void rp_qx_dequant_bf16(const rp_tensor *w, long row, uint16_t *out, float *f32)
@@ -239,7 +245,6 @@ static void qx_config(void)
     _tile_loadconfig(&c);
 }
 
-
 /* A walk over rows x lines of the next block's source, a few prefetches per k-step. */
 typedef struct qx_pf {
     const char *p;  /* row `row`'s first line */
@@ -262,8 +267,8 @@ QX_AI void qx_pf_step(qx_pf *pf, long n)
 
 /* C tiles: 0, 1 = row tile 0 x token blocks tb, tb + 1; 2, 3 = row tile 1. A: 4, 5 (tile k
  * at a + 32 k, rows `as` bytes apart); B: 6, 7. k-steps [0, nk); pf_n prefetches a step. */
-QX_AI void qx_amx_pass(const uint16_t *a, long as, const uint16_t *b0, const uint16_t *b1,
-                       long nk, const int two, qx_pf *pf, long pf_n)
+QX_AI void qx_amx_pass(const uint16_t *a, long as, const uint16_t *b0, const uint16_t *b1, long nk,
+                       const int two, qx_pf *pf, long pf_n)
 {
     const uint16_t *a1 = a + 8 * as;
     for (long k = 0; k < nk; k++) {
@@ -308,7 +313,9 @@ static qx_pf qx_pf_of(const rp_tensor *w, long r, long n, long k0, long k1)
     size_t rb = rp_dtype_row_bytes(w->dtype, (long)w->shape[1]);
     size_t c0 = rp_dtype_row_bytes(w->dtype, 32 * k0), c1 = rp_dtype_row_bytes(w->dtype, 32 * k1);
     const char *p = (const char *)w->data + (size_t)r * rb + (c0 & ~(size_t)63);
-    return (qx_pf){.p = p, .stride = rb, .lpr = (long)((c1 - (c0 & ~(size_t)63) + 63) / 64),
+    return (qx_pf){.p = p,
+                   .stride = rb,
+                   .lpr = (long)((c1 - (c0 & ~(size_t)63) + 63) / 64),
                    .rows_left = n > 0 ? n : 0};
 }
 
@@ -348,9 +355,10 @@ void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int
                 }
             }
             /* the next block: the next 32 rows of this chunk, or the first of the next chunk */
-            qx_pf pf = r + 32 < r1 ? qx_pf_of(w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, k0, k1)
+            qx_pf pf = r + 32 < r1
+                           ? qx_pf_of(w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, k0, k1)
                        : k1 < nk ? qx_pf_of(w, r0, r1 - r0 < 32 ? r1 - r0 : 32, k1,
-                                             k1 + QX_KC < nk ? k1 + QX_KC : nk)
+                                            k1 + QX_KC < nk ? k1 + QX_KC : nk)
                                  : qx_pf_of(w, r, 0, k0, k1);
             long steps = kn * ((nb + 1) / 2);
             long per = (pf.lpr * pf.rows_left + steps - 1) / steps;
