@@ -178,13 +178,20 @@ static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t
         size_t so = ((size_t)row * (size_t)ng + (size_t)g0) * sb;
         qx_widen(w->scale_dtype, (const char *)w->scales + so, g1 - g0, sc);
         qx_widen(w->scale_dtype, (const char *)w->biases + so, g1 - g0, bi);
-        for (long k = k0; k < k1; k++) {
+        long per = gs / 32; /* pieces of 32 elements a group: 1, 2 or 4 */
+        if (w->dtype == RP_DT_MLX4) { /* one table of the group's 16 values for its pieces */
+            for (long k = k0; k < k1;) {
+                long g = 32 * k / gs, ke = (g + 1) * per < k1 ? (g + 1) * per : k1;
+                __m512i lut = qx_lut16(sc[g - g0], bi[g - g0]);
+                for (; k < ke; k++)
+                    qx_nib_lut32(p + 16 * k, lut, out + 32 * (k - k0));
+            }
+            return;
+        }
+        for (long k = k0; k < k1; k++) { /* 8-bit: 32 bytes, one group */
             long g = 32 * k / gs - g0;
-            if (w->dtype == RP_DT_MLX4) /* 32 elements (16 bytes) share a group */
-                qx_nib_lut32(p + 16 * k, qx_lut16(sc[g], bi[g]), out + 32 * (k - k0));
-            else /* 8-bit: 32 bytes, one group */
-                qx_affine32(_mm256_loadu_si256((const __m256i *)(p + 32 * k)),
-                            _mm512_set1_ps(sc[g]), _mm512_set1_ps(bi[g]), out + 32 * (k - k0));
+            qx_affine32(_mm256_loadu_si256((const __m256i *)(p + 32 * k)), _mm512_set1_ps(sc[g]),
+                        _mm512_set1_ps(bi[g]), out + 32 * (k - k0));
         }
         return;
     }
