@@ -361,12 +361,15 @@ void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int
                         memset(o, 0, 64 * (size_t)kn);
                 }
             }
-            /* the next block: the next 32 rows of this chunk, or the first of the next chunk */
+            /* the next block: the next 32 rows of this chunk, or the first of the next chunk;
+             * after the last, the rows after r1 (the next work item, on this thread or the
+             * other: in L3 at least) */
+            long n1 = rows - r1 < 32 ? rows - r1 : 32, kf = QX_KC < nk ? QX_KC : nk;
             qx_pf pf = r + 32 < r1
                            ? qx_pf_of(w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, k0, k1)
                        : k1 < nk ? qx_pf_of(w, r0, r1 - r0 < 32 ? r1 - r0 : 32, k1,
                                             k1 + QX_KC < nk ? k1 + QX_KC : nk)
-                                 : qx_pf_of(w, r, 0, k0, k1);
+                                 : qx_pf_of(w, r1, n1, 0, kf);
             long steps = kn * ((nb + 1) / 2);
             long per = (pf.lpr * pf.rows_left + steps - 1) / steps;
             for (long g0 = 0; g0 < nb; g0 += QX_MAX_TB) {
