@@ -178,7 +178,7 @@ static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t
         size_t so = ((size_t)row * (size_t)ng + (size_t)g0) * sb;
         qx_widen(w->scale_dtype, (const char *)w->scales + so, g1 - g0, sc);
         qx_widen(w->scale_dtype, (const char *)w->biases + so, g1 - g0, bi);
-        long per = gs / 32; /* pieces of 32 elements a group: 1, 2 or 4 */
+        long per = gs / 32;           /* pieces of 32 elements a group: 1, 2 or 4 */
         if (w->dtype == RP_DT_MLX4) { /* one table of the group's 16 values for its pieces */
             for (long k = k0; k < k1;) {
                 long g = 32 * k / gs, ke = (g + 1) * per < k1 ? (g + 1) * per : k1;
