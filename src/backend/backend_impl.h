@@ -122,6 +122,18 @@ long rp_amx_matmul_bf16(const rp_tensor *w, long r0, long r1, const uint16_t *xb
  * floats with 16 lanes of partial sums combined in a fixed order, and y += a x. */
 float rp_attn_dot_avx512(const float *a, const float *b, int n);
 void rp_attn_axpy_avx512(float *y, float a, const float *x, int n);
+/* p[j] = e^(p[j] - mx) for j < n (within 2 ulp of expf); returns their sum. */
+float rp_attn_exp_sum_avx512(float *p, int n, float mx);
+/* out[i] = gate[i] / (1 + e^-gate[i]) * up[i], the same vector e^x. */
+void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n);
+/* One paged-attention group with f32 rows and head_dim 64: G query heads (q, G x d)
+ * over the keys/values [j0, j0 + n) of KV head kvh (the sinks, G of them, or NULL); out G x
+ * d; sc G * n scratch. q.k 16 keys at a time (a fixed summation order per key), then the
+ * same exp_sum and p.v as the generic loops, the sums in registers. Returns 0, doing
+ * nothing, for other shapes or dtypes. */
+int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                             int j0, int n, const float *q, int G, float scale,
+                             const float *sinks, float *sc, float *out);
 /* rp_kv_row_load, vectorised (bit-identical results). */
 void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out);
 

@@ -8,7 +8,9 @@
  *     gate/up) is one such job over several matrices sharing one activation packing.
  *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
  *     that grows (single-threaded, before the fan-out) to the longest context seen.
- *  3. Norms, RoPE and elementwise ops are cheap next to matmul and run on the caller thread.
+ *  3. RoPE and the small elementwise ops run on the caller thread; a prefill's RMSNorm and
+ *     SiLU gate (tokens x dim elements) are split over the pool (per element or row: the same
+ *     values on any split).
  *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
  *     results are bit-identical to the recipe before it became backend-agnostic. The one
@@ -58,6 +60,11 @@ typedef struct cpu_backend {
     float (*dot)(const float *a, const float *b, int n);           /* attention kernels */
     void (*axpy)(float *y, float a, const float *x, int n);
     void (*load_row)(rp_kv_dtype dt, const void *src, int hd, float *out);
+    float (*exp_sum)(float *p, int n, float mx); /* softmax weights: p = e^(p - mx), sum */
+    void (*silu)(float *out, const float *gate, const float *up, int64_t n);
+    int (*group)(const rp_kv_layout *L, const int32_t *table, int layer, int kvh, int j0, int n,
+                 const float *q, int G, float scale, const float *sinks, float *sc,
+                 float *out); /* a fused paged_group for some shapes (optional) */
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
@@ -89,6 +96,8 @@ typedef struct qx_pack {
 static const rp_backend_vt g_cpu_vt;
 static float dot_portable(const float *a, const float *b, int n);
 static void axpy_portable(float *y, float a, const float *x, int n);
+static float exp_sum_portable(float *p, int n, float mx);
+static void silu_portable(float *out, const float *gate, const float *up, int64_t n);
 
 static void cpu_destroy(rp_backend *bk)
 {
@@ -135,11 +144,18 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     b->dot = dot_portable;
     b->axpy = axpy_portable;
     b->load_row = rp_kv_row_load;
+    b->exp_sum = exp_sum_portable;
+    b->silu = silu_portable;
 #if defined(__x86_64__)
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
         b->dot = rp_attn_dot_avx512;
         b->axpy = rp_attn_axpy_avx512;
         b->load_row = rp_attn_load_row_avx512;
+        if (!b->ref && !b->exact) {
+            b->exp_sum = rp_attn_exp_sum_avx512;
+            b->silu = rp_silu_mul_avx512;
+            b->group = rp_attn_group_f32_avx512;
+        }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX2)
         rp_cpu_kernels_avx2(&b->k);
@@ -316,14 +332,14 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread
         rp_qx_prefill(w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
         return;
     }
-#else
-    (void)thread;
-    if (j->amx_x) {
+    if (j->amx_x) { /* bf16 in exact mode (three-part activations, kernels_amx.c) */
         long r = rp_amx_matmul_bf16(w, r0, r1, j->amx_x, j->n_tok, j->amx_parts, y);
         if (r < r1)
             j->kernel(w, r, r1, j->x, j->n_tok, y);
         return;
     }
+#else
+    (void)thread;
 #endif
     if (j->qkernel)
         j->qkernel(w, r0, r1, j->xq, j->n_tok, y);
@@ -627,6 +643,40 @@ void rp_tensor_row_f32(const rp_tensor *t, int64_t row, float *out)
 
 /* ---- norms, rope, elementwise ---------------------------------------------------------- */
 
+typedef struct norm_job {
+    float *out;
+    const float *x, *wf;
+    int n_tok, dim, add_one;
+    float eps;
+} norm_job;
+
+/* Tokens split over the pool: each row's arithmetic is the same on any thread. */
+static void norm_part(void *p, int i, int n)
+{
+    norm_job *j = p;
+    long lo, hi;
+    int dim = j->dim;
+    const float *wf = j->wf;
+    rp_pool_split(j->n_tok, i, n, 1, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        const float *xt = j->x + t * dim;
+        float *ot = j->out + t * dim;
+        float ss = 0.0f;
+        for (int k = 0; k < dim; k++)
+            ss += xt[k] * xt[k];
+        float inv = 1.0f / sqrtf(ss / (float)dim + j->eps);
+        if (!wf)
+            for (int k = 0; k < dim; k++)
+                ot[k] = xt[k] * inv;
+        else if (j->add_one)
+            for (int k = 0; k < dim; k++)
+                ot[k] = xt[k] * inv * (1.0f + wf[k]);
+        else
+            for (int k = 0; k < dim; k++)
+                ot[k] = xt[k] * inv * wf[k];
+    }
+}
+
 static void cpu_rmsnorm(rp_backend *bk, float *out, const float *x, const rp_tensor *w,
                         int n_tok, int dim, float eps, int add_one)
 {
@@ -646,23 +696,12 @@ static void cpu_rmsnorm(rp_backend *bk, float *out, const float *x, const rp_ten
         rp_ref_rmsnorm(out, x, wf, n_tok, dim, eps, add_one);
         return;
     }
-    for (int t = 0; t < n_tok; t++) {
-        const float *xt = x + (long)t * dim;
-        float *ot = out + (long)t * dim;
-        float ss = 0.0f;
-        for (int i = 0; i < dim; i++)
-            ss += xt[i] * xt[i];
-        float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-        if (!wf)
-            for (int i = 0; i < dim; i++)
-                ot[i] = xt[i] * inv;
-        else if (add_one)
-            for (int i = 0; i < dim; i++)
-                ot[i] = xt[i] * inv * (1.0f + wf[i]);
-        else
-            for (int i = 0; i < dim; i++)
-                ot[i] = xt[i] * inv * wf[i];
-    }
+    norm_job j = {.out = out, .x = x, .wf = wf, .n_tok = n_tok, .dim = dim, .eps = eps,
+                  .add_one = add_one};
+    if ((long)n_tok * dim < 65536) /* a decode step's rows stay on the caller */
+        norm_part(&j, 0, 1);
+    else
+        rp_pool_run(b->pool, norm_part, &j);
 }
 
 static void cpu_rope(rp_backend *bk, float *x, int n_tok, int n_heads, int head_dim, int rot_dim,
@@ -701,11 +740,38 @@ static void cpu_rope(rp_backend *bk, float *x, int n_tok, int n_heads, int head_
     }
 }
 
-static void cpu_silu_mul(rp_backend *b, float *out, const float *gate, const float *up,
-                         int64_t n)
+static void silu_portable(float *out, const float *gate, const float *up, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+typedef struct silu_job {
+    cpu_backend *b;
+    float *out;
+    const float *gate, *up;
+    int64_t n;
+} silu_job;
+
+static void silu_part(void *p, int i, int n)
+{
+    silu_job *j = p;
+    long lo, hi;
+    rp_pool_split((long)j->n, i, n, 16, &lo, &hi);
+    j->b->silu(j->out + lo, j->gate + lo, j->up + lo, hi - lo);
+}
+
+/* Element-wise, so any split gives the same values; a prefill's (tokens x ffn) is split
+ * over the pool, a decode step's stays on the caller. */
+static void cpu_silu_mul(rp_backend *bk, float *out, const float *gate, const float *up,
+                         int64_t n)
+{
+    cpu_backend *b = CPU(bk);
+    silu_job j = {.b = b, .out = out, .gate = gate, .up = up, .n = n};
+    if (n < 65536)
+        silu_part(&j, 0, 1);
+    else
+        rp_pool_run(b->pool, silu_part, &j);
 }
 
 static void cpu_add(rp_backend *b, float *y, const float *x, int64_t n)
@@ -844,6 +910,16 @@ static void axpy_portable(float *y, float a, const float *x, int n)
         y[i] += a * x[i];
 }
 
+static float exp_sum_portable(float *p, int n, float mx)
+{
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    return sum;
+}
+
 static void cpu_add_bias(rp_backend *b, float *y, const rp_tensor *bias, int n_tok, int dim)
 {
     float tmp[16384];
@@ -974,6 +1050,10 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
     int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0, n = pos + 1 - j0;
     const float *q = a->q + ((size_t)r * a->n_heads + (size_t)kvh * G) * d;
     float *sc = scratch, *acc = sc + (size_t)G * n, *kbuf = acc + (size_t)G * d, *vbuf = kbuf + d;
+    if (b->group && b->group(L, sq->blocks, layer, kvh, j0, n, q, G, a->scale,
+                             a->sinks ? a->sinks + kvh * G : NULL, sc,
+                             a->out + ((size_t)r * a->n_heads + (size_t)kvh * G) * d))
+        return;
     for (int j = 0; j < n; j++) {
         const float *k = row_f32(b, L, rp_kv_row_at(L, sq->blocks, layer, 0, j0 + j, kvh), kbuf);
         for (int g = 0; g < G; g++)
@@ -987,11 +1067,7 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
             mx = p[j] > mx ? p[j] : mx;
         float sink = a->sinks ? a->sinks[kvh * G + g] : -INFINITY;
         mx = sink > mx ? sink : mx;
-        float sum = a->sinks ? expf(sink - mx) : 0.0f;
-        for (int j = 0; j < n; j++) {
-            p[j] = expf(p[j] - mx);
-            sum += p[j];
-        }
+        float sum = (a->sinks ? expf(sink - mx) : 0.0f) + b->exp_sum(p, n, mx);
         inv[g] = 1.0f / sum;
     }
     memset(acc, 0, sizeof(float) * (size_t)G * d);

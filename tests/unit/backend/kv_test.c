@@ -60,7 +60,8 @@ Test(kv_rows, round_trip_within_stated_error)
     cr_assert_eq(rp_kv_row_bytes(RP_KV_INT4, 64), 36);
 }
 
-enum { H = 4, KVH = 2, HD = 16, LAYERS = 2, BT = 8, NB = 24, CTX = 48 };
+/* G = 5 query heads per KV head and head_dim 64: the fused AVX-512 group (4 heads, then 1) */
+enum { H = 10, KVH = 2, HD = 64, LAYERS = 2, BT = 8, NB = 24, CTX = 48 };
 
 typedef struct scene {
     rp_kv_layout L;
@@ -162,7 +163,7 @@ static void check_paged(rp_kv_dtype dt)
     cr_assert(ref && fast1 && fast2);
     scene s;
     scene_make(&s, dt, fast1);
-    static const float sinks[H] = {0.5f, -1.0f, 2.0f, 0.0f};
+    static const float sinks[H] = {0.5f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 0.25f, 3.0f, -2.0f, 1.0f};
     size_t n_out = (size_t)s.n_rows * H * HD;
     float *want = rp_alloc(sizeof(float) * n_out), *got = rp_alloc(sizeof(float) * n_out);
     for (int variant = 0; variant < 3; variant++) {

@@ -11,7 +11,8 @@
  * 4. rp_op_matmul through a 2-thread backend (activation buffer, fan-out) against --ref.
  * 7. kernels_qx86.c: the 512-bit MLX, Q4_0 and Q8_0 decode kernels (same int8 bound as 3.,
  *    activation scales per 64-block for MLX, per 32-run for GGUF) and the AMX-BF16
- *    prefill of every quantized type. Prefill tolerance: w and x are each rounded to bf16
+ *    prefill of every quantized type (rows of one and of several 2048-column chunks).
+ *    Prefill tolerance: w and x are each rounded to bf16
  *    (relative error <= 2^-9), so each product is off by at most (2^-8 + 2^-18) |w x|:
  *    bound = 1.01 * 2^-8 * sum |w x|, plus 1e-5 of it for f32 summation order.
  * 8. The tile kernels on weights repacked at load (rp_qx_repack: MLX4/MLX8 with groups 64 and
@@ -723,5 +724,10 @@ Test(quant, qx86_prefill_every_type_matches_reference)
             }
         }
     }
+    /* rows longer than one 2048-column chunk (the last one partial): y accumulates per chunk */
+    check_qx_prefill(RP_DT_MLX4, 40, 4160, 64, RP_DT_BF16, 20);
+    check_qx_prefill(RP_DT_MLX8, 33, 4224, 128, RP_DT_F16, 17);
+    check_qx_prefill(RP_DT_Q4_0, 40, 4160, 0, RP_DT_F32, 9);
+    check_qx_prefill(RP_DT_Q4_K, 20, 4352, 0, RP_DT_F32, 16);
 }
 #endif

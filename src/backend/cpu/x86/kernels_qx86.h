@@ -58,7 +58,7 @@ void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out);
 void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
                          const rp_qact *a, int n_tok, float *y);
 
-/* Prefill: any quantized type but MXFP4, and bf16 (rows copied, not decoded), n_tok >=
+/* Prefill: any quantized type but MXFP4, and bf16 (rows read in place), n_tok >=
  * RP_QX_MIN_TOKENS. x is packed once per call
  * by rp_qx_pack_bf16 into rp_qx_pack_bytes; each thread passes a rowbuf of
  * rp_qx_rowbuf_bytes(cols) (64-byte aligned) and does rows [r0, r1) of y[n_tok][rows]. */

@@ -1,11 +1,13 @@
 /* backend/cpu/x86/kernels_qx86_prefill.c - prefill of every quantized type (and bf16) on
  * AMX-BF16 tiles (rp_qx_prefill; contract in kernels_qx86.h).
  *
- * Rows in blocks of 32, dequantized (rp_qx_dequant_bf16: w in f32 exactly as the reference,
- * then rounded to bf16) into the calling thread's buffer; the activations are rounded to bf16
- * once per call (rp_qx_pack_bf16, VNNI pairs for B tiles); C = 2 row tiles x 2 token tiles of
- * f32 accumulated by TDPBF16PS over all columns. Error: the bf16 rounding of w and x (relative
- * 2^-9 each per product), f32 accumulation.
+ * Weight rows in blocks of 32 are the A tiles: bf16 weights are read in place (TILELOADD with
+ * the row pitch as stride; a call's first block is copied); other types are dequantized (w in f32
+ * exactly as the reference, then rounded to bf16) into the calling thread's buffer. The activations
+ * are rounded to bf16 once per call (rp_qx_pack_bf16: VNNI pairs for the B tiles, 16 x 16
+ * transposes). C = 2 row tiles x 2 token tiles of f32 accumulated by TDPBF16PS over a 2048-column
+ * chunk, then added into y (16 x 16 transposes). Error: the bf16 rounding of w and x (relative 2^-9
+ * each per product), f32 accumulation.
  *
  * Threading: pure functions of their arguments; the caller gives each thread its own rowbuf.
  * Compiled with AVX-512 + AMX flags; only called when rp_cpu() reports AMX + BF16 and the tile
@@ -19,6 +21,11 @@
 
 #include "backend/quant.h"
 #include "base/half.h"
+
+#define QX_KC                                                                                      \
+    64               /* k-steps per column chunk (2048 columns): the B tiles of one chunk          \
+                        for 128 tokens (512 KB) stay in L2 while the row blocks go by */
+#define QX_MAX_TB 16 /* token blocks per group (256 tokens): a C spill of 32 KB */
 
 /* n scales (f32, f16 or bf16) from p to f32. */
 QX_AI void qx_widen(rp_dtype sdt, const void *p, long n, float *out)
@@ -45,10 +52,10 @@ QX_AI void qx_widen(rp_dtype sdt, const void *p, long n, float *out)
 int rp_qx_prefill_fits(const rp_tensor *w, int n_tok)
 {
     long cols = (long)w->shape[1];
-    int type_ok = (rp_dtype_is_quant(w->dtype) && w->dtype != RP_DT_MXFP4) ||
-                  w->dtype == RP_DT_BF16;
-    return type_ok && n_tok >= RP_QX_MIN_TOKENS &&
-           cols % 32 == 0 && cols % rp_dtype_block(w->dtype) == 0 && cols <= 65536 &&
+    int type_ok =
+        (rp_dtype_is_quant(w->dtype) && w->dtype != RP_DT_MXFP4) || w->dtype == RP_DT_BF16;
+    return type_ok && n_tok >= RP_QX_MIN_TOKENS && cols % 32 == 0 &&
+           cols % rp_dtype_block(w->dtype) == 0 && cols <= 65536 &&
            (w->dtype != RP_DT_MLX4 && w->dtype != RP_DT_MLX8 ? 1 : cols % w->group_size == 0);
 }
 
@@ -57,32 +64,64 @@ size_t rp_qx_pack_bytes(int n_tok, long cols)
     return (size_t)((n_tok + 15) / 16) * (size_t)cols * 16 * 2;
 }
 
-/* The dequantized rows' stride: a multiple of 64 bytes that is not one of 4096 (rows 4 KB
- * apart would share L1 sets), then f32 scratch. */
-static size_t qx_astride(long cols) { return (size_t)cols * 2 + 64; }
+/* The weight block: 32 rows of one 2048-column chunk in bf16, rows 64 kn + 64 bytes apart (a
+ * multiple of 64 that is not one of 4096: no shared L1 sets), then f32 scratch for the types
+ * dequantized a whole row at a time. */
+size_t rp_qx_rowbuf_bytes(long cols)
+{
+    return 32 * (64 * (size_t)QX_KC + 64) + (size_t)cols * 4 + 64;
+}
 
-size_t rp_qx_rowbuf_bytes(long cols) { return 32 * qx_astride(cols) + (size_t)cols * 4 + 64; }
+/* The 16 x 16 transpose of r (32-bit elements): r[i] element j becomes r[j] element i. */
+QX_AI void qx_transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) { /* u[g + c], lane L: rows g..g+3, element 4 L + c */
+        u[g + 0] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
 
-/* B tiles: token block tb, 32-column step k: 16 rows (column pairs) x 16 tokens x 2 bf16. */
+/* B tiles: token block tb, 32-column step k: 16 rows (column pairs) x 16 tokens x 2 bf16, at
+ * 512 * (tb * nk + k) uint16. Per tile: 16 tokens' 32 columns as bf16 pairs (one 32-bit lane
+ * a pair), transposed so that tile row p holds pair p of every token; tokens past n_tok are 0. */
 void rp_qx_pack_bf16(const float *x, int n_tok, long cols, uint16_t *out)
 {
     long nb = (n_tok + 15) / 16, nk = cols / 32;
-    memset(out, 0, rp_qx_pack_bytes(n_tok, cols));
-    uint32_t *o = (uint32_t *)out;
-    for (int t = 0; t < n_tok; t++) {
-        long tb = t / 16;
-        int tt = t % 16;
+    for (long tb = 0; tb < nb; tb++)
         for (long k = 0; k < nk; k++) {
-            const float *xs = x + (long)t * cols + 32 * k;
-            __m512i h = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(xs + 16), _mm512_loadu_ps(xs));
-            uint32_t pr[16];
-            _mm512_storeu_si512(pr, h);
-            uint32_t *tile = o + ((size_t)tb * (size_t)nk + (size_t)k) * 256 + tt;
+            __m512 r[16];
+            for (int t = 0; t < 16; t++) {
+                long tok = tb * 16 + t;
+                if (tok < n_tok) {
+                    const float *xs = x + tok * cols + 32 * k;
+                    r[t] = _mm512_castsi512_ps((__m512i)_mm512_cvtne2ps_pbh(
+                        _mm512_loadu_ps(xs + 16), _mm512_loadu_ps(xs)));
+                } else {
+                    r[t] = _mm512_setzero_ps();
+                }
+            }
+            qx_transpose16(r);
+            float *tile = (float *)(out + 512 * (size_t)(tb * nk + k));
             for (int p = 0; p < 16; p++)
-                tile[16 * p] = pr[p];
+                _mm512_storeu_ps(tile + 16 * p, r[p]);
         }
-    }
-    (void)nb;
 }
 
 QX_AI __m512i qx_f32x32_to_bf16(__m512 lo, __m512 hi)
@@ -95,7 +134,8 @@ QX_AI void qx_affine32(__m256i q8, __m512 s, __m512 b, uint16_t *out)
 {
     __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q8)));
     __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q8, 1)));
-    _mm512_storeu_si512(out, qx_f32x32_to_bf16(_mm512_fmadd_ps(f0, s, b), _mm512_fmadd_ps(f1, s, b)));
+    _mm512_storeu_si512(out,
+                        qx_f32x32_to_bf16(_mm512_fmadd_ps(f0, s, b), _mm512_fmadd_ps(f1, s, b)));
 }
 
 /* 16 bytes of packed nibbles (byte k: element 2k low, 2k + 1 high) into 32 bf16 looked up in
@@ -103,8 +143,9 @@ QX_AI void qx_affine32(__m256i q8, __m512 s, __m512 b, uint16_t *out)
 QX_AI void qx_nib_lut32(const uint8_t *p, __m512i lut, uint16_t *out)
 {
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    __m512i idx = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(15)),
-                                  _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf0)), 12));
+    __m512i idx =
+        _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(15)),
+                        _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf0)), 12));
     _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, lut));
 }
 
@@ -116,73 +157,80 @@ QX_AI __m512i qx_lut16(float s, float b)
     return _mm512_castsi256_si512((__m256i)h);
 }
 
-
-/* Row `row` of w into cols bf16 (the reference's f32 value, rounded to nearest even). f32
- * scratch: cols floats, for the types without a vector path. */
-void rp_qx_dequant_bf16(const rp_tensor *w, long row, uint16_t *out, float *f32)
+/* Columns [32 k0, 32 k1) of row `row` of w into bf16 at out (the reference's f32 value,
+ * rounded to nearest even). f32 scratch: cols floats, for the types without a vector path
+ * (those dequantize the whole row). */
+static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t *out, float *f32)
 {
     long cols = (long)w->shape[1];
     size_t rb = rp_dtype_row_bytes(w->dtype, cols);
     const uint8_t *p = (const uint8_t *)w->data + (size_t)row * rb;
     switch (w->dtype) {
-    case RP_DT_BF16: /* already the tiles' element type: a copy into the padded stride */
-        memcpy(out, p, rb);
+    case RP_DT_BF16: /* already the tiles' element type */
+        memcpy(out, p + 64 * k0, 64 * (size_t)(k1 - k0));
         return;
     case RP_DT_MLX4:
     case RP_DT_MLX8: {
-        long gs = w->group_size, ng = cols / gs;
+        long gs = w->group_size, ng = cols / gs, g0 = 32 * k0 / gs, g1 = (32 * k1 + gs - 1) / gs;
         size_t sb = w->scale_dtype == RP_DT_F32 ? 4 : 2;
         float sc[1024], bi[1024];
-        if (ng > 1024)
-            break;
-        qx_widen(w->scale_dtype, (const char *)w->scales + (size_t)row * (size_t)ng * sb, ng, sc);
-        qx_widen(w->scale_dtype, (const char *)w->biases + (size_t)row * (size_t)ng * sb, ng, bi);
-        if (w->dtype == RP_DT_MLX4) { /* 32 elements (16 bytes) share a group */
-            for (long e = 0; e < cols; e += 32) {
-                long g = e / gs;
-                qx_nib_lut32(p + e / 2, qx_lut16(sc[g], bi[g]), out + e);
+        if (g1 - g0 > 1024) break;
+        size_t so = ((size_t)row * (size_t)ng + (size_t)g0) * sb;
+        qx_widen(w->scale_dtype, (const char *)w->scales + so, g1 - g0, sc);
+        qx_widen(w->scale_dtype, (const char *)w->biases + so, g1 - g0, bi);
+        long per = gs / 32;           /* pieces of 32 elements a group: 1, 2 or 4 */
+        if (w->dtype == RP_DT_MLX4) { /* one table of the group's 16 values for its pieces */
+            for (long k = k0; k < k1;) {
+                long g = 32 * k / gs, ke = (g + 1) * per < k1 ? (g + 1) * per : k1;
+                __m512i lut = qx_lut16(sc[g - g0], bi[g - g0]);
+                for (; k < ke; k++)
+                    qx_nib_lut32(p + 16 * k, lut, out + 32 * (k - k0));
             }
             return;
         }
-        for (long e = 0; e < cols; e += 32) { /* 8-bit: 32 bytes, one group */
-            long g = e / gs;
-            qx_affine32(_mm256_loadu_si256((const __m256i *)(p + e)), _mm512_set1_ps(sc[g]),
-                        _mm512_set1_ps(bi[g]), out + e);
+        for (long k = k0; k < k1; k++) { /* 8-bit: 32 bytes, one group */
+            long g = 32 * k / gs - g0;
+            qx_affine32(_mm256_loadu_si256((const __m256i *)(p + 32 * k)), _mm512_set1_ps(sc[g]),
+                        _mm512_set1_ps(bi[g]), out + 32 * (k - k0));
         }
         return;
     }
     case RP_DT_Q8_0:
-        for (long k = 0; k < cols / 32; k++) {
+        for (long k = k0; k < k1; k++) {
             const uint8_t *b = p + 34 * (size_t)k;
             __m512 d = _mm512_set1_ps(qx_h2f(b));
             __m256i q = _mm256_loadu_si256((const __m256i *)(b + 2));
             __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
             __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
-            _mm512_storeu_si512(out + 32 * k,
+            _mm512_storeu_si512(out + 32 * (k - k0),
                                 qx_f32x32_to_bf16(_mm512_mul_ps(f0, d), _mm512_mul_ps(f1, d)));
         }
         return;
     case RP_DT_Q4_0:
-        for (long k = 0; k < cols / 32; k++) {
+        for (long k = k0; k < k1; k++) {
             const uint8_t *b = p + 18 * (size_t)k;
             float d = qx_h2f(b);
             __m128i v = _mm_loadu_si128((const __m128i *)(b + 2));
             __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v),
                                          _mm256_set1_epi8(15)); /* elements 0..15, 16..31 */
             __m512i lut = qx_lut16(d, -8.0f * d);
-            _mm512_storeu_si512(out + 32 * k,
+            _mm512_storeu_si512(out + 32 * (k - k0),
                                 _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(q), lut));
         }
         return;
-    default: break;
+    default:
+        break;
     }
     rp_quant_dequant_row(w, row, f32);
-    long e = 0;
-    for (; e + 32 <= cols; e += 32)
-        _mm512_storeu_si512(out + e, qx_f32x32_to_bf16(_mm512_loadu_ps(f32 + e),
-                                                       _mm512_loadu_ps(f32 + e + 16)));
-    for (; e < cols; e++)
-        out[e] = rp_f32_to_bf16(f32[e]);
+    for (long k = k0; k < k1; k++) /* cols % 32 == 0 (rp_qx_prefill_fits) */
+        _mm512_storeu_si512(
+            out + 32 * (k - k0),
+            qx_f32x32_to_bf16(_mm512_loadu_ps(f32 + 32 * k), _mm512_loadu_ps(f32 + 32 * k + 16)));
+}
+
+void rp_qx_dequant_bf16(const rp_tensor *w, long row, uint16_t *out, float *f32)
+{
+    dequant_row(w, row, 0, (long)w->shape[1] / 32, out, f32);
 }
 
 typedef struct qx_tilecfg {
@@ -204,18 +252,38 @@ static void qx_config(void)
     _tile_loadconfig(&c);
 }
 
-/* C tiles: 0, 1 = row tile 0 x token blocks tb, tb + 1; 2, 3 = row tile 1. A: 4, 5; B: 6, 7. */
-QX_AI void qx_amx_pass(const uint16_t *a, size_t astride, const uint16_t *b0, const uint16_t *b1,
-                       long nk, const int two, const char *pf, long pf_lines)
+/* A walk over rows x lines of the next block's source, a few prefetches per k-step. */
+typedef struct qx_pf {
+    const char *p;  /* row `row`'s first line */
+    size_t stride;  /* bytes between rows */
+    long lpr, line; /* lines per row, the next line of this row */
+    long rows_left; /* rows not finished */
+} qx_pf;
+
+QX_AI void qx_pf_step(qx_pf *pf, long n)
 {
+    for (long i = 0; i < n && pf->rows_left > 0; i++) {
+        _mm_prefetch(pf->p + 64 * pf->line, _MM_HINT_T1);
+        if (++pf->line == pf->lpr) {
+            pf->line = 0;
+            pf->p += pf->stride;
+            pf->rows_left--;
+        }
+    }
+}
+
+/* C tiles: 0, 1 = row tile 0 x token blocks tb, tb + 1; 2, 3 = row tile 1. A: 4, 5 (tile k
+ * at a + 32 k, rows `as` bytes apart); B: 6, 7. k-steps [0, nk); pf_n prefetches a step. */
+QX_AI void qx_amx_pass(const uint16_t *a, long as, const uint16_t *b0, const uint16_t *b1, long nk,
+                       const int two, qx_pf *pf, long pf_n)
+{
+    const uint16_t *a1 = a + 8 * as;
     for (long k = 0; k < nk; k++) {
-        /* the next row block's weights into L2 while the tiles work */
-        for (long l = 0; l < pf_lines; l++)
-            _mm_prefetch(pf + 64 * (k * pf_lines + l), _MM_HINT_T1);
-        _tile_loadd(4, a + 32 * k, (long)astride);
+        qx_pf_step(pf, pf_n);
+        _tile_loadd(4, a + 32 * k, as);
         _tile_loadd(6, b0 + 512 * k, 64);
         _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(5, a + 16 * astride / 2 + 32 * k, (long)astride);
+        _tile_loadd(5, a1 + 32 * k, as);
         _tile_dpbf16ps(2, 5, 6);
         if (two) {
             _tile_loadd(7, b1 + 512 * k, 64);
@@ -225,71 +293,109 @@ QX_AI void qx_amx_pass(const uint16_t *a, size_t astride, const uint16_t *b0, co
     }
 }
 
-/* C tile c[16 rows][16 tokens] into y[token][row] (rows [r, r1) of this block). */
-static void qx_store(const float *c, long r, long r1, long tb, int n_tok, long rows, float *y)
+/* cb: C of one token block, [32 rows][16 tokens] f32; into rows [r, r + nr) of y[token][rows]
+ * for its tokens below n_tok (16 x 16 transposes), added to y when `add`. */
+static void qx_store(const float *cb, long r, long nr, long tb, int n_tok, long rows, float *y,
+                     int add)
 {
-    const __m512i col = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
-    long nr = r1 - r < 16 ? r1 - r : 16;
-    __mmask16 m = (__mmask16)((1u << nr) - 1);
-    for (int t = 0; t < 16; t++) {
-        long tok = tb * 16 + t;
-        if (tok >= n_tok)
-            break;
-        _mm512_mask_storeu_ps(y + tok * rows + r, m, _mm512_i32gather_ps(col, c + t, 4));
+    int nt = n_tok - 16 * (int)tb < 16 ? n_tok - 16 * (int)tb : 16;
+    for (int h = 0; h < 2 && 16 * h < nr; h++) {
+        long n = nr - 16 * h < 16 ? nr - 16 * h : 16;
+        __mmask16 m = (__mmask16)((1u << n) - 1);
+        __m512 v[16];
+        for (int i = 0; i < 16; i++)
+            v[i] = _mm512_load_ps(cb + 256 * h + 16 * i);
+        qx_transpose16(v);
+        for (int t = 0; t < nt; t++) {
+            float *yt = y + (tb * 16 + t) * rows + r + 16 * h;
+            __m512 o = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), v[t]) : v[t];
+            _mm512_mask_storeu_ps(yt, m, o);
+        }
     }
 }
 
+/* The prefetch walk over the source of rows [r, r + n), columns [32 k0, 32 k1). */
+static qx_pf qx_pf_of(const rp_tensor *w, long r, long n, long k0, long k1)
+{
+    size_t rb = rp_dtype_row_bytes(w->dtype, (long)w->shape[1]);
+    size_t c0 = rp_dtype_row_bytes(w->dtype, 32 * k0), c1 = rp_dtype_row_bytes(w->dtype, 32 * k1);
+    const char *p = (const char *)w->data + (size_t)r * rb + (c0 & ~(size_t)63);
+    return (qx_pf){.p = p,
+                   .stride = rb,
+                   .lpr = (long)((c1 - (c0 & ~(size_t)63) + 63) / 64),
+                   .rows_left = n > 0 ? n : 0};
+}
+
+/* Loop order: per 2048-column chunk, per 32-row block: the block's A rows (bf16 weights: read
+ * in place, rows one row apart; other types: dequantized into rowbuf), then per token group of
+ * up to 256, per token-block pair, the 4 C tiles accumulate the chunk and go to the spill cb,
+ * then cb -> y (added from the second chunk on). The chunk's B tiles stay in L2 for all row
+ * blocks; the next block's source is prefetched into L2 a few lines per k-step, spread over
+ * this block's passes. */
 void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
                    void *rowbuf, float *y)
 {
     long rows = (long)w->shape[0], cols = (long)w->shape[1], nk = cols / 32;
     long nb = (n_tok + 15) / 16;
     uint16_t *a = rowbuf;
-    size_t astride = qx_astride(cols); /* bytes */
-    float *f32 = (float *)((char *)rowbuf + 32 * astride);
-    float c[4][256] __attribute__((aligned(64)));
+    float *f32 = (float *)((char *)rowbuf + 32 * (64 * (size_t)QX_KC + 64));
+    float cb[QX_MAX_TB][512] __attribute__((aligned(64)));
     qx_config();
-    for (long r = r0; r < r1; r += 32) {
-        for (long i = 0; i < 32; i++) {
-            if (r + i < r1)
-                rp_qx_dequant_bf16(w, r + i, a + (size_t)i * astride / 2, f32);
-            else
-                memset(a + (size_t)i * astride / 2, 0, astride);
-        }
-        /* prefetch plan: the next block's packed rows, spread over this block's passes */
-        size_t rbytes = rp_dtype_row_bytes(w->dtype, cols);
-        long npass = (nb + 1) / 2, next = r + 32 < r1 ? (r1 - r - 32 < 32 ? r1 - r - 32 : 32) : 0;
-        long lines = (long)((size_t)next * rbytes / 64);
-        long per = (lines + npass * nk - 1) / (npass * nk);
-        const char *pfb = (const char *)w->data + (size_t)(r + 32) * rbytes;
-        for (long tb = 0; tb < nb; tb += 2) {
-            int two = tb + 1 < nb;
-            const char *pf = pfb + (size_t)(tb / 2) * (size_t)nk * (size_t)per * 64;
-            long pl = (tb / 2) * nk * per < lines ? per : 0;
-            const uint16_t *b0 = xb + (size_t)tb * (size_t)cols * 16;
-            const uint16_t *b1 = b0 + (size_t)cols * 16;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            if (two)
-                qx_amx_pass(a, astride, b0, b1, nk, 1, pf, pl);
-            else
-                qx_amx_pass(a, astride, b0, b1, nk, 0, pf, pl);
-            _tile_stored(0, c[0], 64);
-            _tile_stored(2, c[2], 64);
-            if (two) {
-                _tile_stored(1, c[1], 64);
-                _tile_stored(3, c[3], 64);
+    for (long k0 = 0; k0 < nk; k0 += QX_KC) {
+        long k1 = k0 + QX_KC < nk ? k0 + QX_KC : nk, kn = k1 - k0;
+        for (long r = r0; r < r1; r += 32) {
+            long nr = r1 - r < 32 ? r1 - r : 32;
+            const uint16_t *ab = a;
+            long as = 64 * kn + 64; /* rowbuf: a multiple of 64 bytes, not of 4096 */
+            /* bf16 in place, but for a call's first block: not prefetched, its strided tile
+             * loads would wait on memory row by row, where a copy streams */
+            if (w->dtype == RP_DT_BF16 && nr == 32 && (r != r0 || k0 != 0)) {
+                ab = (const uint16_t *)w->data + (size_t)r * (size_t)cols + 32 * (size_t)k0;
+                as = 2 * cols;
+            } else {
+                for (long i = 0; i < 32; i++) {
+                    uint16_t *o = a + (size_t)i * (size_t)as / 2;
+                    if (i < nr)
+                        dequant_row(w, r + i, k0, k1, o, f32);
+                    else
+                        memset(o, 0, 64 * (size_t)kn);
+                }
             }
-            qx_store(c[0], r, r1, tb, n_tok, rows, y);
-            if (r + 16 < r1)
-                qx_store(c[2], r + 16, r1, tb, n_tok, rows, y);
-            if (two) {
-                qx_store(c[1], r, r1, tb + 1, n_tok, rows, y);
-                if (r + 16 < r1)
-                    qx_store(c[3], r + 16, r1, tb + 1, n_tok, rows, y);
+            /* the next block: the next 32 rows of this chunk, or the first of the next chunk;
+             * after the last, the rows after r1 (the next work item, on this thread or the
+             * other: in L3 at least) */
+            long n1 = rows - r1 < 32 ? rows - r1 : 32, kf = QX_KC < nk ? QX_KC : nk;
+            qx_pf pf = r + 32 < r1
+                           ? qx_pf_of(w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, k0, k1)
+                       : k1 < nk ? qx_pf_of(w, r0, r1 - r0 < 32 ? r1 - r0 : 32, k1,
+                                            k1 + QX_KC < nk ? k1 + QX_KC : nk)
+                                 : qx_pf_of(w, r1, n1, 0, kf);
+            long steps = kn * ((nb + 1) / 2);
+            long per = (pf.lpr * pf.rows_left + steps - 1) / steps;
+            for (long g0 = 0; g0 < nb; g0 += QX_MAX_TB) {
+                long g1 = g0 + QX_MAX_TB < nb ? g0 + QX_MAX_TB : nb;
+                for (long tb = g0; tb < g1; tb += 2) {
+                    int two = tb + 1 < g1;
+                    float *c0 = cb[tb - g0], *c1 = cb[tb - g0 + two];
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    const uint16_t *b0 = xb + 512 * (size_t)(tb * nk + k0);
+                    const uint16_t *b1 = b0 + 512 * (size_t)nk;
+                    if (two)
+                        qx_amx_pass(ab, as, b0, b1, kn, 1, &pf, per);
+                    else
+                        qx_amx_pass(ab, as, b0, b1, kn, 0, &pf, per);
+                    _tile_stored(0, c0, 64);
+                    _tile_stored(2, c0 + 256, 64);
+                    if (two) {
+                        _tile_stored(1, c1, 64);
+                        _tile_stored(3, c1 + 256, 64);
+                    }
+                }
+                for (long tb = g0; tb < g1; tb++)
+                    qx_store(cb[tb - g0], r, nr, tb, n_tok, rows, y, k0 > 0);
             }
         }
     }
