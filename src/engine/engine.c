@@ -411,7 +411,8 @@ static void consume_rows(rp_engine *e, int n_rows, const int32_t *greedy)
     for (int i = 0; i < n_rows;) {
         slot *sl = e->b_row_slot[i];
         request *r = sl->req;
-        int nd = sl->n_draft, n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
+        int nd = sl->n_draft;
+        int n_top = r->n_top > RP_MAX_TOP_LOGPROBS ? RP_MAX_TOP_LOGPROBS : r->n_top;
         sl->phase = SLOT_DECODE;
         int32_t tok[1 + RP_MAX_SPEC_TOKENS];
         int acc = 0; /* drafts accepted */

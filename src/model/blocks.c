@@ -126,6 +126,15 @@ rp_status rp_blk_to_backend(rp_model *m, rp_blk_weights *ws, const rp_tensor **t
     return RP_OK;
 }
 
+rp_status rp_blk_to_backend_n(rp_model *m, rp_blk_weights *ws, const rp_tensor **const *t, size_t n,
+                              rp_err *err)
+{
+    rp_status rc = RP_OK;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = rp_blk_to_backend(m, ws, t[i], err);
+    return rc;
+}
+
 float *rp_blk_act(rp_model *m, size_t n)
 {
     return rp_backend_buf_alloc(m->be, (n ? n : 1) * sizeof(float), RP_TAG_MODEL);

@@ -63,6 +63,9 @@ void rp_blk_weights_free(rp_blk_weights *ws);
 /* *t := the backend's copy of *t (rp_backend_weight); NULL stays NULL. A tensor already
  * given (tied embeddings) gets its first copy, so it is uploaded once. */
 rp_status rp_blk_to_backend(rp_model *m, rp_blk_weights *ws, const rp_tensor **t, rp_err *err);
+/* rp_blk_to_backend over n tensor slots, first failure returned. */
+rp_status rp_blk_to_backend_n(rp_model *m, rp_blk_weights *ws, const rp_tensor **const *t, size_t n,
+                              rp_err *err);
 /* An activation buffer of n floats from the model's backend (rp_backend_buf_alloc); NULL
  * when out of memory. Free with rp_backend_buf_free. */
 float *rp_blk_act(rp_model *m, size_t n);

@@ -151,13 +151,11 @@ static rp_status gemma3_init(rp_model *m, rp_err *err)
         const rp_tensor **f[] = {&L->in_norm, &L->post_attn_norm, &L->pre_ffw_norm,
                                  &L->post_ffw_norm, &L->wq, &L->wk, &L->wv, &L->wo,
                                  &L->q_norm, &L->k_norm, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
-            if ((rc = rp_blk_to_backend(m, &s->weights, f[j], err)))
-                return rc;
+        if ((rc = rp_blk_to_backend_n(m, &s->weights, f, RP_ARRAY_LEN(f), err)))
+            return rc;
     }
-    if ((rc = rp_blk_to_backend(m, &s->weights, &s->embed, err)) ||
-        (rc = rp_blk_to_backend(m, &s->weights, &s->final_norm, err)) ||
-        (rc = rp_blk_to_backend(m, &s->weights, &s->lm_head, err)))
+    const rp_tensor **top[] = {&s->embed, &s->final_norm, &s->lm_head};
+    if ((rc = rp_blk_to_backend_n(m, &s->weights, top, RP_ARRAY_LEN(top), err)))
         return rc;
     size_t n = RP_MAX_CHUNK;
     s->x = rp_blk_act(m, n * dim);

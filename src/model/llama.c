@@ -190,13 +190,11 @@ static rp_status llama_init(rp_model *m, rp_err *err)
                                  &L->wo,        &L->bq,       &L->bk,     &L->bv,     &L->bo,
                                  &L->q_norm,    &L->k_norm,   &L->w_gate, &L->w_up,   &L->w_down,
                                  &L->b_gate,    &L->b_up,     &L->b_down};
-        for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
-            if ((rc = rp_blk_to_backend(m, &s->weights, f[j], err)))
-                return rc;
+        if ((rc = rp_blk_to_backend_n(m, &s->weights, f, RP_ARRAY_LEN(f), err)))
+            return rc;
     }
-    if ((rc = rp_blk_to_backend(m, &s->weights, &s->embed, err)) ||
-        (rc = rp_blk_to_backend(m, &s->weights, &s->final_norm, err)) ||
-        (rc = rp_blk_to_backend(m, &s->weights, &s->lm_head, err)))
+    const rp_tensor **top[] = {&s->embed, &s->final_norm, &s->lm_head};
+    if ((rc = rp_blk_to_backend_n(m, &s->weights, top, RP_ARRAY_LEN(top), err)))
         return rc;
     if ((rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
         return rc;

@@ -156,19 +156,16 @@ static rp_status to_backend(rp_model *m, qmoe *s, rp_err *err)
         const rp_tensor **f[] = {&L->attn_norm, &L->ffn_norm, &L->wq,     &L->wk,
                                  &L->wv,        &L->wo,       &L->q_norm, &L->k_norm,
                                  &L->router,    &L->w_gate,   &L->w_up,   &L->w_down};
-        for (size_t j = 0; j < RP_ARRAY_LEN(f) && !rc; j++)
-            rc = rp_blk_to_backend(m, &s->weights, f[j], err);
+        if (!rc)
+            rc = rp_blk_to_backend_n(m, &s->weights, f, RP_ARRAY_LEN(f), err);
         for (int e = 0; L->experts && e < s->n_exp && !rc; e++) {
             expert *E = &L->experts[e];
-            if (!(rc = rp_blk_to_backend(m, &s->weights, &E->gate, err)) &&
-                !(rc = rp_blk_to_backend(m, &s->weights, &E->up, err)))
-                rc = rp_blk_to_backend(m, &s->weights, &E->down, err);
+            const rp_tensor **ex[] = {&E->gate, &E->up, &E->down};
+            rc = rp_blk_to_backend_n(m, &s->weights, ex, RP_ARRAY_LEN(ex), err);
         }
     }
-    if (!rc && !(rc = rp_blk_to_backend(m, &s->weights, &s->embed, err)) &&
-        !(rc = rp_blk_to_backend(m, &s->weights, &s->final_norm, err)))
-        rc = rp_blk_to_backend(m, &s->weights, &s->lm_head, err);
-    return rc;
+    const rp_tensor **top[] = {&s->embed, &s->final_norm, &s->lm_head};
+    return rc ? rc : rp_blk_to_backend_n(m, &s->weights, top, RP_ARRAY_LEN(top), err);
 }
 
 static rp_status qmoe_init(rp_model *m, rp_err *err)

@@ -13,8 +13,8 @@
  * is from them on the same bf16 weights plus BF16_GPU_EXTRA when that is more: some
  * fixtures amplify rounding (Gemma's zero-centred norms and sqrt(hidden) embedding scale:
  * the CPU's bf16 logits are 0.36 from transformers there). That CPU distance over BF16_TOL is
- * the fixture's rounding sensitivity, which also scales the MLX prefill tolerance. MLX 4/8-bit kernels and
- * quantized fixtures: gpu_check_quant.c (arguments: "kernels", "qkernels", a fixture name,
+ * the fixture's rounding sensitivity, which also scales the MLX prefill tolerance. MLX
+ * 4/8-bit kernels and quantized fixtures: gpu_check_quant.c (arguments: "kernels", "qkernels", a fixture name,
  * "quant" for every quantized fixture, none for everything).
  */
 #include <math.h>

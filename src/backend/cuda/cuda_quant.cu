@@ -30,17 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_quant.h"
-
-#define QCK(x)                                                                                 \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__,                \
-                    cudaGetErrorString(e_), #x);                                               \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
 
 enum { QMV_WARPS = 8, QMM_WARPS = 4 };
 
@@ -52,40 +43,7 @@ extern "C" int rp_cuda_qw_ok(int bits, int gs, long rows, long cols)
 
 /* ---- device helpers ----------------------------------------------------------------------- */
 
-__device__ __forceinline__ uint4 q_ld_stream(const uint4 *p)
-{
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
-__device__ __forceinline__ void q_pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-template <typename... P, typename... A>
-static void q_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
-{
-    if (!pdl) {
-        k<<<grid, block, 0, s>>>(args...);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    QCK(cudaLaunchKernelEx(&cfg, k, args...));
-}
 
 /* (scale, bias) of group gi */
 __device__ __forceinline__ float2 load_sb(const void *sb, long gi, int sf)
@@ -129,7 +87,7 @@ __device__ __forceinline__ float q_warp_sum(float v)
 __global__ void qx_int8_kernel(const float *__restrict__ x, long cols, long n_q, int perm,
                                int8_t *__restrict__ xq, float2 *__restrict__ xs)
 {
-    q_pdl_wait();
+    pdl_wait();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x; /* an 8-element piece */
     bool live = i < n_q;
     long per = cols / 8, t = (live ? i : n_q - 1) / per, p = (live ? i : n_q - 1) % per;
@@ -254,11 +212,11 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
         long kk_ = (k0) + 32 * u;                                                              \
         bool in_ = kk_ < nr;                                                                   \
         _Pragma("unroll") for (int h = 0; h < V; h++)                                          \
-            wn[u][r][h] = in_ ? q_ld_stream(wr + (r * nr + kk_) * V + h) : make_uint4(0, 0, 0, 0); \
+            wn[u][r][h] = in_ ? ld_stream(wr + (r * nr + kk_) * V + h) : make_uint4(0, 0, 0, 0); \
         sn[u][r] = in_ ? load_sb_raw(sb, (lr + r) * ng + kk_ / rpg, sf) : make_uint2(0, 0);    \
     }
     QMV_LOAD(lane)
-    q_pdl_wait(); /* the weights never change: only x waits for the previous kernel */
+    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
     for (long k = lane; k < nr; k += 32 * U) {
         if (!PIPE && k != lane) {
             QMV_LOAD(k)
@@ -318,7 +276,7 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
 __global__ void qx_bf16_kernel(const float *__restrict__ x, long n8, int perm,
                                uint4 *__restrict__ out)
 {
-    q_pdl_wait();
+    pdl_wait();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
          i += (long)gridDim.x * blockDim.x) {
         const float4 *p = (const float4 *)x + 2 * i;
@@ -447,12 +405,12 @@ __global__ void __launch_bounds__(QMM_WARPS * 32) qmm_kernel(qmm_args a)
         for (int mi = 0; mi < MT; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                wn[mi][h] = in ? q_ld_stream(wp[mi][h] + e / EPL) : make_uint4(0, 0, 0, 0);
+                wn[mi][h] = in ? ld_stream(wp[mi][h] + e / EPL) : make_uint4(0, 0, 0, 0);
                 sn[mi][h] = in ? load_sb(sbp[mi], sbase[mi][h] + e / a.gs, a.sf)
                                : make_float2(0.f, 0.f);
             }
     }
-    q_pdl_wait(); /* the weights never change: only x waits for the previous kernel */
+    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
     for (; k < k1; k += KSTEP) {
         long e = k + EPL * t;
         bool in = e < k1;
@@ -471,7 +429,7 @@ __global__ void __launch_bounds__(QMM_WARPS * 32) qmm_kernel(qmm_args a)
         for (int mi = 0; mi < MT; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                wn[mi][h] = inn ? q_ld_stream(wp[mi][h] + en / EPL) : make_uint4(0, 0, 0, 0);
+                wn[mi][h] = inn ? ld_stream(wp[mi][h] + en / EPL) : make_uint4(0, 0, 0, 0);
                 sn[mi][h] = inn ? load_sb(sbp[mi], sbase[mi][h] + en / a.gs, a.sf)
                                 : make_float2(0.f, 0.f);
             }
@@ -552,7 +510,7 @@ __global__ void __launch_bounds__(QMM_WARPS * 32) qmm_kernel(qmm_args a)
 /* y = the sum of the splits' partials in split order (deterministic). */
 __global__ void qmm_reduce_kernel(qmm_args a)
 {
-    q_pdl_wait();
+    pdl_wait();
     long R = a.r0[3], q = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= R * a.n)
         return;
@@ -611,13 +569,13 @@ static void qmv_go(const qmv_args &a, int v, cudaStream_t s, int pdl)
     dim3 block(QMV_WARPS * 32);
     if (R == 1) {
         dim3 grid((unsigned)((a.r0[3] + QMV_WARPS - 1) / QMV_WARPS));
-        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 1, 0>, grid, block, s, a);
+        pdl_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 1, 0>, grid, block, s, a);
     } else if (v == 1) {
         dim3 grid((unsigned)((a.r0[3] / 4 + QMV_WARPS - 1) / QMV_WARPS));
-        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 2 : 1, 4, 1>, grid, block, s, a);
+        pdl_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 2 : 1, 4, 1>, grid, block, s, a);
     } else {
         dim3 grid((unsigned)((a.r0[3] / 2 + QMV_WARPS - 1) / QMV_WARPS));
-        q_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 2, 0>, grid, block, s, a);
+        pdl_launch(pdl, qmv_kernel<BITS, NT, BITS == 4 ? 4 : 2, 2, 0>, grid, block, s, a);
     }
 }
 
@@ -626,7 +584,7 @@ static void qmv_run(const void *args, void *stream, int pdl)
     const qmv_call *c = (const qmv_call *)args;
     cudaStream_t s = (cudaStream_t)stream;
     long n_q = (long)c->n * c->a.cols / 8;
-    q_launch(pdl, qx_int8_kernel, dim3((unsigned)((n_q + 127) / 128)), dim3(128), s, c->x,
+    pdl_launch(pdl, qx_int8_kernel, dim3((unsigned)((n_q + 127) / 128)), dim3(128), s, c->x,
              c->a.cols, n_q, c->bits == 4 ? 1 : 0, (int8_t *)c->a.xq, (float2 *)c->a.xs);
     int v = (c->bits == 4 ? 0 : 5) + (c->r4 ? 0 : c->n), qv = c->qv;
     switch (v) {
@@ -641,7 +599,7 @@ static void qmv_run(const void *args, void *stream, int pdl)
     case 8: qmv_go<8, 3, 1>(c->a, qv, s, pdl); break;
     default: qmv_go<8, 4, 1>(c->a, qv, s, pdl); break;
     }
-    QCK(cudaGetLastError());
+    CK(cudaGetLastError());
 }
 
 template <int BITS, int MT>
@@ -649,16 +607,16 @@ static void qmm_go(const qmm_args &a, dim3 grid, int nt, cudaStream_t s, int pdl
 {
     dim3 block(QMM_WARPS * 32);
     switch (nt) {
-    case 1: q_launch(pdl, qmm_kernel<BITS, 1, MT>, grid, block, s, a); break;
-    case 2: q_launch(pdl, qmm_kernel<BITS, 2, MT>, grid, block, s, a); break;
-    case 3: q_launch(pdl, qmm_kernel<BITS, 3, MT>, grid, block, s, a); break;
-    case 4: q_launch(pdl, qmm_kernel<BITS, 4, MT>, grid, block, s, a); break;
-    case 5: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 5, MT>, grid, block, s, a); break;
-    case 6: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 6, MT>, grid, block, s, a); break;
-    case 7: if constexpr (MT == 2) q_launch(pdl, qmm_kernel<BITS, 7, MT>, grid, block, s, a); break;
+    case 1: pdl_launch(pdl, qmm_kernel<BITS, 1, MT>, grid, block, s, a); break;
+    case 2: pdl_launch(pdl, qmm_kernel<BITS, 2, MT>, grid, block, s, a); break;
+    case 3: pdl_launch(pdl, qmm_kernel<BITS, 3, MT>, grid, block, s, a); break;
+    case 4: pdl_launch(pdl, qmm_kernel<BITS, 4, MT>, grid, block, s, a); break;
+    case 5: if constexpr (MT == 2) pdl_launch(pdl, qmm_kernel<BITS, 5, MT>, grid, block, s, a); break;
+    case 6: if constexpr (MT == 2) pdl_launch(pdl, qmm_kernel<BITS, 6, MT>, grid, block, s, a); break;
+    case 7: if constexpr (MT == 2) pdl_launch(pdl, qmm_kernel<BITS, 7, MT>, grid, block, s, a); break;
     default:
         if constexpr (MT == 2)
-            q_launch(pdl, qmm_kernel<BITS, 8, MT>, grid, block, s, a);
+            pdl_launch(pdl, qmm_kernel<BITS, 8, MT>, grid, block, s, a);
         break;
     }
 }
@@ -669,7 +627,7 @@ static void qmm_run(const void *args, void *stream, int pdl)
     cudaStream_t s = (cudaStream_t)stream;
     long n8 = (long)c->a.n * c->a.cols / 8;
     unsigned xb = (unsigned)((n8 + 255) / 256 < 4096 ? (n8 + 255) / 256 : 4096);
-    q_launch(pdl, qx_bf16_kernel, dim3(xb), dim3(256), s, c->x, n8, c->bits == 4 ? 1 : 0,
+    pdl_launch(pdl, qx_bf16_kernel, dim3(xb), dim3(256), s, c->x, n8, c->bits == 4 ? 1 : 0,
              (uint4 *)c->a.x);
     int nt = c->tc > 1 ? 8 / (c->mt / 2) : (c->a.n + 7) / 8;
     dim3 grid(c->rb, (unsigned)c->a.splits, c->tc);
@@ -683,9 +641,9 @@ static void qmm_run(const void *args, void *stream, int pdl)
         qmm_go<8, 2>(c->a, grid, nt, s, pdl);
     if (c->a.splits > 1) {
         long nq = c->a.r0[3] * c->a.n;
-        q_launch(pdl, qmm_reduce_kernel, dim3((unsigned)((nq + 255) / 256)), dim3(256), s, c->a);
+        pdl_launch(pdl, qmm_reduce_kernel, dim3((unsigned)((nq + 255) / 256)), dim3(256), s, c->a);
     }
-    QCK(cudaGetLastError());
+    CK(cudaGetLastError());
 }
 
 static void qemb_run(const void *args, void *stream, int pdl)
@@ -693,7 +651,7 @@ static void qemb_run(const void *args, void *stream, int pdl)
     const qemb_call *c = (const qemb_call *)args;
     qembed_kernel<<<c->n, 256, 0, (cudaStream_t)stream>>>(c->w.q, c->w.sb, c->w.sf, c->w.bits,
                                                           c->w.gs, c->w.cols, c->ids, c->x);
-    QCK(cudaGetLastError());
+    CK(cudaGetLastError());
 }
 
 static_assert(sizeof(qmv_call) <= RP_CUDA_HOOK_ARGS, "qmv_call too big for the hook");

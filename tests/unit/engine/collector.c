@@ -10,8 +10,7 @@ void collect_cb(const rp_event *ev, void *user)
 {
     collector *c = user;
     pthread_mutex_lock(&c->mu);
-    if (ev->kind == RP_EV_TOKEN && c->n < COLLECTOR_MAX)
-        c->toks[c->n++] = ev->token;
+    if (ev->kind == RP_EV_TOKEN && c->n < COLLECTOR_MAX) c->toks[c->n++] = ev->token;
     if (ev->kind == RP_EV_DONE) {
         c->done = 1;
         c->finish = ev->finish;

@@ -46,14 +46,17 @@ static rp_engine_stats run(rp_model *m, job *jobs, int n, int spec, int max_num_
 {
     rp_err err;
     rp_engine *e;
-    rp_engine_config cfg = {.max_context = 160, .max_num_seqs = max_num_seqs,
-                            .spec_tokens = spec, .prefill_chunk = 16};
+    rp_engine_config cfg = {
+        .max_context = 160, .max_num_seqs = max_num_seqs, .spec_tokens = spec, .prefill_chunk = 16};
     cr_assert_eq(rp_engine_new(m, &cfg, &e, &err), RP_OK, "%s", err.msg);
     for (int i = 0; i < n; i++) {
         job *j = &jobs[i];
         j->c = collector_new();
-        rp_gen_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt,
-                            .max_tokens = j->max_tokens, .ignore_eos = 1, .n_top_logprobs = -1};
+        rp_gen_request r = {.prompt = j->prompt,
+                            .n_prompt = j->n_prompt,
+                            .max_tokens = j->max_tokens,
+                            .ignore_eos = 1,
+                            .n_top_logprobs = -1};
         rp_sampling_default(&r.sampling);
         r.sampling.temperature = j->temperature;
         r.sampling.seed = 7 + (uint64_t)i;
@@ -62,8 +65,7 @@ static rp_engine_stats run(rp_model *m, job *jobs, int n, int spec, int max_num_
             r.stop_ids = &j->stop_id;
             r.n_stop_ids = 1;
         }
-        cr_assert_eq(rp_engine_submit(e, &r, collect_cb, &j->c, NULL, &err), RP_OK, "%s",
-                     err.msg);
+        cr_assert_eq(rp_engine_submit(e, &r, collect_cb, &j->c, NULL, &err), RP_OK, "%s", err.msg);
     }
     for (int i = 0; i < n; i++)
         collector_wait(&jobs[i].c);
@@ -81,8 +83,8 @@ static void same_tokens(const job *a, const job *b, int n, const char *what)
         cr_assert_eq(a[i].c.n, b[i].c.n, "%s: job %d: %d tokens vs %d", what, i, a[i].c.n,
                      b[i].c.n);
         for (int k = 0; k < a[i].c.n; k++)
-            cr_assert_eq(a[i].c.toks[k], b[i].c.toks[k], "%s: job %d token %d: %d vs %d", what,
-                         i, k, a[i].c.toks[k], b[i].c.toks[k]);
+            cr_assert_eq(a[i].c.toks[k], b[i].c.toks[k], "%s: job %d token %d: %d vs %d", what, i,
+                         k, a[i].c.toks[k], b[i].c.toks[k]);
     }
 }
 
@@ -133,11 +135,17 @@ static void equals_plain(const char *name)
     fixture_free(&fx);
 }
 
-Test(spec, llama_equals_plain_greedy) { equals_plain("llama_gqa"); }
+Test(spec, llama_equals_plain_greedy)
+{
+    equals_plain("llama_gqa");
+}
 
 /* gemma3 has no batched forward: the engine's fallback runs each sequence with logits for
  * the last rows of its run. */
-Test(spec, gemma3_equals_plain_greedy) { equals_plain("gemma3"); }
+Test(spec, gemma3_equals_plain_greedy)
+{
+    equals_plain("gemma3");
+}
 
 /* The default model writes varied text: drafts get rejected as well as accepted, and the
  * tokens are still greedy decoding's. The prompts are ids of its tokenizer ("The function
@@ -147,8 +155,8 @@ Test(spec, default_model_rejects_and_accepts)
     char dir[600];
     snprintf(dir, sizeof dir, "%s/models/default", getenv("RP_SOURCE_DIR"));
     rp_model *m = load_dir(dir, 1);
-    static const int32_t text[] = {505, 5179, 7811, 262, 2185, 272, 223, 90, 16,
-                                   389, 5179, 7811, 262, 2185, 272};
+    static const int32_t text[] = {505, 5179, 7811, 262,  2185, 272,  223, 90,
+                                   16,  389,  5179, 7811, 262,  2185, 272};
     enum { N = 3 };
     job plain[N], spec[N];
     for (int i = 0; i < N; i++) {
@@ -185,7 +193,7 @@ Test(spec, stops_and_limits_land_in_place)
     for (int i = 0; i < N; i++) {
         plain[i] = base;
         plain[i].max_tokens = 1 + i * 3; /* 1, 4, ..., 34 */
-        if (i % 3 == 2) /* a token the output holds further on */
+        if (i % 3 == 2)                  /* a token the output holds further on */
             plain[i].stop_id = ref[0].c.toks[5 + i];
     }
     memcpy(spec, plain, sizeof spec);
@@ -217,8 +225,11 @@ Test(spec, prefix_cache_after_rejected_drafts)
         cr_assert_eq(rp_engine_new(m, pass ? &plain_cfg : &cfg, &e, &err), RP_OK);
         job j;
         make_job(&fx, 3, &j);
-        rp_gen_request r = {.prompt = j.prompt, .n_prompt = j.n_prompt, .max_tokens = 40,
-                            .ignore_eos = 1, .n_top_logprobs = -1};
+        rp_gen_request r = {.prompt = j.prompt,
+                            .n_prompt = j.n_prompt,
+                            .max_tokens = 40,
+                            .ignore_eos = 1,
+                            .n_top_logprobs = -1};
         rp_sampling_default(&r.sampling);
         r.sampling.temperature = 0;
         int32_t *out;
