@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/x86/qx86_inline.h"
 #include "base/cpu.h"
 #include "base/half.h"
 
@@ -189,26 +190,6 @@ static uint64_t read_bytes(const void *p, size_t n)
 #define MLX_MAX_GROUPS 512 /* cols <= 16384 with group size 32 */
 #define MLX_PREFETCH 1024
 
-/* n scales or biases (f32, f16 or bf16) to f32; n a multiple of 16 is fastest. */
-static inline __attribute__((always_inline)) void widen(rp_dtype sdt, const void *p, long n,
-                                                        float *out)
-{
-    long g = 0;
-    if (sdt == RP_DT_BF16)
-        for (; g + 16 <= n; g += 16) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + g));
-            _mm512_storeu_ps(out + g, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                          _mm512_cvtepu16_epi32(h), 16)));
-        }
-    else if (sdt == RP_DT_F16)
-        for (; g + 16 <= n; g += 16)
-            _mm512_storeu_ps(out + g, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                          (const __m256i *)((const uint16_t *)p + g))));
-    for (; g < n; g++)
-        out[g] = sdt == RP_DT_F32    ? rp_load_f32(p, (size_t)g)
-                 : sdt == RP_DT_BF16 ? rp_bf16_to_f32(rp_load_u16(p, (size_t)g))
-                                     : _cvtsh_ss(rp_load_u16(p, (size_t)g));
-}
 
 /* sum_g a[g] * b[g] */
 static inline __attribute__((always_inline)) float dot_f32(const float *a, const float *b,
@@ -236,7 +217,7 @@ static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, l
     const uint8_t *wp[4];
     for (int i = 0; i < nr; i++) {
         wp[i] = (const uint8_t *)w->data + (size_t)(r + i) * rb;
-        widen(w->scale_dtype, (const char *)w->scales + (size_t)(r + i) * (size_t)ng * sb, ng,
+        qx_widen(w->scale_dtype, (const char *)w->scales + (size_t)(r + i) * (size_t)ng * sb, ng,
               sc[i]);
     }
     const float *xgp[4];
@@ -257,7 +238,8 @@ static inline __attribute__((always_inline)) void mlx_tile(const rp_tensor *w, l
     }
     for (int i = 0; i < nr; i++) {
         float b[MLX_MAX_GROUPS];
-        widen(w->scale_dtype, (const char *)w->biases + (size_t)(r + i) * (size_t)ng * sb, ng, b);
+        qx_widen(w->scale_dtype, (const char *)w->biases + (size_t)(r + i) * (size_t)ng * sb, ng,
+                 b);
         for (int j = 0; j < nt; j++)
             bias[i][j] = dot_f32(b, xgp[j], ng);
     }

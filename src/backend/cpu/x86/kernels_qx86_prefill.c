@@ -27,25 +27,6 @@
                         for 128 tokens (512 KB) stay in L2 while the row blocks go by */
 #define QX_MAX_TB 16 /* token blocks per group (256 tokens): a C spill of 32 KB */
 
-/* n scales (f32, f16 or bf16) from p to f32. */
-QX_AI void qx_widen(rp_dtype sdt, const void *p, long n, float *out)
-{
-    long g = 0;
-    if (sdt == RP_DT_BF16)
-        for (; g + 16 <= n; g += 16)
-            _mm512_storeu_ps(out + g, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                          _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                              (const __m256i *)((const uint16_t *)p + g))),
-                                          16)));
-    else if (sdt == RP_DT_F16)
-        for (; g + 16 <= n; g += 16)
-            _mm512_storeu_ps(out + g, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                          (const __m256i *)((const uint16_t *)p + g))));
-    for (; g < n; g++)
-        out[g] = sdt == RP_DT_F32    ? rp_load_f32(p, (size_t)g)
-                 : sdt == RP_DT_BF16 ? rp_bf16_to_f32(rp_load_u16(p, (size_t)g))
-                                     : _cvtsh_ss(rp_load_u16(p, (size_t)g));
-}
 
 /* ---- prefill: dequantize to bf16, AMX-BF16 tiles --------------------------------------- */
 
