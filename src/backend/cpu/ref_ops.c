@@ -89,6 +89,20 @@ void rp_ref_rope(float *x, int n_tok, int n_heads, int head_dim, int rot_dim, co
         }
 }
 
+/* scores[j0..pos] := e^(score - max), max over them and the sink (a logit that takes part
+ * in the softmax without a value, gpt-oss); returns their sum (the sink's term included). */
+static float softmax_weights(float *scores, int j0, int pos, float mx, const float *sink)
+{
+    if (sink && *sink > mx)
+        mx = *sink;
+    float sum = sink ? expf(*sink - mx) : 0.0f;
+    for (int j = j0; j <= pos; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    return sum;
+}
+
 /* One (query token, head) pair. scores: scratch of at least pos0 + n_tok floats. */
 void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores)
 {
@@ -106,14 +120,7 @@ void rp_ref_attention_head(const rp_attn_args *a, int t, int h, float *scores)
         if (s > mx)
             mx = s;
     }
-    float sink = a->sinks ? a->sinks[h] : -INFINITY;
-    if (sink > mx)
-        mx = sink;
-    float sum = a->sinks ? expf(sink - mx) : 0.0f;
-    for (int j = j0; j <= pos; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
+    float sum = softmax_weights(scores, j0, pos, mx, a->sinks ? &a->sinks[h] : NULL);
     float *o = a->out + ((long)t * a->n_heads + h) * d;
     for (int i = 0; i < d; i++)
         o[i] = 0.0f;
@@ -174,14 +181,7 @@ void rp_ref_attention_paged_head(const rp_kv_layout *kv, const rp_step_seq *seq,
         if (s > mx)
             mx = s;
     }
-    float sink = a->sinks ? a->sinks[h] : -INFINITY;
-    if (sink > mx)
-        mx = sink;
-    float sum = a->sinks ? expf(sink - mx) : 0.0f;
-    for (int j = j0; j <= pos; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
+    float sum = softmax_weights(scores, j0, pos, mx, a->sinks ? &a->sinks[h] : NULL);
     float *o = a->out + ((long)(seq->t0 + t) * a->n_heads + h) * d;
     for (int i = 0; i < d; i++)
         o[i] = 0.0f;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/x86/qx86_inline.h"
 
 float rp_attn_dot_avx512(const float *a, const float *b, int n)
 {
@@ -138,31 +139,6 @@ void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t 
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* The 16 x 16 transpose of r (32-bit lanes): r[i] lane j becomes r[j] lane i. */
-static inline void transpose16(__m512 r[16])
-{
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {
-        u[g + 0] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
-        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
-        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
-        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
-    }
-}
 
 /* Rows of one KV head at consecutive positions: the next row is n_kv_heads rows on within a
  * block, the block table's next block at a block's end (no division per row). */
@@ -261,7 +237,7 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
                 a1 = _mm512_fmadd_ps(q3, _mm512_loadu_ps(k[jj] + 48), a1);
                 acc[jj] = _mm512_add_ps(a0, a1);
             }
-            transpose16(acc);
+            qx_transpose16(acc);
             for (int w = 1; w < 16; w *= 2) /* pairwise: acc[0] lane jj = key jj's dot */
                 for (int i = 0; i < 16; i += 2 * w)
                     acc[i] = _mm512_add_ps(acc[i], acc[i + w]);

@@ -53,31 +53,6 @@ size_t rp_qx_rowbuf_bytes(long cols)
     return 32 * (64 * (size_t)QX_KC + 64) + (size_t)cols * 4 + 64;
 }
 
-/* The 16 x 16 transpose of r (32-bit elements): r[i] element j becomes r[j] element i. */
-QX_AI void qx_transpose16(__m512 r[16])
-{
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) { /* u[g + c], lane L: rows g..g+3, element 4 L + c */
-        u[g + 0] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
-        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
-        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
-        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
-    }
-}
 
 /* B tiles: token block tb, 32-column step k: 16 rows (column pairs) x 16 tokens x 2 bf16, at
  * 512 * (tb * nk + k) uint16. Per tile: 16 tokens' 32 columns as bf16 pairs (one 32-bit lane
