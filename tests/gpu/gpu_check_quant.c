@@ -379,36 +379,27 @@ static int qgreedy(rp_model *m, const fixture *f, int32_t *out)
     return n;
 }
 
-static void quant_one(const fixture *f, const char *name, int bits, int gs, float sens)
+/* GPU vs the CPU's reference kernels on the quantized model at `path` (a checkpoint dir or
+ * a GGUF file); `label` names the format in the report lines. */
+void gpu_quant_compare(const fixture *f, const char *name, const char *path, const char *label,
+                       float sens)
 {
-    char dir[512], what[96];
-    snprintf(dir, sizeof dir, "/tmp/rp_gpuq_XXXXXX");
-    if (!mkdtemp(dir)) {
-        gpu_check_report(0, name, "mkdtemp", 0, 0);
-        return;
-    }
-    rmdir(dir);
-    rp_err err = {0};
-    if (rp_quantize_dir(f->dir, dir, bits, gs, &err)) {
-        printf("FAIL %s quantize: %s\n", name, err.msg);
-        gpu_check_report(0, name, "quantize", 0, 0);
-        return;
-    }
+    char what[96];
     /* c: the CPU's plain-C reference kernels (f32 activations); k: its optimised kernels,
      * whose int8 / bf16 activations differ by ISA (compared as info) */
-    rp_model *g = qload(dir, RP_DEVICE_CUDA, 0), *c = qload(dir, RP_DEVICE_CPU, 1),
-             *k = qload(dir, RP_DEVICE_CPU, 0);
+    rp_model *g = qload(path, RP_DEVICE_CUDA, 0), *c = qload(path, RP_DEVICE_CPU, 1),
+             *k = qload(path, RP_DEVICE_CPU, 0);
     if (g && c && k) {
         float *pg = qprefill(g, f), *pc = qprefill(c, f);
         float d = pg && pc ? max_abs_diff(pg, pc, (long)f->n_ids * f->vocab) : INFINITY;
-        snprintf(what, sizeof what, "mlx%d g%d prefill GPU vs CPU ref", bits, gs);
+        snprintf(what, sizeof what, "%s prefill GPU vs CPU ref", label);
         gpu_check_report(d <= QUANT_GPU_TOL * sens, name, what, d, QUANT_GPU_TOL * sens);
         rp_free(pg);
         rp_free(pc);
         float *dg = qdecode(g, f), *dc = qdecode(c, f), *dk = qdecode(k, f);
         long nd = (long)(f->n_ids - 2) * f->vocab;
         d = dg && dc ? max_abs_diff(dg, dc, nd) : INFINITY;
-        snprintf(what, sizeof what, "mlx%d g%d decode GPU vs CPU ref", bits, gs);
+        snprintf(what, sizeof what, "%s decode GPU vs CPU ref", label);
         gpu_check_report(d <= QUANT_DEC_TOL, name, what, d, QUANT_DEC_TOL);
         float dkc = dk && dc ? max_abs_diff(dk, dc, nd) : INFINITY;
         float dkg = dk && dg ? max_abs_diff(dk, dg, nd) : INFINITY;
@@ -422,15 +413,36 @@ static void quant_one(const fixture *f, const char *name, int bits, int gs, floa
             mism += tg[i] != tc[i];
         for (int i = 0; nk == nc && i < nk && i < 64; i++)
             mk += tk[i] != tc[i];
-        snprintf(what, sizeof what, "mlx%d g%d greedy GPU == CPU ref (%d)", bits, gs, ng);
+        snprintf(what, sizeof what, "%s greedy GPU == CPU ref (%d)", label, ng);
         gpu_check_report(mism == 0, name, what, mism, 0);
-        printf("info  %-18s mlx%d g%d CPU kernels vs CPU ref: decode %.3g, greedy %d differ; "
+        printf("info  %-18s %s CPU kernels vs CPU ref: decode %.3g, greedy %d differ; "
                "vs GPU: decode %.3g\n",
-               name, bits, gs, dkc, mk, dkg);
+               name, label, dkc, mk, dkg);
+    } else {
+        gpu_check_report(0, name, label, 0, 0);
     }
     rp_model_free(k);
     rp_model_free(g);
     rp_model_free(c);
+}
+
+static void quant_one(const fixture *f, const char *name, int bits, int gs, float sens)
+{
+    char dir[512], label[32];
+    snprintf(dir, sizeof dir, "/tmp/rp_gpuq_XXXXXX");
+    if (!mkdtemp(dir)) {
+        gpu_check_report(0, name, "mkdtemp", 0, 0);
+        return;
+    }
+    rmdir(dir);
+    rp_err err = {0};
+    if (rp_quantize_dir(f->dir, dir, bits, gs, &err)) {
+        printf("FAIL %s quantize: %s\n", name, err.msg);
+        gpu_check_report(0, name, "quantize", 0, 0);
+        return;
+    }
+    snprintf(label, sizeof label, "mlx%d g%d", bits, gs);
+    gpu_quant_compare(f, name, dir, label, sens);
     fixture_remove(dir);
 }
 

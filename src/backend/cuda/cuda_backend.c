@@ -12,7 +12,13 @@
  *  4. MLX 4/8-bit weights stay quantized: the packed words as stored, and the scales and
  *     biases interleaved into one (scale, bias) array in their own type (cuda_quant.h); the
  *     device tensor's scales and biases both point at it. Matmuls and embedding lookups of
- *     them go to cuda_quant.cu. Other quantized types (GGUF, MXFP4) are refused at upload.
+ *     them go to cuda_quant.cu.
+ *  5. GGUF weights: the types whose groups are affine (Q4_0, Q4_1, Q4_K as 4-bit; Q8_0, Q5_0,
+ *     Q5_1, Q5_K as 8-bit) are rewritten at upload into that MLX form with group 32 and f16
+ *     scales (backend/quant_affine.h: exact but for the K types' scale products, rounded
+ *     once to f16), so they run on the same kernels. Q6_K (16-element sub-blocks) is expanded
+ *     to f16 (each value rounded once: 2^-11 relative, 1/32 of a Q6_K step or less). MXFP4 is
+ *     refused (its families run on the CPU).
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +26,8 @@
 #include "backend/backend_impl.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
+#include "backend/quant.h"
+#include "backend/quant_affine.h"
 #include "base/alloc.h"
 #include "base/half.h"
 #include "base/status.h"
@@ -202,6 +210,72 @@ static rp_status mlx_weight(cuda_backend *b, const rp_tensor *src, rp_tensor *ds
     return RP_OK;
 }
 
+/* A GGUF block-type weight (note 5): as an MLX one, or expanded to f16. */
+static rp_status gguf_weight(cuda_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err)
+{
+    rp_dtype dt = src->dtype;
+    int bits = rp_quant_affine_bits(dt);
+    long rows = (long)src->shape[0], cols = (long)src->shape[1];
+    if (src->n_dims != 2)
+        return rp_err_set(err, RP_ERR_UNSUPPORTED,
+                          "%s tensor of %d dimensions: the CUDA backend takes 2-D quantized "
+                          "weights; use --device cpu",
+                          rp_dtype_name(dt), src->n_dims);
+    size_t n = (size_t)rows * (size_t)cols, rb = rp_dtype_row_bytes(dt, cols);
+    if (bits) {
+        uint32_t *q = rp_alloc(n * (size_t)bits / 8 + 4);
+        uint16_t *sc = rp_alloc(2 * (n / 32) + 2), *bi = rp_alloc(2 * (n / 32) + 2);
+        rp_status rc = RP_OK;
+        if (!q || !sc || !bi)
+            rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        for (long r = 0; rc == RP_OK && r < rows; r++) {
+            size_t e = (size_t)r * (size_t)cols;
+            rp_quant_affine_row(dt, (const uint8_t *)src->data + (size_t)r * rb, cols,
+                                q + e * (size_t)bits / 32, sc + e / 32, bi + e / 32);
+        }
+        rp_tensor m = {.dtype = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8,
+                       .n_dims = 2,
+                       .shape = {rows, cols},
+                       .data = q,
+                       .n_bytes = n * (size_t)bits / 8,
+                       .scales = sc,
+                       .biases = bi,
+                       .scale_dtype = RP_DT_F16,
+                       .group_size = 32};
+        if (rc == RP_OK)
+            rc = mlx_weight(b, &m, dst, err);
+        rp_free(q);
+        rp_free(sc);
+        rp_free(bi);
+        return rc;
+    }
+    if (dt == RP_DT_MXFP4 || rp_dtype_block(dt) <= 1)
+        return rp_err_set(err, RP_ERR_UNSUPPORTED,
+                          "%s weights run on the CPU only (the CUDA backend takes f32, f16, "
+                          "bf16, MLX 4/8-bit and the GGUF Q4/Q5/Q6/Q8 types): use --device cpu",
+                          rp_dtype_name(dt));
+    uint16_t *h = rp_alloc(2 * n + 2);
+    float *row = rp_alloc(sizeof(float) * (size_t)cols);
+    rp_status rc = h && row ? RP_OK : rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (long r = 0; rc == RP_OK && r < rows; r++) {
+        rp_quant_dequant_row(src, r, row);
+        for (long c = 0; c < cols; c++)
+            h[(size_t)r * (size_t)cols + (size_t)c] = rp_f32_to_f16(row[c]);
+    }
+    void *d = NULL;
+    if (rc == RP_OK)
+        rc = upload(b, h, 2 * n, &d, err);
+    rp_free(h);
+    rp_free(row);
+    if (rc)
+        return rc;
+    *dst = *src;
+    dst->dtype = RP_DT_F16;
+    dst->data = d;
+    dst->n_bytes = 2 * n;
+    return RP_OK;
+}
+
 static rp_status cuda_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst, rp_err *err)
 {
     cuda_backend *b = CB(bk);
@@ -209,10 +283,7 @@ static rp_status cuda_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *ds
         return mlx_weight(b, src, dst, err);
     if (src->n_dims >= 2 && src->dtype != RP_DT_F32 && src->dtype != RP_DT_F16 &&
         src->dtype != RP_DT_BF16)
-        return rp_err_set(err, RP_ERR_UNSUPPORTED,
-                          "%s weights run on the CPU only so far (the CUDA backend takes f32, "
-                          "f16, bf16 and MLX 4/8-bit): use --device cpu",
-                          rp_dtype_name(src->dtype));
+        return gguf_weight(b, src, dst, err);
     *dst = *src;
     int64_t n = src->n_dims == 1 ? src->shape[0] : src->shape[0] * src->shape[1];
     float *f32 = NULL;
