@@ -134,6 +134,12 @@ void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *u
     b->vt->gelu_mul(b, out, gate, up, n);
 }
 
+void rp_op_swiglu_clamp(rp_backend *b, float *out, const float *gate, const float *up, int64_t n,
+                        float limit, float alpha)
+{
+    b->vt->swiglu_clamp(b, out, gate, up, n, limit, alpha);
+}
+
 void rp_op_scale(rp_backend *b, float *x, float s, int64_t n) { b->vt->scale(b, x, s, n); }
 
 void rp_op_scatter_add(rp_backend *b, float *y, const float *x, const int32_t *rows,

@@ -286,6 +286,10 @@ void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *u
 void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n);
 /* out[i] = gelu_tanh(gate[i]) * up[i] (the tanh approximation, Gemma's MLP); out may be gate. */
 void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+ * out[i] = (u + 1) * g * sigmoid(alpha * g); out may be gate. */
+void rp_op_swiglu_clamp(rp_backend *b, float *out, const float *gate, const float *up, int64_t n,
+                        float limit, float alpha);
 /* x[i] *= s */
 void rp_op_scale(rp_backend *b, float *x, float s, int64_t n);
 /* y[rows[i]] += w[i] * x[i] for n rows of dim floats (rows and w on the host; the rows of

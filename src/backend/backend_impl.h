@@ -39,6 +39,8 @@ typedef struct rp_backend_vt {
     /* (optional) rp_op_argmax_rows; NULL: the plain loop over host buffers (backend.c) */
     void (*argmax_rows)(rp_backend *b, const float *x, int n_rows, int n, int32_t *out);
     void (*gelu_mul)(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
+    void (*swiglu_clamp)(rp_backend *b, float *out, const float *gate, const float *up, int64_t n,
+                         float limit, float alpha);
     void (*scale)(rp_backend *b, float *x, float s, int64_t n);
     void (*scatter_add)(rp_backend *b, float *y, const float *x, const int32_t *rows,
                         const float *w, int n, int dim);

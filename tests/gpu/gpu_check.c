@@ -44,7 +44,8 @@ static const char *g_dense[] = {"llama_gqa",   "llama_tied_mha",    "llama_headd
                                 "llama3_rope", "llama_linear_rope", "llama_yarn_rope",
                                 "llama_sharded", "mistral",         "qwen2",
                                 "qwen2_untied", "qwen3",            "qwen3_untied",
-                                "phi3",        "gemma3",            "qwen3_moe"};
+                                "phi3",        "gemma3",            "qwen3_moe",
+                                "gpt_oss"};
 
 static int g_fail, g_pass;
 

@@ -12,7 +12,8 @@
  *
  * Fixture checks: GGUF twins of the dense fixtures (tests/unit/model/gguf_writer.c, the
  * layout llama.cpp's converter writes, Q/K rows permuted for llama) in Q8_0 and Q4_0, and
- * for llama_gqa also Q4_1, Q5_0 and Q5_1, on the GPU against the CPU's reference kernels on
+ * for llama_gqa also Q4_1, Q5_0 and Q5_1 (gpt_oss: Q8_0, and MXFP4 experts, which the GPU
+ * holds as bf16), on the GPU against the CPU's reference kernels on
  * the same file (gpu_quant_compare: prefill, decode and greedy tokens, the MLX tolerances).
  * The fixtures' rows are too short for the 256-element K types; the kernel checks cover them.
  */
@@ -104,14 +105,16 @@ void gpu_gguf_fixture(const char *name, float sensitivity)
         gpu_check_report(0, name, "fixture", 0, 0);
         return;
     }
-    const rp_dtype all[] = {RP_DT_Q8_0, RP_DT_Q4_0, RP_DT_Q4_1, RP_DT_Q5_0, RP_DT_Q5_1};
-    int n = strcmp(name, "llama_gqa") == 0 ? 5 : 2;
+    const rp_dtype all[] = {RP_DT_Q8_0, RP_DT_Q4_0, RP_DT_Q4_1, RP_DT_Q5_0, RP_DT_Q5_1},
+                   oss[] = {RP_DT_Q8_0, RP_DT_MXFP4};
+    int is_oss = strcmp(name, "gpt_oss") == 0, n = strcmp(name, "llama_gqa") == 0 ? 5 : 2;
     for (int i = 0; i < n; i++) {
+        rp_dtype dt = is_oss ? oss[i] : all[i];
         char path[128], label[32];
         snprintf(path, sizeof path, "/tmp/rp_gpu_gguf_%d_%s.gguf", (int)getpid(), name);
         gguf_opts o = {.gemma_pattern = 1};
-        snprintf(label, sizeof label, "gguf %s", rp_dtype_name(all[i]));
-        if (gguf_write_ex(f.dir, all[i], 0, path, &o)) {
+        snprintf(label, sizeof label, "gguf %s", rp_dtype_name(dt));
+        if (gguf_write_ex(f.dir, dt, 0, path, &o)) {
             gpu_check_report(0, name, label, 0, 0);
             continue;
         }

@@ -17,8 +17,9 @@
  *     Q5_1, Q5_K as 8-bit) are rewritten at upload into that MLX form with group 32 and f16
  *     scales (backend/quant_affine.h: exact but for the K types' scale products, rounded
  *     once to f16), so they run on the same kernels. Q6_K (16-element sub-blocks) is expanded
- *     to f16 (each value rounded once: 2^-11 relative, 1/32 of a Q6_K step or less). MXFP4 is
- *     refused (its families run on the CPU).
+ *     to f16 (each value rounded once: 2^-11 relative, 1/32 of a Q6_K step or less), MXFP4
+ *     (gpt-oss experts) to bf16, which holds its values exactly; 4-bit kernels for these two
+ *     are not written yet.
  */
 #include <stdio.h>
 #include <string.h>
@@ -249,18 +250,22 @@ static rp_status gguf_weight(cuda_backend *b, const rp_tensor *src, rp_tensor *d
         rp_free(bi);
         return rc;
     }
-    if (dt == RP_DT_MXFP4 || rp_dtype_block(dt) <= 1)
+    if (rp_dtype_block(dt) <= 1)
         return rp_err_set(err, RP_ERR_UNSUPPORTED,
-                          "%s weights run on the CPU only (the CUDA backend takes f32, f16, "
-                          "bf16, MLX 4/8-bit and the GGUF Q4/Q5/Q6/Q8 types): use --device cpu",
+                          "%s weights: the CUDA backend takes f32, f16, bf16, MLX 4/8-bit, MXFP4 "
+                          "and the GGUF Q4/Q5/Q6/Q8 types; use --device cpu",
                           rp_dtype_name(dt));
+    /* MXFP4 values are e2m1 times a power of two: exact in bf16 (same exponent range);
+     * Q6_K's products of a 6-bit code, an int8 scale and d are rounded once to f16 */
+    int bf = dt == RP_DT_MXFP4;
     uint16_t *h = rp_alloc(2 * n + 2);
     float *row = rp_alloc(sizeof(float) * (size_t)cols);
     rp_status rc = h && row ? RP_OK : rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (long r = 0; rc == RP_OK && r < rows; r++) {
         rp_quant_dequant_row(src, r, row);
         for (long c = 0; c < cols; c++)
-            h[(size_t)r * (size_t)cols + (size_t)c] = rp_f32_to_f16(row[c]);
+            h[(size_t)r * (size_t)cols + (size_t)c] = bf ? rp_f32_to_bf16(row[c])
+                                                         : rp_f32_to_f16(row[c]);
     }
     void *d = NULL;
     if (rc == RP_OK)
@@ -270,7 +275,7 @@ static rp_status gguf_weight(cuda_backend *b, const rp_tensor *src, rp_tensor *d
     if (rc)
         return rc;
     *dst = *src;
-    dst->dtype = RP_DT_F16;
+    dst->dtype = bf ? RP_DT_BF16 : RP_DT_F16;
     dst->data = d;
     dst->n_bytes = 2 * n;
     return RP_OK;
@@ -463,6 +468,9 @@ static void cuda_attention_step(rp_backend *bk, int layer, const rp_step_attn *a
 {
     rp_cuda_attention(CB(bk)->ctx, layer, a->q, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
                       a->scale, a->window);
+    if (a->sinks) /* a device array (the model uploads it as a 1-D weight) */
+        rp_cuda_attn_sinks(CB(bk)->ctx, layer, a->q, a->out, a->sinks, a->n_heads,
+                           a->n_kv_heads, a->head_dim, a->scale, a->window);
 }
 
 static void cuda_argmax_rows(rp_backend *bk, const float *x, int n_rows, int n, int32_t *out)
@@ -473,6 +481,12 @@ static void cuda_argmax_rows(rp_backend *bk, const float *x, int n_rows, int n, 
 static void cuda_gelu_mul(rp_backend *bk, float *out, const float *g, const float *u, int64_t n)
 {
     rp_cuda_gelu_mul(CB(bk)->ctx, out, g, u, n);
+}
+
+static void cuda_swiglu_clamp(rp_backend *bk, float *out, const float *g, const float *u,
+                              int64_t n, float limit, float alpha)
+{
+    rp_cuda_swiglu_clamp(CB(bk)->ctx, out, g, u, n, limit, alpha);
 }
 
 static void cuda_scale(rp_backend *bk, float *x, float s, int64_t n)
@@ -508,6 +522,7 @@ static const rp_backend_vt g_cuda_vt = {
     .attention_step = cuda_attention_step,
     .argmax_rows = cuda_argmax_rows,
     .gelu_mul = cuda_gelu_mul,
+    .swiglu_clamp = cuda_swiglu_clamp,
     .scale = cuda_scale,
     .scatter_add = cuda_scatter_add,
 };

@@ -116,3 +116,24 @@ Test(quant_affine, k_types_within_f16_rounding)
                   rp_dtype_name(types[i]));
     }
 }
+
+/* rp_quant_dequant_row of MXFP4 (what the CUDA backend expands gpt-oss experts from): each
+ * element is the e2m1 value of its nibble (low nibble first) times 2^(scale byte - 127). */
+Test(quant_affine, mxfp4_rows_dequantize)
+{
+    uint8_t row[2 * 17];
+    for (int b = 0; b < 2; b++) {
+        row[b * 17] = (uint8_t)(127 + (b ? -3 : 2)); /* 2^2 and 2^-3 */
+        for (int i = 0; i < 16; i++)
+            row[b * 17 + 1 + i] = (uint8_t)((i * 7 + b) & 15) | (uint8_t)(((i * 5 + 3) & 15) << 4);
+    }
+    rp_tensor t = {.dtype = RP_DT_MXFP4, .n_dims = 2, .shape = {1, 64}, .data = row};
+    float y[64];
+    rp_quant_dequant_row(&t, 0, y);
+    for (int i = 0; i < 64; i++) {
+        int b = i / 32, k = i % 32;
+        uint8_t byte = row[b * 17 + 1 + k / 2];
+        float want = ldexpf(rp_fp4_values[k % 2 ? byte >> 4 : byte & 15], b ? -3 : 2);
+        cr_assert_eq(y[i], want, "element %d: %g, want %g", i, y[i], want);
+    }
+}
