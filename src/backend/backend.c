@@ -77,6 +77,11 @@ void rp_backend_to_host(rp_backend *b, void *dst, const void *src, size_t n)
     b->vt->to_host(b, dst, src, n);
 }
 
+void rp_backend_from_host(rp_backend *b, void *dst, const void *src, size_t n)
+{
+    b->vt->from_host(b, dst, src, n);
+}
+
 rp_status rp_backend_weight(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err)
 {
     return b->vt->weight(b, src, dst, err);

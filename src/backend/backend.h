@@ -109,6 +109,10 @@ void rp_backend_buf_free(rp_backend *b, void *p);
 int rp_backend_host_buffers(const rp_backend *b);
 /* Copies n bytes of a buffer to host memory (waits for the queued ops). */
 void rp_backend_to_host(rp_backend *b, void *dst, const void *src, size_t n);
+/* Copies n bytes of host memory into a buffer, ordered after the queued ops and before the
+ * later ones (synchronous: src may go away on return). For the host-side pieces of a recipe
+ * (LFM2's short convolutions) between backend ops. */
+void rp_backend_from_host(rp_backend *b, void *dst, const void *src, size_t n);
 /* Makes *dst the backend's copy of weight *src (see the memory note above). */
 rp_status rp_backend_weight(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err);
 

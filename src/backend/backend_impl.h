@@ -15,6 +15,7 @@ typedef struct rp_backend_vt {
     void *(*buf_alloc)(rp_backend *b, size_t n_bytes, int tag);
     void (*buf_free)(rp_backend *b, void *p);
     void (*to_host)(rp_backend *b, void *dst, const void *src, size_t n);
+    void (*from_host)(rp_backend *b, void *dst, const void *src, size_t n);
     rp_status (*weight)(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err);
     double (*read_bandwidth)(rp_backend *b, size_t n_bytes, int reps);
     void (*matmul)(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y);

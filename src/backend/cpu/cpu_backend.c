@@ -1151,6 +1151,7 @@ static const rp_backend_vt g_cpu_vt = {
     .buf_alloc = cpu_buf_alloc,
     .buf_free = cpu_buf_free,
     .to_host = cpu_to_host,
+    .from_host = cpu_to_host, /* host memory both ways: a copy */
     .weight = cpu_weight,
     .read_bandwidth = cpu_read_bandwidth,
     .matmul = cpu_matmul,

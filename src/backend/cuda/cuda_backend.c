@@ -145,6 +145,11 @@ static void cuda_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
     rp_cuda_to_host(CB(bk)->ctx, dst, src, n);
 }
 
+static void cuda_from_host(rp_backend *bk, void *dst, const void *src, size_t n)
+{
+    rp_cuda_upload(CB(bk)->ctx, dst, src, n);
+}
+
 /* Uploads n bytes of host memory into a new tracked device allocation. */
 static rp_status upload(cuda_backend *b, const void *host, size_t bytes, void **out, rp_err *err)
 {
@@ -505,6 +510,7 @@ static const rp_backend_vt g_cuda_vt = {
     .buf_alloc = cuda_buf_alloc,
     .buf_free = cuda_buf_free,
     .to_host = cuda_to_host,
+    .from_host = cuda_from_host,
     .weight = cuda_weight,
     .read_bandwidth = cuda_read_bandwidth,
     .matmul = cuda_matmul,
