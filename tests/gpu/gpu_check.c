@@ -45,7 +45,7 @@ static const char *g_dense[] = {"llama_gqa",   "llama_tied_mha",    "llama_headd
                                 "llama_sharded", "mistral",         "qwen2",
                                 "qwen2_untied", "qwen3",            "qwen3_untied",
                                 "phi3",        "gemma3",            "qwen3_moe",
-                                "gpt_oss",     "lfm2"};
+                                "gpt_oss",     "lfm2",              "qwen3_5"};
 
 static int g_fail, g_pass;
 

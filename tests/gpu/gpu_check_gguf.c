@@ -100,6 +100,8 @@ void gpu_gguf_kernel_checks(rp_backend *be)
 
 void gpu_gguf_fixture(const char *name, float sensitivity)
 {
+    if (strcmp(name, "qwen3_5") == 0)
+        return; /* its fixture's value heads are not whole blocks (gguf_families_test) */
     fixture f;
     if (fixture_load(name, &f)) {
         gpu_check_report(0, name, "fixture", 0, 0);
