@@ -576,6 +576,12 @@ static void kernel_checks(int dense, int quant)
     attention_checks();
 }
 
+float gpu_bf16_tol(float sensitivity)
+{
+    float dc = BF16_TOL * sensitivity;
+    return dc + BF16_GPU_EXTRA > BF16_TOL && sensitivity > 1.0f ? dc + BF16_GPU_EXTRA : BF16_TOL;
+}
+
 /* The fixture's rounding sensitivity (see the top): its bf16 weights' distance from
  * transformers on the CPU over BF16_TOL, at least 1. */
 static float sensitivity(const char *name)

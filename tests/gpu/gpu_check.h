@@ -11,6 +11,9 @@
 
 /* Prints one line ("ok"/"FAIL", name, what, value, tolerance) and counts it. */
 void gpu_check_report(int ok, const char *name, const char *what, double v, double tol);
+/* The bf16-vs-f32 logit tolerance of a fixture of this rounding sensitivity: BF16_TOL, or
+ * the CPU's own bf16 distance plus BF16_GPU_EXTRA when that is more (gpu_check.c). */
+float gpu_bf16_tol(float sensitivity);
 /* The quantized-weight kernels at the 8B shapes against a host reference. */
 void gpu_quant_kernel_checks(rp_backend *be);
 /* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens; the prefill

@@ -345,6 +345,18 @@ static void cuda_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int 
     if (is_mlx(w->dtype)) {
         rp_cuda_qw q = qw_of(w);
         const rp_cuda_qw *qp = &q;
+        if (w->shape[0] < 16 && n_tok > 4) {
+            /* a router or a DeltaNet gate projection (a few rows): its activations stay
+             * near-f32 through the decode kernels (two int8 parts), as the dense path keeps
+             * them f32 there: top-k routing and the decay's exp turn bf16 rounding into
+             * different experts / states */
+            for (int t0 = 0; t0 < n_tok; t0 += 4) {
+                float *yt = y + (size_t)t0 * (size_t)w->shape[0];
+                rp_cuda_qmatmul_n(CB(bk)->ctx, 1, &qp, x + (size_t)t0 * (size_t)w->shape[1],
+                                  n_tok - t0 < 4 ? n_tok - t0 : 4, &yt);
+            }
+            return;
+        }
         rp_cuda_qmatmul_n(CB(bk)->ctx, 1, &qp, x, n_tok, &y);
         return;
     }
@@ -363,11 +375,14 @@ static void cuda_matmul_n(rp_backend *bk, int n, const rp_tensor *const *w, cons
     for (int i = 0; i < n; i++)
         if (is_mlx(w[i]->dtype))
             q[n_q++] = qw_of(w[i]);
-    if (n_q == n) {
+    int small = 0; /* a few-row quantized matrix takes cuda_matmul's near-f32 route */
+    for (int i = 0; i < n; i++)
+        small |= is_mlx(w[i]->dtype) && w[i]->shape[0] < 16 && n_tok > 4;
+    if (n_q == n && !small) {
         rp_cuda_qmatmul_n(CB(bk)->ctx, n, qp, x, n_tok, y);
         return;
     }
-    if (n_q) { /* mixed: one call each */
+    if (n_q) { /* mixed (or a few-row matrix): one call each */
         for (int i = 0; i < n; i++)
             cuda_matmul(bk, w[i], x, n_tok, y[i]);
         return;

@@ -1283,7 +1283,9 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     a.cols = cols;
     a.n = n;
     a.x = tc_round(c, dt, x, n, cols);
-    int mt = c->tc_mt, u = c->tc_u;
+    /* f16 weights have one kernel variant (one tile per warp, 2 pieces): the grid must be
+     * sized for it (sizing it by the bf16 knob left half of the rows unwritten) */
+    int f16 = dt == RP_CUDA_F16, mt = f16 ? 1 : c->tc_mt, u = f16 ? 2 : c->tc_u;
     long rows_blk = TC_WARPS * 16L * mt;
     long rb = (r + rows_blk - 1) / rows_blk, target = (mt == 1 ? 6L : 3L) * c->sms;
     long s = 2 * rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256; /* split only
@@ -1301,7 +1303,7 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     if (dt == RP_CUDA_BF16)
         tc_launch_dt<RP_CUDA_BF16>(c, a, grid, mt, u);
     else
-        tc_launch_dt<RP_CUDA_F16>(c, a, grid, 1, 2);
+        tc_launch_dt<RP_CUDA_F16>(c, a, grid, mt, u);
 }
 
 /* ---- sampler: greedy argmax on the GPU ----------------------------------------------------- */
