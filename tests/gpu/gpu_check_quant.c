@@ -14,7 +14,12 @@
  *  - prefill logits, every position: the GPU rounds each dequantized weight and each
  *    activation to bf16, as bf16 weights against f32 ones, so the bf16-vs-transformers
  *    tolerance of the fixture applies (gpu_bf16_tol: 0.25, or what the CPU's own bf16 model
- *    is from transformers plus 0.05 where the fixture amplifies rounding more);
+ *    is from transformers plus 0.05 where the fixture amplifies rounding more); or, where a
+ *    quantized twin amplifies rounding past that (qwen3_5's 4-bit one: its fast CPU kernels
+ *    are 70% of max |logit| from the reference, quant_families_test.c), the GPU is held to
+ *    QUANT_SAME_TOL of the CPU's optimised prefill, which on AMX rounds the dequantized
+ *    weights and the activations to bf16 as the GPU does (only the summation order differs:
+ *    the bf16 GPU-vs-CPU check's 0.2);
  *  - token-by-token decode logits: the GPU's two-part int8 x is within 1/64516 of each
  *    run's max, 1/254 of the one-part error of the CPU's optimised kernels, whose distance dk
  *    from the reference measures how much the fixture amplifies activation error: tolerance
@@ -42,6 +47,7 @@
 #include "model/quantize.h"
 
 #define QUANT_DEC_TOL 0.01f
+#define QUANT_SAME_TOL 0.2f
 
 static uint64_t q_rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd32(void)
@@ -452,12 +458,20 @@ void gpu_quant_compare(const fixture *f, const char *name, const char *path, con
              *k = qload(path, RP_DEVICE_CPU, 0);
     if (g && c && k) {
         float ptol = gpu_bf16_tol(sens);
-        float *pg = qprefill(g, f), *pc = qprefill(c, f);
-        float d = pg && pc ? max_abs_diff(pg, pc, (long)f->n_ids * f->vocab) : INFINITY;
-        snprintf(what, sizeof what, "%s prefill GPU vs CPU ref", label);
-        gpu_check_report(d <= ptol, name, what, d, ptol);
+        float *pg = qprefill(g, f), *pc = qprefill(c, f), *pk = qprefill(k, f);
+        long np = (long)f->n_ids * f->vocab;
+        float d = pg && pc ? max_abs_diff(pg, pc, np) : INFINITY;
+        float dfast = pg && pk ? max_abs_diff(pg, pk, np) : INFINITY;
+        if (d <= ptol || dfast > QUANT_SAME_TOL) {
+            snprintf(what, sizeof what, "%s prefill GPU vs CPU ref", label);
+            gpu_check_report(d <= ptol, name, what, d, ptol);
+        } else {
+            snprintf(what, sizeof what, "%s prefill GPU vs CPU bf16 (ref %.3g)", label, d);
+            gpu_check_report(1, name, what, dfast, QUANT_SAME_TOL);
+        }
         rp_free(pg);
         rp_free(pc);
+        rp_free(pk);
         float *dg = qdecode(g, f), *dc = qdecode(c, f), *dk = qdecode(k, f);
         long nd = (long)(f->n_ids - 2) * f->vocab;
         float dkc = dk && dc ? max_abs_diff(dk, dc, nd) : INFINITY;
