@@ -10,8 +10,9 @@
 #            64 streams on the 4-bit checkpoint in each (after bench4 made it); ncu of them
 #   ab       pp512 / tg128 / 1 and 64 streams with one knob changed each (RAPID_CUDA_FLASH=0,
 #            RAPID_CUDA_PDL=0)
-#   abgemm   pp512 / 16 / 64 streams with the staged GEMMs (RAPID_CUDA_TC2, _QMM2) and the MLX
-#            dequantize path (RAPID_CUDA_QDQ) moved or off, then a 64-stream profile of each model
+#   abgemm   rapid_gpu_check kernels, the bf16 bench (unless bench runs), then pp512 / 16 / 64
+#            streams with the staged GEMMs (RAPID_CUDA_TC2, _QMM2) and the MLX dequantize path
+#            (RAPID_CUDA_QDQ) moved or off, then a 64-stream profile of each model
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
@@ -101,20 +102,23 @@ if [[ $what == *" ab "* ]]; then
   done
 fi
 if [[ $what == *" abgemm "* ]]; then
-  echo "== abgemm (issue #12 batched GEMMs: the staged kernels / the MLX dequantize path moved or off) =="
+  echo "== abgemm (issue #12 batched GEMMs: kernel checks, bf16 bench, the staged kernels / the MLX dequantize path moved or off) =="
   m4=/dev/shm/rapid-llama3-8b-mlx4
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid_gpu_check" kernels 2>&1 | tee "$out/kernels.log" |
+    grep -E "^FAIL|gpu_check:"
+  [[ $what == *" bench "* ]] || scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | tee "$out/bench.log"
   ab() { # ab MODEL LABEL ENV... : pp512 and 16 / 64 streams (gen 32) with the knobs set
     local m=$1 l=$2; shift 2
-    env "$@" LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$m" --device cuda \
+    env "$@" LD_LIBRARY_PATH="$RAPID_LIBS" timeout 45 "$B/bin/rapid" bench --model "$m" --device cuda \
       --prompt 512 --gen 32 --streams 16,64 2>&1 | grep -E "^prefill|^decode |^streams" | sed "s/^/$l $*: /" |
       tee -a "$out/abgemm.log"
   }
-  ab "$model" bf16 RAPID_CUDA_TC2=17; ab "$model" bf16 RAPID_CUDA_TC2=0; ab "$model" bf16 RAPID_CUDA_TC2=5
-  [ -f $m4/config.json ] && for v in "RAPID_CUDA_QMM2=17" "RAPID_CUDA_QMM2=0 RAPID_CUDA_QDQ=0" \
-    "RAPID_CUDA_QDQ=64" "RAPID_CUDA_QMM2=5" "RAPID_CUDA_QDQ=17"; do ab $m4 mlx4 $v; done
-  for m in "$model" $m4; do
-    RAPID_CUDA_PROFILE=2 timeout 40 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" bench --model $m \
-      --device cuda --prompt 16 --gen 32 --streams 64 2>&1 | grep -E "gemm|matvec|attention|ops|streams" |
+  ab "$model" bf16 RAPID_CUDA_TC2=0; ab "$model" bf16 RAPID_CUDA_TC2=5
+  [ -f $m4/config.json ] && for v in "RAPID_CUDA_QMM2=0 RAPID_CUDA_QDQ=0" "RAPID_CUDA_QDQ=64" \
+    "RAPID_CUDA_QMM2=5"; do ab $m4 mlx4 $v; done
+  for m in $m4 "$model"; do
+    RAPID_CUDA_PROFILE=2 timeout 30 env LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" bench --model $m \
+      --device cuda --prompt 16 --gen 16 --streams 64 2>&1 | grep -E "gemm|matvec|attention|ops|streams" |
       sed "s|^|profile64 $m: |" | tee -a "$out/abgemm.log"
   done
 fi
