@@ -427,9 +427,9 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *qd = getenv("RAPID_CUDA_QDQ"); /* min tokens for MLX via a bf16 copy, 0 off */
     c->qdq_min = qd && *qd ? atoi(qd) : 128;
     const char *t2 = getenv("RAPID_CUDA_TC2"); /* min tokens for the staged GEMM, 0 off */
-    c->tc2_min = t2 && *t2 ? atoi(t2) : 17;
+    c->tc2_min = t2 && *t2 ? atoi(t2) : 5;
     const char *q2 = getenv("RAPID_CUDA_QMM2"); /* min tokens for the staged 4-bit GEMM, 0 off */
-    c->qmm2_min = q2 && *q2 ? atoi(q2) : 17;
+    c->qmm2_min = q2 && *q2 ? atoi(q2) : 5;
     const char *qv = getenv("RAPID_CUDA_QMV");
     if (qv && qv[0] == '1')
         c->qknob += 100;
@@ -1274,7 +1274,7 @@ template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim
     });
 }
 
-/* ---- matmul: staged skinny GEMM (RAPID_CUDA_TC2 = N .. 64 tokens, default 17) -------------
+/* ---- matmul: staged skinny GEMM (RAPID_CUDA_TC2 = N .. 64 tokens, default 5) --------------
  * A block of 4 warps owns TC2_BM = 128 stacked rows against every token (NT 8-token tiles).
  * The weights [128][64] and x [8 NT][64] of each 64-wide k step go global -> shared memory by
  * cp.async, TC2_STAGES - 1 steps in flight ahead of the one being multiplied (the bytes in

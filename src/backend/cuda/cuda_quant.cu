@@ -508,8 +508,8 @@ __global__ void __launch_bounds__(QMM_WARPS * 32) qmm_kernel(qmm_args a)
     }
 }
 
-/* ---- 17..64 tokens, 4-bit: the weights staged through shared memory ------------------------
- * qmm2_kernel (RAPID_CUDA_QMM2 = N .. 64 tokens, default 17; 0: never): the numerics and the
+/* ---- 5..64 tokens, 4-bit: the weights staged through shared memory -------------------------
+ * qmm2_kernel (RAPID_CUDA_QMM2 = N .. 64 tokens, default 5; 0: never): the numerics and the
  * lane <-> k mapping of qmm_kernel (MT = 2, so results equal it up to the order of the split
  * sums), but 8 warps own Q2_BM = 256 rows and every k step's packed weights [256][64 bytes],
  * their (scale, bias) words and x [8 NT][128] (bf16, qx_bf16's order) go global -> shared

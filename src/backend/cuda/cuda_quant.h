@@ -18,7 +18,7 @@
  *     bf16 scales, in f32 for f32 / f16 ones) and multiplied on the
  *     tensor cores (mma.sync m16n8k16, f32 accumulators), 64 tokens per pass; grids too small
  *     for the GPU split k, a second kernel sums the splits in order (deterministic).
- *   17..64 tokens, 4-bit (RAPID_CUDA_QMM2): the same numerics with the weights, scales and x
+ *   5..64 tokens, 4-bit (RAPID_CUDA_QMM2): the same numerics with the weights, scales and x
  *     staged through shared memory by cp.async (qmm2_kernel, cuda_quant.cu).
  *   n_tok >= RAPID_CUDA_QDQ (default 128; prefill): each weight is dequantized once into a
  *     bf16 scratch (rounded as above, at most 256 MB of rows at a time) and multiplied by the
@@ -81,7 +81,7 @@ int rp_cuda_hook_knob(const rp_cuda_ctx *c);
  * (RAPID_CUDA_QDQ=N, default 128; 0: never). */
 int rp_cuda_hook_qdq(const rp_cuda_ctx *c);
 /* 4-bit steps of this many tokens up to 64 use the shared-memory staged kernel
- * (RAPID_CUDA_QMM2=N, default 17; 0: never). */
+ * (RAPID_CUDA_QMM2=N, default 5; 0: never). */
 int rp_cuda_hook_qmm2(const rp_cuda_ctx *c);
 /* Flags of one-time set-ups (bit 0: qmm2's shared-memory limits), kept in the context. */
 int *rp_cuda_hook_once(rp_cuda_ctx *c);
