@@ -4,7 +4,8 @@
  *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
  *     x (f32) comes through the read-only cache. 5..64 tokens of 16-bit weights (batched
- *     decode) go to the tensor-core skinny GEMM below. Larger batches (prefill) go
+ *     decode) go to the staged tensor-core skinny GEMM below (tc2_kernel; RAPID_CUDA_TC2=N
+ *     moves its lower bound, 0 keeps session 2's tc_gemm_kernel). Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
@@ -26,7 +27,8 @@
  *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
  *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
- * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_MV_UNROLL=4|8|16,
+ * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N,
+ * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
  * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>

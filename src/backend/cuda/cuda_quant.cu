@@ -21,7 +21,13 @@
  *     The next k step's weights are loaded before the current one is multiplied. Grids
  *     short of 4 blocks per SM split k (a second kernel sums the splits in order).
  *     RAPID_CUDA_QMM=4,F: 4 tiles per warp against 32 tokens (slower on the H200, NOTES.md);
- *     F: blocks per SM the split aims at.
+ *     F: blocks per SM the split aims at. This kernel now serves 8-bit weights, 4-bit ones
+ *     whose columns are not a multiple of 128, and 65..127 tokens.
+ *  3. 5..64 tokens of 4-bit weights: qmm2_kernel, the same numerics with weights, scales and
+ *     x staged through shared memory by cp.async, split k reduced inside a thread block
+ *     cluster (see its section; RAPID_CUDA_QMM2).
+ *  4. Steps of >= 128 tokens (RAPID_CUDA_QDQ): each weight dequantized once into a bf16
+ *     scratch, then the bf16 GEMM (cuBLASLt): prefill at bf16 GEMM speed (see qdq_matmul).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
