@@ -10,6 +10,9 @@
 #            64 streams on the 4-bit checkpoint in each (after bench4 made it); ncu of them
 #   ab       pp512 / tg128 / 1 and 64 streams with one knob changed each (RAPID_CUDA_FLASH=0,
 #            RAPID_CUDA_PDL=0)
+#   abgemm   rapid_gpu_check kernels (unless check runs), the bf16 bench (unless bench runs),
+#            16 / 64 streams with the staged GEMMs (RAPID_CUDA_TC2, _QMM2) from 17 tokens or off,
+#            MLX pp512 with the dequantize path off (RAPID_CUDA_QDQ=0), then ncu of the new kernels
 #   variants decode / 16 / 64 streams with one knob changed each (RAPID_CUDA_TC=MT,U, ...),
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
@@ -97,6 +100,32 @@ if [[ $what == *" ab "* ]]; then
       --device cuda --prompt 512 --gen 128 --streams 1,64 2>&1 | grep -E "^prefill|^decode |^streams" |
       sed "s/^/$v: /" | tee -a "$out/ab.log"
   done
+fi
+if [[ $what == *" abgemm "* ]]; then
+  echo "== abgemm (issue #12 batched GEMMs: the staged kernels / the MLX dequantize path moved or off) =="
+  m4=/dev/shm/rapid-llama3-8b-mlx4
+  [[ $what == *" check "* ]] || LD_LIBRARY_PATH="$RAPID_LIBS" timeout 100 "$B/bin/rapid_gpu_check" kernels 2>&1 |
+    tee "$out/kernels.log" | grep -E "^FAIL|gpu_check:"
+  [[ $what == *" bench "* ]] || scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | tee "$out/bench.log"
+  ab() { # ab MODEL LABEL ARGS ENV... : bench with the knobs set
+    local m=$1 l=$2 a=$3; shift 3
+    env "$@" LD_LIBRARY_PATH="$RAPID_LIBS" timeout 45 "$B/bin/rapid" bench --model "$m" --device cuda \
+      $a 2>&1 | grep -E "^prefill|^decode |^streams" | sed "s/^/$l $*: /" | tee -a "$out/abgemm.log"
+  }
+  s="--prompt 16 --gen 128 --streams 16,64"
+  ab "$model" bf16 "$s" RAPID_CUDA_TC2=17; ab "$model" bf16 "$s" RAPID_CUDA_TC2=0
+  if [ -f $m4/config.json ]; then
+    ab $m4 mlx4 "$s" RAPID_CUDA_QMM2=17; ab $m4 mlx4 "$s" RAPID_CUDA_QMM2=0
+    ab $m4 mlx4 "--prompt 512 --gen 8" RAPID_CUDA_QDQ=0
+  fi
+  if [ $SECONDS -lt 150 ]; then
+    nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    LD_LIBRARY_PATH="$RAPID_LIBS" timeout $((188 - SECONDS)) "$nc" --clock-control none \
+      -k regex:'tc2_kernel|qmm2_kernel|qdeq_kernel' --launch-count 30 --csv --page raw \
+      --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+      "$B/bin/rapid_gpu_check" kernels >"$out/ncu.csv" 2>"$out/ncu.err"
+    echo "ncu rc $? ($(wc -l <"$out/ncu.csv") lines)"
+  fi
 fi
 if [[ $what == *" variants "* ]]; then
   echo "== variants =="

@@ -573,6 +573,7 @@ static void kernel_checks(int dense, int quant)
     }
     argmax_check(be);
     rp_backend_free(be);
+    gpu_gemm_kernel_checks();
     attention_checks();
 }
 

@@ -251,6 +251,12 @@ static void qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, 
     rp_free(x);
 }
 
+void gpu_qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, const long *rows,
+                   long cols, int n)
+{
+    qmm_check(be, bits, gs, sd, n_mat, rows, cols, n);
+}
+
 static void qembed_check(rp_backend *be, int bits)
 {
     hq h;

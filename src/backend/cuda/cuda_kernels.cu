@@ -4,7 +4,8 @@
  *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
  *     x (f32) comes through the read-only cache. 5..64 tokens of 16-bit weights (batched
- *     decode) go to the tensor-core skinny GEMM below. Larger batches (prefill) go
+ *     decode) go to the staged tensor-core skinny GEMM below (tc2_kernel; RAPID_CUDA_TC2=N
+ *     moves its lower bound, 0 keeps session 2's tc_gemm_kernel). Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
@@ -26,13 +27,15 @@
  *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
  *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
- * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_MV_UNROLL=4|8|16,
+ * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N,
+ * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
  * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cooperative_groups.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -146,9 +149,14 @@ struct rp_cuda_ctx {
     int *ev_kind, n_ev;
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
-    void *qscr[4]; /* scratch of the quantized-weight kernels (cuda_quant.cu) */
+    void *qscr[6]; /* scratch of the quantized-weight kernels (cuda_quant.cu) */
     int qknob;     /* their knobs: RAPID_CUDA_QMV (x 100), RAPID_CUDA_QMM=MT,F (MT x 10 + F) */
-    size_t qscr_bytes[4];
+    int qdq_min;   /* RAPID_CUDA_QDQ: tokens from which MLX weights go through a bf16 copy */
+    int tc2_min;   /* RAPID_CUDA_TC2: tokens from which the staged skinny GEMM runs (0: never) */
+    int tc2_attr;  /* its kernels' shared-memory limits raised */
+    int qmm2_min;  /* RAPID_CUDA_QMM2: tokens from which the staged 4-bit kernel runs (0: never) */
+    int qonce;     /* cuda_quant.cu's one-time set-ups done (rp_cuda_hook_once) */
+    size_t qscr_bytes[6];
     char name[160];
 };
 
@@ -418,6 +426,12 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *qe = getenv("RAPID_CUDA_QMM");
     if (qe && (qe[0] == '2' || qe[0] == '4') && qe[1] == ',' && qe[2] >= '1' && qe[2] <= '8')
         c->qknob = (qe[0] - '0') * 10 + (qe[2] - '0');
+    const char *qd = getenv("RAPID_CUDA_QDQ"); /* min tokens for MLX via a bf16 copy, 0 off */
+    c->qdq_min = qd && *qd ? atoi(qd) : 128;
+    const char *t2 = getenv("RAPID_CUDA_TC2"); /* min tokens for the staged GEMM, 0 off */
+    c->tc2_min = t2 && *t2 ? atoi(t2) : 5;
+    const char *q2 = getenv("RAPID_CUDA_QMM2"); /* min tokens for the staged 4-bit GEMM, 0 off */
+    c->qmm2_min = q2 && *q2 ? atoi(q2) : 5;
     const char *qv = getenv("RAPID_CUDA_QMV");
     if (qv && qv[0] == '1')
         c->qknob += 100;
@@ -467,7 +481,7 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     rp_free(c->ev_kind);
     rp_free(c->pend);
     cudaFree(c->tc_part);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
         cudaFree(c->qscr[i]);
     cudaFree(c->ids_dev);
     cudaFreeHost(c->ids_host);
@@ -1262,6 +1276,282 @@ template <int DT> static void tc_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim
     });
 }
 
+/* ---- matmul: staged skinny GEMM (RAPID_CUDA_TC2 = N .. 64 tokens, default 5) --------------
+ * A block of 4 warps owns TC2_BM = 128 stacked rows against every token (NT 8-token tiles).
+ * The weights [128][64] and x [8 NT][64] of each 64-wide k step go global -> shared memory by
+ * cp.async, TC2_STAGES - 1 steps in flight ahead of the one being multiplied (the bytes in
+ * flight cost no registers). Rows of 128 bytes in shared memory, the 16-byte chunk c of row r
+ * stored at chunk c ^ (r & 7): the copies and the ldmatrix reads touch 8 distinct bank
+ * groups. Warp w multiplies rows 32w .. 32w + 31 (two 16-row tiles, A fragments by
+ * ldmatrix.x4) against all the tokens (B fragments by ldmatrix.x4, two 8-token tiles each):
+ * x is read from device memory once per block and from shared memory once per warp (the old
+ * kernel read it from L1 once per 32 rows). mma.sync m16n8k16, f32 accumulators. Grids short
+ * of 2 blocks per SM split k over a thread block cluster of up to 8 blocks (blockIdx.y = the
+ * split = the block's rank in its cluster): each block leaves its f32 tile in its own shared
+ * memory, and after a cluster barrier block q sums slice q of the tile over all ranks in rank
+ * order through distributed shared memory (deterministic; no partials in device memory, no
+ * second kernel). The weights of the first steps are requested before the programmatic
+ * dependent launch wait, x's after it. */
+enum { TC2_BM = 128, TC2_BK = 64, TC2_STAGES = 4, TC2_MAXSPLIT = 8, TC2_RS = TC2_BM + 4 };
+/* shared memory per stage: weights 128 rows, x 16 * ceil(NT / 2) rows (ldmatrix.x4 pairs) */
+#define TC2_XR(nt) (((nt) + 1) / 2 * 16)
+#define TC2_SMEM(nt) (TC2_STAGES * (TC2_BM + TC2_XR(nt)) * 128)
+
+__device__ __forceinline__ void tc2_cp16(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void tc2_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tc2_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void tc2_ldsm4(uint32_t *r, uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+/* byte offset of 16-byte chunk ch of row r in a swizzled 128-byte-row tile */
+__device__ __forceinline__ uint32_t tc2_off(int r, int ch) { return r * 128 + ((ch ^ (r & 7)) << 4); }
+
+template <int DT, int NT>
+__global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
+{
+    extern __shared__ __align__(128) unsigned char tc2_sm[];
+    constexpr int XR = TC2_XR(NT), WB = TC2_BM * 128, SB = (TC2_BM + XR) * 128;
+    constexpr int XI = (NT * 8 + 15) / 16; /* x rows per loading thread */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const long R = a.r0[3], cols = a.cols, row0 = (long)blockIdx.x * TC2_BM;
+    const uint32_t sb = (uint32_t)__cvta_generic_to_shared(tc2_sm);
+    /* loader: thread tid copies chunk lc of rows lr + 16 i */
+    const int lc = tid & 7, lr = tid >> 3;
+    const uint16_t *wsrc[8];
+    int wbytes[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        long r = row0 + lr + 16 * i, rr = r < R ? r : R - 1;
+        int m = tc_mat(a, rr);
+        wsrc[i] = a.w[m] + (rr - a.r0[m]) * cols + lc * 8;
+        wbytes[i] = r < R ? 16 : 0; /* rows past the end: zeros */
+    }
+    const uint16_t *xsrc[XI];
+#pragma unroll
+    for (int i = 0; i < XI; i++)
+        xsrc[i] = a.x + (long)min(lr + 16 * i, a.n - 1) * cols + lc * 8;
+    const long kb = (long)blockIdx.y * a.kspan, ke = min(kb + a.kspan, cols);
+    const int nk = (int)((ke - kb) / TC2_BK);
+    /* (macros, not lambdas: a lambda's by-reference capture would put the arrays in memory) */
+#define TC2_LOAD_W(st, slot)                                                                   \
+    do {                                                                                       \
+        long k_ = kb + (long)(st) * TC2_BK;                                                    \
+        uint32_t d_ = sb + (slot) * SB;                                                        \
+        _Pragma("unroll") for (int i = 0; i < 8; i++)                                          \
+            tc2_cp16(d_ + tc2_off(lr + 16 * i, lc), wsrc[i] + k_, wbytes[i]);                  \
+    } while (0)
+#define TC2_LOAD_X(st, slot)                                                                   \
+    do {                                                                                       \
+        long k_ = kb + (long)(st) * TC2_BK;                                                    \
+        uint32_t d_ = sb + (slot) * SB + WB;                                                   \
+        _Pragma("unroll") for (int i = 0; i < XI; i++)                                         \
+            if (lr + 16 * i < NT * 8)                                                          \
+                tc2_cp16(d_ + tc2_off(lr + 16 * i, lc), xsrc[i] + k_, 16);                     \
+    } while (0)
+#pragma unroll
+    for (int st = 0; st < TC2_STAGES - 1; st++)
+        if (st < nk)
+            TC2_LOAD_W(st, st);
+    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
+#pragma unroll
+    for (int st = 0; st < TC2_STAGES - 1; st++) {
+        if (st < nk)
+            TC2_LOAD_X(st, st);
+        tc2_commit();
+    }
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mi][nt][e] = 0.0f;
+    const int ar = warp * 32 + (lane & 15), ach = lane >> 4;          /* A: rows, chunk */
+    const int br = (lane & 7) + ((lane >> 4) << 3), bch = (lane >> 3) & 1; /* B: tokens, chunk */
+    for (int it = 0; it < nk; it++) {
+        tc2_wait<TC2_STAGES - 2>(); /* step it has landed (this thread's copies) */
+        __syncthreads();            /* everyone's; and step it - 1's slot is free */
+        int nx = it + TC2_STAGES - 1;
+        if (nx < nk) {
+            TC2_LOAD_W(nx, nx % TC2_STAGES);
+            TC2_LOAD_X(nx, nx % TC2_STAGES);
+        }
+        tc2_commit();
+        const uint32_t ws = sb + (it % TC2_STAGES) * SB, xs = ws + WB;
+#pragma unroll
+        for (int kk = 0; kk < TC2_BK / 16; kk++) {
+            uint32_t af[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+                tc2_ldsm4(af[mi], ws + tc2_off(ar + mi * 16, kk * 2 + ach));
+#pragma unroll
+            for (int p = 0; p < (NT + 1) / 2; p++) {
+                uint32_t bf[4];
+                tc2_ldsm4(bf, xs + tc2_off(p * 16 + br, kk * 2 + bch));
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    mma16816<DT>(acc[mi][2 * p], af[mi], bf[0], bf[1]);
+                    if (2 * p + 1 < NT)
+                        mma16816<DT>(acc[mi][2 * p + 1], af[mi], bf[2], bf[3]);
+                }
+            }
+        }
+    }
+#undef TC2_LOAD_W
+#undef TC2_LOAD_X
+    tc2_wait<0>();
+    const int g = lane >> 2, t = lane & 3;
+    if (gridDim.y == 1) {
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                long row = row0 + warp * 32 + mi * 16 + g + 8 * h;
+                if (row >= R)
+                    continue;
+                int m = tc_mat(a, row);
+                long rows = a.r0[m + 1] - a.r0[m], lrow = row - a.r0[m];
+                float *y = a.y[m];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int tok = nt * 8 + 2 * t + e;
+                        if (tok < a.n)
+                            y[(long)tok * rows + lrow] = acc[mi][nt][2 * h + e];
+                    }
+            }
+        return;
+    }
+    /* split k: this block's tile [tokens][rows] (row stride TC2_RS) in its shared memory */
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    __syncthreads(); /* the pipeline's buffers are free */
+    float *red = (float *)tc2_sm;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                red[(nt * 8 + 2 * t + (e & 1)) * TC2_RS + warp * 32 + mi * 16 + g + 8 * (e >> 1)] =
+                    acc[mi][nt][e];
+    cl.sync();
+    const int ns = (int)gridDim.y, q = (int)cl.block_rank();
+    const int units = NT * 8 * (TC2_BM / 4); /* float4 pieces of the tile */
+    const int u0 = q * units / ns, u1 = (q + 1) * units / ns;
+    for (int u = u0 + tid; u < u1; u += TC_WARPS * 32) {
+        int tok = u / (TC2_BM / 4), rl = (u % (TC2_BM / 4)) * 4;
+        long row = row0 + rl;
+        if (tok >= a.n || row >= R)
+            continue;
+        float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int j = 0; j < ns; j++) {
+            const float4 v = *(const float4 *)(cl.map_shared_rank(red, j) + tok * TC2_RS + rl);
+            s4.x += v.x, s4.y += v.y, s4.z += v.z, s4.w += v.w;
+        }
+        int m = tc_mat(a, row);
+        *(float4 *)(a.y[m] + (long)tok * (a.r0[m + 1] - a.r0[m]) + row - a.r0[m]) = s4;
+    }
+    cl.sync(); /* no block leaves while another still reads its shared memory */
+}
+
+template <int DT, int NT>
+static void tc2_go(int pdl, dim3 grid, cudaStream_t st, const tc_args &a)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(TC_WARPS * 32);
+    cfg.dynamicSmemBytes = TC2_SMEM(NT);
+    cfg.stream = st;
+    cudaLaunchAttribute at[2];
+    int na = 0;
+    if (pdl) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    if (grid.y > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = grid.y;
+        at[na].val.clusterDim.z = 1;
+        na++;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    CK(cudaLaunchKernelEx(&cfg, tc2_kernel<DT, NT>, a));
+}
+
+template <int DT> static void tc2_attr_dt()
+{
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(1)));
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(2)));
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(3)));
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(4)));
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(5)));
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(6)));
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(7)));
+    CK(cudaFuncSetAttribute(tc2_kernel<DT, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC2_SMEM(8)));
+}
+
+template <int DT> static void tc2_launch_dt(rp_cuda_ctx *c, const tc_args &a, dim3 grid)
+{
+    int nt = (a.n + 7) / 8, pdl = c->pdl;
+    LAUNCH(c, {
+        switch (nt) {
+        case 1: tc2_go<DT, 1>(pdl, grid, c->stream, a); break;
+        case 2: tc2_go<DT, 2>(pdl, grid, c->stream, a); break;
+        case 3: tc2_go<DT, 3>(pdl, grid, c->stream, a); break;
+        case 4: tc2_go<DT, 4>(pdl, grid, c->stream, a); break;
+        case 5: tc2_go<DT, 5>(pdl, grid, c->stream, a); break;
+        case 6: tc2_go<DT, 6>(pdl, grid, c->stream, a); break;
+        case 7: tc2_go<DT, 7>(pdl, grid, c->stream, a); break;
+        default: tc2_go<DT, 8>(pdl, grid, c->stream, a); break;
+        }
+        LAUNCHED();
+    });
+}
+
+/* The staged kernel's grid: 128-row blocks, k split over a cluster (<= 8) only where the row
+ * blocks leave more than half of the 2-blocks-per-SM slots empty, into whole 64-wide steps of
+ * at least 4 each, never past one wave. */
+static void tc2_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
+{
+    if (!c->tc2_attr) {
+        tc2_attr_dt<RP_CUDA_BF16>();
+        tc2_attr_dt<RP_CUDA_F16>();
+        c->tc2_attr = 1;
+    }
+    long rb = (a.r0[3] + TC2_BM - 1) / TC2_BM, slots = 2L * c->sms;
+    long s = 2 * rb <= slots ? slots / rb : 1;
+    if (s > TC2_MAXSPLIT)
+        s = TC2_MAXSPLIT;
+    if (s > a.cols / (4 * TC2_BK))
+        s = a.cols / (4 * TC2_BK);
+    if (s < 1)
+        s = 1;
+    a.kspan = ((a.cols + s - 1) / s + TC2_BK - 1) / TC2_BK * TC2_BK;
+    a.splits = (int)((a.cols + a.kspan - 1) / a.kspan);
+    dim3 grid((unsigned)rb, (unsigned)a.splits);
+    if (dt == RP_CUDA_BF16)
+        tc2_launch_dt<RP_CUDA_BF16>(c, a, grid);
+    else
+        tc2_launch_dt<RP_CUDA_F16>(c, a, grid);
+}
+
 /* n matrices (n <= 3, stacked as in mv_set) over the same x: one conversion, one launch. */
 static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, const long *rows,
                     long cols, const float *x, int n, float *const *y)
@@ -1283,6 +1573,10 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     a.cols = cols;
     a.n = n;
     a.x = tc_round(c, dt, x, n, cols);
+    if (c->tc2_min > 0 && n >= c->tc2_min) {
+        tc2_gemm(c, dt, a);
+        return;
+    }
     /* f16 weights have one kernel variant (one tile per warp, 2 pieces): the grid must be
      * sized for it (sizing it by the bf16 knob left half of the rows unwritten) */
     int f16 = dt == RP_CUDA_F16, mt = f16 ? 1 : c->tc_mt, u = f16 ? 2 : c->tc_u;
@@ -2539,3 +2833,9 @@ extern "C" const void *rp_cuda_hook_stage(rp_cuda_ctx *c, const void *src, size_
 extern "C" int rp_cuda_hook_sms(const rp_cuda_ctx *c) { return c->sms; }
 
 extern "C" int rp_cuda_hook_knob(const rp_cuda_ctx *c) { return c->qknob; }
+
+extern "C" int rp_cuda_hook_qdq(const rp_cuda_ctx *c) { return c->qdq_min; }
+
+extern "C" int rp_cuda_hook_qmm2(const rp_cuda_ctx *c) { return c->qmm2_min; }
+
+extern "C" int *rp_cuda_hook_once(rp_cuda_ctx *c) { return &c->qonce; }

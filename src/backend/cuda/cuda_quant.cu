@@ -21,11 +21,18 @@
  *     The next k step's weights are loaded before the current one is multiplied. Grids
  *     short of 4 blocks per SM split k (a second kernel sums the splits in order).
  *     RAPID_CUDA_QMM=4,F: 4 tiles per warp against 32 tokens (slower on the H200, NOTES.md);
- *     F: blocks per SM the split aims at.
+ *     F: blocks per SM the split aims at. This kernel now serves 8-bit weights, 4-bit ones
+ *     whose columns are not a multiple of 128, and 65..127 tokens.
+ *  3. 5..64 tokens of 4-bit weights: qmm2_kernel, the same numerics with weights, scales and
+ *     x staged through shared memory by cp.async, split k reduced inside a thread block
+ *     cluster (see its section; RAPID_CUDA_QMM2).
+ *  4. Steps of >= 128 tokens (RAPID_CUDA_QDQ): each weight dequantized once into a bf16
+ *     scratch, then the bf16 GEMM (cuBLASLt): prefill at bf16 GEMM speed (see qdq_matmul).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cooperative_groups.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -507,6 +514,233 @@ __global__ void __launch_bounds__(QMM_WARPS * 32) qmm_kernel(qmm_args a)
     }
 }
 
+/* ---- 5..64 tokens, 4-bit: the weights staged through shared memory -------------------------
+ * qmm2_kernel (RAPID_CUDA_QMM2 = N .. 64 tokens, default 5; 0: never): the numerics and the
+ * lane <-> k mapping of qmm_kernel (MT = 2, so results equal it up to the order of the split
+ * sums), but 8 warps own Q2_BM = 256 rows and every k step's packed weights [256][64 bytes],
+ * their (scale, bias) words and x [8 NT][128] (bf16, qx_bf16's order) go global -> shared
+ * memory by cp.async, Q2_STAGES - 1 steps ahead of the one being multiplied: the bytes in
+ * flight cost no registers, and x is read from device memory once per block instead of once
+ * per warp. x rows are 256 bytes, their 16-byte unit u stored at u ^ (row & 7) (conflict-free
+ * reads). Grids short of one block per SM split k over a thread block cluster (<= 8 blocks)
+ * that sums its blocks' f32 tiles in rank order through distributed shared memory
+ * (deterministic, no partials in device memory), as the bf16 staged GEMM does. */
+enum { Q2_WARPS = 8, Q2_BM = 256, Q2_STAGES = 4, Q2_MAXSPLIT = 8, Q2_RS = Q2_BM + 4 };
+#define Q2_XR(nt) ((nt) * 8)
+/* per stage: weights 256 x 64 B, scales 256 x sbytes (<= 32), x 8 NT x 256 B */
+#define Q2_STAGE(nt, sbytes) (Q2_BM * 64 + Q2_BM * (sbytes) + Q2_XR(nt) * 256)
+
+__device__ __forceinline__ void q2_cp16(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+/* 4, 8 or 16 bytes through L1 (the scales: cp.async.cg takes only 16) */
+__device__ __forceinline__ void q2_cp_small(uint32_t dst, const void *src, int n, int bytes)
+{
+    if (n == 16)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+                     : "memory");
+    else if (n == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+                     : "memory");
+}
+__device__ __forceinline__ void q2_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void q2_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+template <int NT>
+__global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
+{
+    extern __shared__ __align__(128) unsigned char q2_sm[];
+    constexpr int KSTEP = 128, XI = (NT * 8 + 15) / 16;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const long R = a.r0[3], cols = a.cols, row0 = (long)blockIdx.x * Q2_BM;
+    const int sf = a.sf, esz = sf == RP_CUDA_SB_F32 ? 8 : 4, gs = a.gs;
+    const int sbytes = KSTEP / gs * esz, scp = sbytes < 16 ? sbytes : 16, sn = sbytes / scp;
+    const int WB = Q2_BM * 64, SBB = Q2_BM * sbytes, SB = WB + SBB + Q2_XR(NT) * 256;
+    const uint32_t smb = (uint32_t)__cvta_generic_to_shared(q2_sm);
+    const long wpr = cols / 32; /* uint4 per row */
+    /* loaders: weights chunk tid & 3 of rows (tid >> 2) + 64 i; scales of row tid; x unit
+     * tid & 15 of rows (tid >> 4) + 16 i */
+    const uint4 *wsrc[4];
+    int wbytes[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        long r = row0 + (tid >> 2) + 64 * i, rr = r < R ? r : R - 1;
+        int m = (rr >= a.r0[1]) + (rr >= a.r0[2]);
+        wsrc[i] = (const uint4 *)a.q[m] + (rr - a.r0[m]) * wpr + (tid & 3);
+        wbytes[i] = r < R ? 16 : 0;
+    }
+    const unsigned char *ssrc;
+    int sbz;
+    {
+        long r = row0 + tid, rr = r < R ? r : R - 1;
+        int m = (rr >= a.r0[1]) + (rr >= a.r0[2]);
+        ssrc = (const unsigned char *)a.sb[m] + (rr - a.r0[m]) * (cols / gs) * esz;
+        sbz = r < R ? scp : 0;
+    }
+    const uint16_t *xsrc[XI];
+#pragma unroll
+    for (int i = 0; i < XI; i++)
+        xsrc[i] = a.x + (long)min((tid >> 4) + 16 * i, a.n - 1) * cols + (tid & 15) * 8;
+    const long kb = (long)blockIdx.y * a.kspan, ke = min(kb + a.kspan, cols);
+    const int nk = (int)((ke - kb) / KSTEP);
+#define Q2_LOAD_W(st, slot)                                                                    \
+    do {                                                                                       \
+        long k_ = kb + (long)(st) * KSTEP;                                                     \
+        uint32_t d_ = smb + (slot) * SB;                                                       \
+        _Pragma("unroll") for (int i = 0; i < 4; i++)                                          \
+            q2_cp16(d_ + ((tid >> 2) + 64 * i) * 64 + (tid & 3) * 16, wsrc[i] + k_ / 32,       \
+                    wbytes[i]);                                                                \
+        for (int j_ = 0; j_ < sn; j_++)                                                        \
+            q2_cp_small(d_ + WB + tid * sbytes + j_ * scp, ssrc + k_ / gs * esz + j_ * scp,    \
+                        scp, sbz);                                                             \
+    } while (0)
+#define Q2_LOAD_X(st, slot)                                                                    \
+    do {                                                                                       \
+        long k_ = kb + (long)(st) * KSTEP;                                                     \
+        uint32_t d_ = smb + (slot) * SB + WB + SBB;                                            \
+        _Pragma("unroll") for (int i = 0; i < XI; i++) {                                       \
+            int r_ = (tid >> 4) + 16 * i;                                                      \
+            if (r_ < NT * 8)                                                                   \
+                q2_cp16(d_ + r_ * 256 + (((tid & 15) ^ (r_ & 7)) << 4), xsrc[i] + k_, 16);      \
+        }                                                                                      \
+    } while (0)
+#pragma unroll
+    for (int st = 0; st < Q2_STAGES - 1; st++)
+        if (st < nk)
+            Q2_LOAD_W(st, st);
+    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
+#pragma unroll
+    for (int st = 0; st < Q2_STAGES - 1; st++) {
+        if (st < nk)
+            Q2_LOAD_X(st, st);
+        q2_commit();
+    }
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mi][nt][e] = 0.0f;
+    const int sgi = 32 * t / gs; /* the lane's scale group within the step */
+    for (int it = 0; it < nk; it++) {
+        q2_wait<Q2_STAGES - 2>();
+        __syncthreads();
+        int nx = it + Q2_STAGES - 1;
+        if (nx < nk) {
+            Q2_LOAD_W(nx, nx % Q2_STAGES);
+            Q2_LOAD_X(nx, nx % Q2_STAGES);
+        }
+        q2_commit();
+        const unsigned char *st = q2_sm + (it % Q2_STAGES) * SB;
+        uint4 wc[2][2];
+        float2 sc[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int r = warp * 32 + mi * 16 + g + 8 * h;
+                wc[mi][h] = *(const uint4 *)(st + r * 64 + t * 16);
+                const unsigned char *sp = st + WB + r * sbytes + sgi * esz;
+                uint2 u = sf == RP_CUDA_SB_F32 ? *(const uint2 *)sp
+                                               : make_uint2(*(const unsigned *)sp, 0u);
+                sc[mi][h] = sb_of(u, sf);
+            }
+        const unsigned char *xs = st + WB + SBB;
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* the lane's 4 words, as in qmm_kernel */
+            uint4 xv[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                int xr = nt * 8 + g;
+                xv[nt] = *(const uint4 *)(xs + xr * 256 + (((4 * t + j) ^ (xr & 7)) << 4));
+            }
+            uint32_t r[2][2][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (sf == RP_CUDA_SB_BF16)
+                        deq4(w_of(wc[mi][h], j), __float2bfloat162_rn(sc[mi][h].x),
+                             __float2bfloat162_rn(sc[mi][h].y), r[mi][h]);
+                    else
+                        deq4f(w_of(wc[mi][h], j), sc[mi][h].x, sc[mi][h].y, r[mi][h]);
+                }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    uint32_t a1[4] = {r[mi][0][0], r[mi][1][0], r[mi][0][1], r[mi][1][1]};
+                    uint32_t a2[4] = {r[mi][0][2], r[mi][1][2], r[mi][0][3], r[mi][1][3]};
+                    q_mma(acc[mi][nt], a1, xv[nt].x, xv[nt].y);
+                    q_mma(acc[mi][nt], a2, xv[nt].z, xv[nt].w);
+                }
+        }
+    }
+#undef Q2_LOAD_W
+#undef Q2_LOAD_X
+    q2_wait<0>();
+    if (gridDim.y == 1) {
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                long row = row0 + warp * 32 + mi * 16 + g + 8 * h;
+                if (row >= R)
+                    continue;
+                int m = (row >= a.r0[1]) + (row >= a.r0[2]);
+                long rows = a.r0[m + 1] - a.r0[m], lr = row - a.r0[m];
+                float *y = a.y[m];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int tok = nt * 8 + 2 * t + e;
+                        if (tok < a.n)
+                            y[(long)tok * rows + lr] = acc[mi][nt][2 * h + e];
+                    }
+            }
+        return;
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    __syncthreads(); /* the pipeline's buffers are free */
+    float *red = (float *)q2_sm;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                red[(nt * 8 + 2 * t + (e & 1)) * Q2_RS + warp * 32 + mi * 16 + g + 8 * (e >> 1)] =
+                    acc[mi][nt][e];
+    cl.sync();
+    const int ns = (int)gridDim.y, q = (int)cl.block_rank();
+    const int units = NT * 8 * Q2_BM;
+    const int u0 = q * units / ns, u1 = (q + 1) * units / ns;
+    for (int u = u0 + tid; u < u1; u += Q2_WARPS * 32) {
+        int tok = u / Q2_BM, rl = u % Q2_BM;
+        long row = row0 + rl;
+        if (tok >= a.n || row >= R)
+            continue;
+        float s = 0.0f;
+        for (int j = 0; j < ns; j++)
+            s += cl.map_shared_rank(red, j)[tok * Q2_RS + rl];
+        int m = (row >= a.r0[1]) + (row >= a.r0[2]);
+        a.y[m][(long)tok * (a.r0[m + 1] - a.r0[m]) + row - a.r0[m]] = s;
+    }
+    cl.sync(); /* no block leaves while another still reads its shared memory */
+}
+
 /* y = the sum of the splits' partials in split order (deterministic). */
 __global__ void qmm_reduce_kernel(qmm_args a)
 {
@@ -521,6 +755,109 @@ __global__ void qmm_reduce_kernel(qmm_args a)
         s += __ldcg(a.part + ((long)sp * a.n + tok) * R + r);
     int m = (r >= a.r0[1]) + (r >= a.r0[2]);
     a.y[m][(long)tok * (a.r0[m + 1] - a.r0[m]) + r - a.r0[m]] = s;
+}
+
+/* ---- prefill: dequantize once, then the bf16 GEMM ------------------------------------------
+ * Steps of many tokens (RAPID_CUDA_QDQ=N tokens, default 128; 0: never) dequantize each weight
+ * into a bf16 scratch (rows [r0, r0 + nr), at most QDQ_CHUNK_BYTES at a time) and multiply with
+ * the bf16 GEMM (rp_cuda_matmul: cuBLASLt above 64 tokens). Each element is rounded exactly as
+ * qmm_kernel rounds it (deq4 / deq4f / deq8), so only the summation order differs from it. */
+enum { QDQ_CHUNK_BYTES = 256 << 20 };
+
+template <int BITS>
+__global__ void qdeq_kernel(const uint32_t *__restrict__ q, const void *__restrict__ sb, int sf,
+                            int gs, long cols, long r0, long n8, uint4 *__restrict__ out)
+{
+    pdl_wait();
+    long per = cols / 8, ng = cols / gs;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (long)gridDim.x * blockDim.x) {
+        long row = r0 + i / per, p = i % per;
+        float2 s = load_sb(sb, row * ng + p * 8 / gs, sf);
+        uint32_t o[4];
+        if (BITS == 4) {
+            uint32_t wd = __ldg(q + row * per + p), r[4];
+            if (sf == RP_CUDA_SB_BF16)
+                deq4(wd, __float2bfloat162_rn(s.x), __float2bfloat162_rn(s.y), r);
+            else
+                deq4f(wd, s.x, s.y, r);
+            /* r[p] holds elements (p, p + 4): back to (0 1) (2 3) (4 5) (6 7) */
+            o[0] = __byte_perm(r[0], r[1], 0x5410);
+            o[1] = __byte_perm(r[2], r[3], 0x5410);
+            o[2] = __byte_perm(r[0], r[1], 0x7632);
+            o[3] = __byte_perm(r[2], r[3], 0x7632);
+        } else {
+            uint2 wd = __ldg((const uint2 *)(q + row * (cols / 4)) + p);
+            deq8(wd.x, s.x, s.y, o);
+            deq8(wd.y, s.x, s.y, o + 2);
+        }
+        out[i] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+typedef struct qdeq_call {
+    rp_cuda_qw w;
+    long r0, nr;
+    uint4 *out;
+    int sms;
+} qdeq_call;
+
+static void qdeq_run(const void *args, void *stream, int pdl)
+{
+    const qdeq_call *c = (const qdeq_call *)args;
+    long n8 = c->nr * c->w.cols / 8;
+    long b = (n8 + 255) / 256, bmax = 16L * c->sms;
+    dim3 grid((unsigned)(b < bmax ? b : bmax));
+    if (c->w.bits == 4)
+        pdl_launch(pdl, qdeq_kernel<4>, grid, dim3(256), (cudaStream_t)stream, c->w.q, c->w.sb,
+                   c->w.sf, c->w.gs, c->w.cols, c->r0, n8, c->out);
+    else
+        pdl_launch(pdl, qdeq_kernel<8>, grid, dim3(256), (cudaStream_t)stream, c->w.q, c->w.sb,
+                   c->w.sf, c->w.gs, c->w.cols, c->r0, n8, c->out);
+    CK(cudaGetLastError());
+}
+
+typedef struct qcopy_call {
+    float *dst;
+    const float *src;
+    long dpitch, spitch, width, height; /* bytes, bytes, bytes, rows */
+} qcopy_call;
+
+static void qcopy_run(const void *args, void *stream, int pdl)
+{
+    const qcopy_call *c = (const qcopy_call *)args;
+    CK(cudaMemcpy2DAsync(c->dst, (size_t)c->dpitch, c->src, (size_t)c->spitch, (size_t)c->width,
+                         (size_t)c->height, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+}
+
+static_assert(sizeof(qdeq_call) <= RP_CUDA_HOOK_ARGS, "qdeq_call too big for the hook");
+
+/* y = w x through a bf16 copy of w (see above): one matrix, rows in chunks. */
+static void qdq_matmul(rp_cuda_ctx *c, const rp_cuda_qw *w, const float *x, int n_tok, float *y)
+{
+    long rows = w->rows, cols = w->cols;
+    long chunk = QDQ_CHUNK_BYTES / (cols * 2) / 16 * 16;
+    if (chunk < 16)
+        chunk = 16;
+    if (chunk > rows)
+        chunk = rows;
+    for (long r0 = 0; r0 < rows; r0 += chunk) {
+        long nr = rows - r0 < chunk ? rows - r0 : chunk;
+        qdeq_call d;
+        memset(&d, 0, sizeof d);
+        d.w = *w;
+        d.r0 = r0;
+        d.nr = nr;
+        d.out = (uint4 *)rp_cuda_qscratch(c, 4, (size_t)chunk * cols * 2);
+        d.sms = rp_cuda_hook_sms(c);
+        rp_cuda_hook_run(c, 1, qdeq_run, &d, sizeof d);
+        float *yo = nr == rows ? y : (float *)rp_cuda_qscratch(c, 5, sizeof(float) * (size_t)n_tok * chunk);
+        rp_cuda_matmul(c, RP_CUDA_BF16, d.out, nr, cols, x, n_tok, yo);
+        if (yo != y) {
+            qcopy_call k = {y + r0, yo, rows * 4, nr * 4, nr * 4, n_tok};
+            rp_cuda_hook_run(c, 1, qcopy_run, &k, sizeof k);
+        }
+    }
 }
 
 /* ---- embedding ---------------------------------------------------------------------------- */
@@ -621,6 +958,69 @@ static void qmm_go(const qmm_args &a, dim3 grid, int nt, cudaStream_t s, int pdl
     }
 }
 
+typedef struct qmm2_call {
+    qmm_args a;
+    const float *x;
+    unsigned rb;
+} qmm2_call;
+
+template <int NT> static void qmm2_go(const qmm_args &a, dim3 grid, cudaStream_t s, int pdl)
+{
+    int esz = a.sf == RP_CUDA_SB_F32 ? 8 : 4, sbytes = 128 / a.gs * esz;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(Q2_WARPS * 32);
+    cfg.dynamicSmemBytes = (size_t)Q2_STAGES * Q2_STAGE(NT, sbytes);
+    cfg.stream = s;
+    cudaLaunchAttribute at[2];
+    int na = 0;
+    if (pdl) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    if (grid.y > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = grid.y;
+        at[na].val.clusterDim.z = 1;
+        na++;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    CK(cudaLaunchKernelEx(&cfg, qmm2_kernel<NT>, a));
+}
+
+static void qmm2_attr(void)
+{
+#define Q2_ATTR(nt)                                                                            \
+    CK(cudaFuncSetAttribute(qmm2_kernel<nt>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                            Q2_STAGES * Q2_STAGE(nt, 32)))
+    Q2_ATTR(1); Q2_ATTR(2); Q2_ATTR(3); Q2_ATTR(4); Q2_ATTR(5); Q2_ATTR(6); Q2_ATTR(7); Q2_ATTR(8);
+#undef Q2_ATTR
+}
+
+static void qmm2_run(const void *args, void *stream, int pdl)
+{
+    const qmm2_call *c = (const qmm2_call *)args;
+    cudaStream_t s = (cudaStream_t)stream;
+    long n8 = (long)c->a.n * c->a.cols / 8;
+    unsigned xb = (unsigned)((n8 + 255) / 256 < 4096 ? (n8 + 255) / 256 : 4096);
+    pdl_launch(pdl, qx_bf16_kernel, dim3(xb), dim3(256), s, c->x, n8, 1, (uint4 *)c->a.x);
+    dim3 grid(c->rb, (unsigned)c->a.splits);
+    switch ((c->a.n + 7) / 8) {
+    case 1: qmm2_go<1>(c->a, grid, s, pdl); break;
+    case 2: qmm2_go<2>(c->a, grid, s, pdl); break;
+    case 3: qmm2_go<3>(c->a, grid, s, pdl); break;
+    case 4: qmm2_go<4>(c->a, grid, s, pdl); break;
+    case 5: qmm2_go<5>(c->a, grid, s, pdl); break;
+    case 6: qmm2_go<6>(c->a, grid, s, pdl); break;
+    case 7: qmm2_go<7>(c->a, grid, s, pdl); break;
+    default: qmm2_go<8>(c->a, grid, s, pdl); break;
+    }
+    CK(cudaGetLastError());
+}
+
 static void qmm_run(const void *args, void *stream, int pdl)
 {
     const qmm_call *c = (const qmm_call *)args;
@@ -656,6 +1056,7 @@ static void qemb_run(const void *args, void *stream, int pdl)
 
 static_assert(sizeof(qmv_call) <= RP_CUDA_HOOK_ARGS, "qmv_call too big for the hook");
 static_assert(sizeof(qmm_call) <= RP_CUDA_HOOK_ARGS, "qmm_call too big for the hook");
+static_assert(sizeof(qmm2_call) <= RP_CUDA_HOOK_ARGS, "qmm2_call too big for the hook");
 static_assert(sizeof(qemb_call) <= RP_CUDA_HOOK_ARGS, "qemb_call too big for the hook");
 
 extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const *w,
@@ -705,6 +1106,49 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         for (int i = 0; i < n; i++)
             call.r4 = call.r4 && w[i]->rows % 4 == 0;
         rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
+        return;
+    }
+    int qdq = rp_cuda_hook_qdq(c);
+    if (qdq > 0 && n_tok >= qdq) {
+        for (int i = 0; i < n; i++)
+            qdq_matmul(c, w[i], x, n_tok, y[i]);
+        return;
+    }
+    int q2 = rp_cuda_hook_qmm2(c);
+    if (q2 > 0 && n_tok >= q2 && n_tok <= 64 && w[0]->bits == 4 && cols % 128 == 0) {
+        int *once = rp_cuda_hook_once(c);
+        if (!(*once & 1)) {
+            qmm2_attr();
+            *once |= 1;
+        }
+        qmm2_call call;
+        memset(&call, 0, sizeof call);
+        for (int i = 0; i < n; i++) {
+            call.a.q[i] = w[i]->q;
+            call.a.sb[i] = w[i]->sb;
+            call.a.y[i] = y[i];
+        }
+        memcpy(call.a.r0, r0, sizeof r0);
+        call.a.cols = cols;
+        call.a.gs = w[0]->gs;
+        call.a.sf = w[0]->sf;
+        call.a.n = n_tok;
+        /* k split over a cluster only where the row blocks leave half the SMs idle, into
+         * whole 128-element steps of at least 4 each, never past one wave */
+        long rb = (r + Q2_BM - 1) / Q2_BM, slots = rp_cuda_hook_sms(c);
+        long sp = 2 * rb <= slots ? slots / rb : 1;
+        if (sp > Q2_MAXSPLIT)
+            sp = Q2_MAXSPLIT;
+        if (sp > cols / 512)
+            sp = cols / 512;
+        if (sp < 1)
+            sp = 1;
+        call.a.kspan = ((cols + sp - 1) / sp + 127) / 128 * 128;
+        call.a.splits = (int)((cols + call.a.kspan - 1) / call.a.kspan);
+        call.a.x = (const uint16_t *)rp_cuda_qscratch(c, 2, (size_t)n_tok * cols * 2);
+        call.x = x;
+        call.rb = (unsigned)rb;
+        rp_cuda_hook_run(c, 1, qmm2_run, &call, sizeof call);
         return;
     }
     qmm_call call;

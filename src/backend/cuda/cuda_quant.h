@@ -18,6 +18,11 @@
  *     bf16 scales, in f32 for f32 / f16 ones) and multiplied on the
  *     tensor cores (mma.sync m16n8k16, f32 accumulators), 64 tokens per pass; grids too small
  *     for the GPU split k, a second kernel sums the splits in order (deterministic).
+ *   5..64 tokens, 4-bit (RAPID_CUDA_QMM2): the same numerics with the weights, scales and x
+ *     staged through shared memory by cp.async (qmm2_kernel, cuda_quant.cu).
+ *   n_tok >= RAPID_CUDA_QDQ (default 128; prefill): each weight is dequantized once into a
+ *     bf16 scratch (rounded as above, at most 256 MB of rows at a time) and multiplied by the
+ *     bf16 GEMM (rp_cuda_matmul, cuBLASLt).
  *
  * Ownership: nothing here owns device memory except the scratch cuda_kernels.cu keeps for
  *            it (rp_cuda_qscratch). Threading: the context's thread, as cuda_kernels.h.
@@ -63,7 +68,7 @@ void rp_cuda_qembed(rp_cuda_ctx *c, const rp_cuda_qw *w, const int32_t *ids, int
 enum { RP_CUDA_HOOK_ARGS = 176 };
 typedef void (*rp_cuda_hook_fn)(const void *args, void *stream, int pdl);
 void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, const void *args, size_t n);
-/* Device scratch slot (0..3) of at least n bytes; valid for work queued until the slot grows
+/* Device scratch slot (0..5) of at least n bytes; valid for work queued until the slot grows
  * (growing synchronises). */
 void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n);
 /* Host array -> device memory valid for the work queued after this call (the pinned ring). */
@@ -72,6 +77,14 @@ int rp_cuda_hook_sms(const rp_cuda_ctx *c);
 /* Tuning knobs read once: RAPID_CUDA_QMV=1 adds 100, RAPID_CUDA_QMM=MT,F adds MT * 10 + F
  * (0 when unset). */
 int rp_cuda_hook_knob(const rp_cuda_ctx *c);
+/* Steps of at least this many tokens dequantize each weight to bf16 and use the bf16 GEMM
+ * (RAPID_CUDA_QDQ=N, default 128; 0: never). */
+int rp_cuda_hook_qdq(const rp_cuda_ctx *c);
+/* 4-bit steps of this many tokens up to 64 use the shared-memory staged kernel
+ * (RAPID_CUDA_QMM2=N, default 5; 0: never). */
+int rp_cuda_hook_qmm2(const rp_cuda_ctx *c);
+/* Flags of one-time set-ups (bit 0: qmm2's shared-memory limits), kept in the context. */
+int *rp_cuda_hook_once(rp_cuda_ctx *c);
 
 #ifdef __cplusplus
 }
