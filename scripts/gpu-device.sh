@@ -14,6 +14,9 @@
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
 #            of rapid_gpu_check's kernel checks (ncu.csv)
+#   dec      decode A/B: the decode attention's timing (rapid_gpu_check dectime) with the
+#            split-key kernel and the chunked one, then tg128 bf16 / MLX4 with the decode
+#            knobs off (RAPID_CUDA_DECATTN=0, RAPID_CUDA_KVROPE=0, RAPID_CUDA_QMVF=0)
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -119,6 +122,24 @@ if [[ $what == *" ncu "* ]]; then
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
     "$B/bin/rapid_gpu_check" kernels >"$out/ncu.csv" 2>"$out/ncu.err"
   echo "ncu rc $? ($(wc -l <"$out/ncu.csv") lines)"
+fi
+if [[ $what == *" dec "* ]]; then
+  echo "== dec (decode A/B: RAPID_CUDA_DECATTN, RAPID_CUDA_KVROPE, RAPID_CUDA_QMVF; tg128 only) =="
+  for v in 1 0; do
+    RAPID_CUDA_PROFILE=2 RAPID_CUDA_DECATTN=$v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 \
+      "$B/bin/rapid_gpu_check" dectime 2>&1 | grep -E "dectime|attention" | sed "s/^/DECATTN=$v: /" |
+      tee -a "$out/dec.log"
+  done
+  for mv in "$model:RAPID_CUDA_DECATTN=0,RAPID_CUDA_KVROPE=0 RAPID_CUDA_KVROPE=0" \
+            "/dev/shm/rapid-llama3-8b-mlx4:RAPID_CUDA_DECATTN=0,RAPID_CUDA_KVROPE=0,RAPID_CUDA_QMVF=0 RAPID_CUDA_QMVF=0 RAPID_CUDA_QMVF=8"; do
+    mm=${mv%%:*}
+    [ -f "$mm/config.json" ] || continue
+    for v in ${mv#*:}; do
+      env ${v//,/ } LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$mm" \
+        --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode|tok/s" | head -3 |
+        sed "s|^|$(basename "$mm") $v: |" | tee -a "$out/dec.log"
+    done
+  done
 fi
 if [[ $what == *" profile "* ]]; then
   echo "== profile =="

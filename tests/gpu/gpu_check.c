@@ -570,6 +570,7 @@ static void kernel_checks(int dense, int quant)
     argmax_check(be);
     rp_backend_free(be);
     attention_checks();
+    gpu_decode_checks();
 }
 
 /* The fixture's rounding sensitivity (see the top): its bf16 weights' distance from
@@ -601,6 +602,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int all = argc < 2;
+    if (!all && strcmp(argv[1], "dectime") == 0) {
+        gpu_decode_timing();
+        return 0;
+    }
     if (all || strcmp(argv[1], "kernels") == 0 || strcmp(argv[1], "qkernels") == 0)
         kernel_checks(all || strcmp(argv[1], "kernels") == 0, 1);
     for (size_t i = 0; i < sizeof g_dense / sizeof *g_dense; i++) {

@@ -14,5 +14,9 @@ void gpu_quant_kernel_checks(rp_backend *be);
 /* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens; the prefill
  * tolerance is scaled by the fixture's rounding sensitivity (>= 1, gpu_check.c). */
 void gpu_quant_fixture(const char *name, float sensitivity);
+/* The decode attention kernel against a host reference (gpu_check_decode.c); the timing
+ * runs of `rapid_gpu_check dectime`. */
+void gpu_decode_checks(void);
+void gpu_decode_timing(void);
 
 #endif

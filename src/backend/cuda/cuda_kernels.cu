@@ -44,6 +44,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_decode.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
 
@@ -79,10 +80,12 @@ enum { TC_WARPS = 4, TC_MAXN = 64 };
 /* flash prefill attention: query tokens per tile, keys per step, threads per block */
 enum { FA_BQ = 64, FA_BK = 64, FA_THREADS = 128 };
 
-enum { PEND_NONE, PEND_ADD, PEND_ROPE };
+enum { PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2 };
 typedef struct pend_op {
     int kind, off; /* off: RAPID_CUDA_FUSE=0 */
     float *y;        /* add: y += x over n; rope: the tensor */
+    float *y2;       /* PEND_ROPE2: q (y, heads) and k (y2, heads2) held for the KV store */
+    int heads2;
     const float *x;
     long n;
     int heads, n_tok, head_dim, half, neox;
@@ -116,6 +119,9 @@ struct rp_cuda_ctx {
     int n_tok, tok_cap, max_pos;
     int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
     int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
+    int kvrope;             /* RoPE of k fused into the KV store (RAPID_CUDA_KVROPE=0: off) */
+    int dec_attn;           /* the split-key decode attention (cuda_decode.cu); 0: the
+                             * chunked kernel below (RAPID_CUDA_DECATTN=0) */
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
     rp_cuda_kv kv;               /* the step's pool */
@@ -413,6 +419,10 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *fa = getenv("RAPID_CUDA_FLASH"); /* min step tokens for flash prefill, 0 off */
     c->fa_min = fa && *fa ? atoi(fa) : 65;
+    const char *da = getenv("RAPID_CUDA_DECATTN");
+    c->dec_attn = !(da && strcmp(da, "0") == 0);
+    const char *kr = getenv("RAPID_CUDA_KVROPE");
+    c->kvrope = !(kr && strcmp(kr, "0") == 0);
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
     c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
     const char *qe = getenv("RAPID_CUDA_QMM");
@@ -421,6 +431,9 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *qv = getenv("RAPID_CUDA_QMV");
     if (qv && qv[0] == '1')
         c->qknob += 100;
+    const char *qf = getenv("RAPID_CUDA_QMVF"); /* 0: off; 2..9 blocks per SM (default 4) */
+    if (qf && qf[0] >= '0' && qf[0] <= '9' && qf[0] != '1')
+        c->qknob += 1000 * (qf[0] == '0' ? 1 : qf[0] - '0');
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -1667,7 +1680,14 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
     pend_op *pd = c->pend;
     if (pd->kind == PEND_ROPE && pd->n_tok == n_tok && pd->head_dim == head_dim &&
         pd->half == half && pd->pos == pos_dev && pd->attn_factor == attn_factor &&
-        pd->neox == neox && pd->y != x) { /* q then k: one launch */
+        pd->neox == neox && pd->y != x) { /* q then k: one launch, held for the KV store
+                                            * (which then rotates k as it stores it) */
+        if (c->kvrope) {
+            pd->kind = PEND_ROPE2;
+            pd->y2 = x;
+            pd->heads2 = n_heads;
+            return;
+        }
         pd->kind = PEND_NONE;
         rope_launch(c, pd->y, pd->heads, x, n_heads, n_tok, head_dim, half, pos_dev,
                     attn_factor, neox);
@@ -1763,6 +1783,9 @@ static void pend_flush(rp_cuda_ctx *c)
     pd->kind = PEND_NONE;
     if (k == PEND_ADD)
         add_launch(c, pd->y, pd->x, pd->n);
+    else if (k == PEND_ROPE2)
+        rope_launch(c, pd->y, pd->heads, pd->y2, pd->heads2, pd->n_tok, pd->head_dim, pd->half,
+                    pd->pos, pd->attn_factor, pd->neox);
     else
         rope_launch(c, pd->y, pd->heads, NULL, 0, pd->n_tok, pd->head_dim, pd->half, pd->pos,
                     pd->attn_factor, pd->neox);
@@ -1914,9 +1937,71 @@ __global__ void kv_store_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_
     }
 }
 
+/* RoPE of q (in place) and of k (in place and into the pool) with the V store: blocks
+ * (token, piece), a thread per q pair, k pair, element of k's unrotated tail or of v. */
+__global__ void rope_kv_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv,
+                               int layer, float *q, int hq, float *k, const float *v, int hk,
+                               int head_dim, int half, const float *inv, float attn_factor,
+                               int neox)
+{
+    int t = blockIdx.x;
+    rp_cuda_tok d = toks[t];
+    int kvd = hk * head_dim, tail = head_dim - 2 * half;
+    size_t off = (size_t)(d.pos % kv.block_tokens) * kvd;
+    float *kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
+    float *vd = kv_row(kv, tbl, d, layer, 1, d.pos) + off;
+    int nq = hq * half, nk = hk * half, nt = hk * tail;
+    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < nq + nk + nt + kvd;
+         idx += gridDim.y * blockDim.x) {
+        if (idx < nq + nk) {
+            int h = idx < nq ? idx / half : (idx - nq) / half, i = idx % half;
+            float ang = (float)d.pos * inv[i];
+            float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
+            float *x = idx < nq ? q + ((long)t * hq + h) * head_dim
+                                : k + ((long)t * hk + h) * head_dim;
+            int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+            float a = x[ia], b = x[ib];
+            float ra = a * cs - b * sn, rb = b * cs + a * sn;
+            x[ia] = ra;
+            x[ib] = rb;
+            if (idx >= nq) {
+                kd[h * head_dim + ia] = ra;
+                kd[h * head_dim + ib] = rb;
+            }
+        } else if (idx < nq + nk + nt) {
+            int r = idx - nq - nk, h = r / tail, e = 2 * half + r % tail;
+            kd[h * head_dim + e] = k[((long)t * hk + h) * head_dim + e];
+        } else {
+            int e = idx - nq - nk - nt;
+            vd[e] = v[(size_t)t * kvd + e];
+        }
+    }
+}
+
 extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v,
                                  int kvd)
 {
+    pend_op *pd = c->pend;
+    if (pd->kind == PEND_ROPE2 && pd->y2 == k && pd->pos == NULL && pd->n_tok == c->n_tok &&
+        pd->heads2 * pd->head_dim == kvd) { /* positions are the step's own */
+        prof_scope ps(c, P_KV, 0);
+        pd->kind = PEND_NONE;
+        int nt = c->n_tok, hq = pd->heads, hk = pd->heads2, hd = pd->head_dim, half = pd->half,
+            neox = pd->neox;
+        float af = pd->attn_factor, *q = pd->y, *kk = pd->y2;
+        const rp_cuda_tok *td = c->tok_dev;
+        const int32_t *tbl = c->tbl_dev;
+        const float *inv = c->inv_dev;
+        rp_cuda_kv kvp = c->kv;
+        int work = (hq + hk) * half + hk * (hd - 2 * half) + kvd;
+        int threads = 128, per_tok = (work + threads - 1) / threads;
+        LAUNCH(c, {
+            rope_kv_kernel<<<dim3((unsigned)nt, (unsigned)per_tok), threads, 0, c->stream>>>(td, tbl, kvp, layer, q, hq, kk, v, hk,
+                                                          hd, half, inv, af, neox);
+            LAUNCHED();
+        });
+        return;
+    }
     prof_scope ps(c, P_KV);
     int nt = c->n_tok;
     const rp_cuda_tok *td = c->tok_dev;
@@ -2258,6 +2343,23 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     if (G * D > 2048)
         G = 1;
+    if (c->dec_attn && rp_cuda_dec_ok(D, G, &c->kv)) {
+        int n_split, per_split;
+        rp_cuda_dec_plan(D, span, (long)c->n_tok * (H / G), c->sms, &n_split, &per_split);
+        float *part = NULL;
+        if (n_split > 1)
+            part = (float *)grow(c, (void **)&c->part, &c->part_bytes,
+                                 sizeof(float) * (size_t)c->n_tok * H * n_split * (D + 2));
+        const rp_cuda_tok *td = c->tok_dev;
+        const int32_t *tbl = c->tbl_dev;
+        rp_cuda_kv kv = c->kv;
+        int nt = c->n_tok;
+        LAUNCH(c, {
+            rp_cuda_dec_attn(c->stream, td, tbl, kv, layer, q, out, part, H, KVH, D, G, scale,
+                             window, nt, n_split, per_split);
+        });
+        return;
+    }
     /* keys per chunk: 128 (one per thread) when that gives the GPU enough blocks, else 32
      * (decode of a few sequences: more, shorter chunks, so the V loop is 4x shorter) */
     int kc = (long)c->n_tok * (H / G) * ((span + ACH - 1) / ACH) >= 2L * c->sms ? ACH : 32;

@@ -271,6 +271,154 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
         }
 }
 
+/* One token, the x split fused in (RAPID_CUDA_QMVF=0: the two kernels above): each block
+ * first splits all of x into shared memory exactly as qx_int8_kernel does (the 4 threads of
+ * a run are 4 consecutive lanes), laid out [part word h][run] (16 bytes per run and word:
+ * lanes reading consecutive runs hit distinct banks), then its warps walk row pairs
+ * blockIdx.x * QMV_WARPS + warp, + gridDim.x * QMV_WARPS, ... (a persistent grid): the next
+ * step's weights and scales (next k step, or the next pair's first) are loaded before the
+ * current step is multiplied. The first step's loads go out before the programmatic-launch
+ * wait. Rows of every matrix in pairs (callers ensure rows % 4 == 0). */
+template <int BITS, int U>
+__global__ void __launch_bounds__(QMV_WARPS * 32) qmvf_kernel(qmv_args a, const float *x, int perm)
+{
+    constexpr int V = BITS / 4, R = 2;
+    extern __shared__ uint4 sm_x[]; /* [4][nr] uint4, then float2 (d, sum) [nr] */
+    const long cols = a.cols, nr = cols / 32, rpg = a.gs / 32, ng = cols / a.gs;
+    float2 *sm_d = (float2 *)(sm_x + 4 * nr);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, sf = a.sf;
+    const long n_pairs = a.r0[3] / R, pstep = (long)gridDim.x * QMV_WARPS;
+    long p = (long)blockIdx.x * QMV_WARPS + warp, kb = 0;
+    int m = 0;
+    long lr = 0;
+    const uint4 *wr = NULL;
+    const void *sb = NULL;
+    uint4 wn[U][R][V];
+    uint2 sn[U][R];
+#define QMVF_SETUP()                                                                           \
+    {                                                                                          \
+        long row_ = p * R;                                                                     \
+        m = (row_ >= a.r0[1]) + (row_ >= a.r0[2]);                                             \
+        lr = row_ - a.r0[m];                                                                   \
+        wr = (const uint4 *)a.q[m] + lr * nr * V;                                              \
+        sb = a.sb[m];                                                                          \
+    }
+#define QMVF_LOAD()                                                                            \
+    _Pragma("unroll") for (int u = 0; u < U; u++)                                              \
+    _Pragma("unroll") for (int r = 0; r < R; r++)                                              \
+    {                                                                                          \
+        long kk_ = kb + lane + 32 * u;                                                         \
+        bool in_ = kk_ < nr;                                                                   \
+        _Pragma("unroll") for (int h = 0; h < V; h++)                                          \
+            wn[u][r][h] = in_ ? ld_stream(wr + (r * nr + kk_) * V + h) : make_uint4(0, 0, 0, 0); \
+        sn[u][r] = in_ ? load_sb_raw(sb, (lr + r) * ng + kk_ / rpg, sf) : make_uint2(0, 0);    \
+    }
+    bool have = p < n_pairs;
+    if (have) {
+        QMVF_SETUP()
+        QMVF_LOAD()
+    }
+    pdl_wait(); /* x is the previous kernel's */
+    const long n_q = cols / 8;
+    for (long base = 0; base < n_q; base += QMV_WARPS * 32) {
+        long i = base + threadIdx.x;
+        bool live = i < n_q;
+        long ic = live ? i : n_q - 1;
+        const float4 *src = (const float4 *)(x + ic * 8);
+        float4 f0 = __ldg(src), f1 = __ldg(src + 1);
+        float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+        float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            sum += v[k];
+            amax = fmaxf(amax, fabsf(v[k]));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (!live)
+            continue;
+        float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f, d2 = d / 254.0f;
+        uint32_t w1[2] = {0, 0}, w2[2] = {0, 0};
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
+            float q1 = rintf(__fmul_rn(v[e], id));
+            float r = fmaf(-q1, d, v[e]);
+            float q2 = d2 > 0 ? fminf(fmaxf(rintf(__fdiv_rn(r, d2)), -127.0f), 127.0f) : 0.0f;
+            w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
+            w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
+        }
+        long run = i / 4;
+        int q = (int)(i % 4);
+        ((uint2 *)&sm_x[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
+        ((uint2 *)&sm_x[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
+        if (q == 0)
+            sm_d[run] = make_float2(d, sum);
+    }
+    __syncthreads();
+    float acc[R] = {0.0f, 0.0f};
+    while (have) {
+        uint4 w[U][R][V];
+        uint2 sc[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                sc[u][r] = sn[u][r];
+#pragma unroll
+                for (int h = 0; h < V; h++)
+                    w[u][r][h] = wn[u][r][h];
+            }
+        const int cm = m;
+        const long clr = lr, ck = kb + lane;
+        kb += 32 * U;
+        const bool last = kb >= nr;
+        if (last) {
+            kb = 0;
+            p += pstep;
+            have = p < n_pairs;
+            if (have)
+                QMVF_SETUP()
+        }
+        if (have) {
+            QMVF_LOAD()
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            long kk = ck + 32 * u;
+            if (kk >= nr)
+                break;
+            uint4 p0 = sm_x[kk], p1 = sm_x[nr + kk], p2 = sm_x[2 * nr + kk], p3 = sm_x[3 * nr + kk];
+            uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+            uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
+            float2 d = sm_d[kk];
+            float dd2 = d.x / 254.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                int i1 = 0, i2 = 0;
+                run_dots<BITS>(w[u][r], x1, x2, i1, i2);
+                float2 s = sb_of(sc[u][r], sf);
+                float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
+                acc[r] = fmaf(s.x, dot, fmaf(s.y, d.y, acc[r]));
+            }
+        }
+        if (last) {
+            float *y = a.y[cm];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v = q_warp_sum(acc[r]);
+                if (lane == 0)
+                    y[clr + r] = v;
+                acc[r] = 0.0f;
+            }
+        }
+    }
+#undef QMVF_SETUP
+#undef QMVF_LOAD
+}
+
 /* ---- more tokens: bf16 dequantization on the tensor cores --------------------------------- */
 
 __global__ void qx_bf16_kernel(const float *__restrict__ x, long n8, int perm,
@@ -545,6 +693,7 @@ typedef struct qmv_call {
     qmv_args a;
     const float *x;
     int bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
+    int fblocks;         /* > 0: the fused kernel (qmvf_kernel) on this many blocks */
 } qmv_call;
 
 typedef struct qmm_call {
@@ -579,10 +728,34 @@ static void qmv_go(const qmv_args &a, int v, cudaStream_t s, int pdl)
     }
 }
 
+template <int BITS>
+static void qmvf_go(const qmv_call *c, cudaStream_t s, int pdl)
+{
+    void (*k)(qmv_args, const float *, int) = qmvf_kernel<BITS, BITS == 4 ? 4 : 2>;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)c->fblocks);
+    cfg.blockDim = dim3(QMV_WARPS * 32);
+    cfg.dynamicSmemBytes = (size_t)c->a.cols / 32 * 72;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k, c->a, c->x, BITS == 4 ? 1 : 0));
+}
+
 static void qmv_run(const void *args, void *stream, int pdl)
 {
     const qmv_call *c = (const qmv_call *)args;
     cudaStream_t s = (cudaStream_t)stream;
+    if (c->fblocks > 0) {
+        if (c->bits == 4)
+            qmvf_go<4>(c, s, pdl);
+        else
+            qmvf_go<8>(c, s, pdl);
+        return;
+    }
     long n_q = (long)c->n * c->a.cols / 8;
     pdl_launch(pdl, qx_int8_kernel, dim3((unsigned)((n_q + 127) / 128)), dim3(128), s, c->x,
              c->a.cols, n_q, c->bits == 4 ? 1 : 0, (int8_t *)c->a.xq, (float2 *)c->a.xs);
@@ -701,9 +874,17 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.bits = w[0]->bits;
         call.n = n_tok;
         call.r4 = n_tok == 1;
-        call.qv = rp_cuda_hook_knob(c) / 100;
+        call.qv = rp_cuda_hook_knob(c) / 100 % 10;
         for (int i = 0; i < n; i++)
             call.r4 = call.r4 && w[i]->rows % 4 == 0;
+        /* RAPID_CUDA_QMVF: thousands digit of the knob, 0 the default (4 blocks per SM), 1 off,
+         * 2..9 blocks per SM; x in shared memory (72 bytes a run) up to 16384 columns */
+        int fk = rp_cuda_hook_knob(c) / 1000 % 10, per_sm = fk == 0 ? 4 : fk;
+        if (call.r4 && fk != 1 && cols <= 16384) {
+            long pairs = r / 2, need = (pairs + QMV_WARPS - 1) / QMV_WARPS,
+                 most = (long)per_sm * rp_cuda_hook_sms(c);
+            call.fblocks = (int)(need < most ? need : most);
+        }
         rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
         return;
     }
