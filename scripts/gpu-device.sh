@@ -16,7 +16,9 @@
 #            of rapid_gpu_check's kernel checks (ncu.csv)
 #   dec      decode A/B: the decode attention's timing (rapid_gpu_check dectime) with the
 #            split-key kernel and the chunked one, then tg128 bf16 / MLX4 with the decode
-#            knobs off (RAPID_CUDA_DECATTN=0, RAPID_CUDA_KVROPE=0, RAPID_CUDA_QMVF=0)
+#            knobs off (RAPID_CUDA_DECATTN=0, RAPID_CUDA_KVROPE=0, RAPID_CUDA_MVB=0,
+#            RAPID_CUDA_QMVF=0, RAPID_CUDA_PDL_SMALL=0), one at a time, and with the streaming
+#            bf16 matvec at 2 / 4 blocks per SM
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -125,13 +127,14 @@ if [[ $what == *" ncu "* ]]; then
 fi
 if [[ $what == *" dec "* ]]; then
   echo "== dec (decode A/B: RAPID_CUDA_DECATTN, RAPID_CUDA_KVROPE, RAPID_CUDA_QMVF; tg128 only) =="
-  for v in 1 0; do
+  for v in ${RAPID_DEC_ATTN_AB:-1 0}; do
     RAPID_CUDA_PROFILE=2 RAPID_CUDA_DECATTN=$v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 \
       "$B/bin/rapid_gpu_check" dectime 2>&1 | grep -E "dectime|attention" | sed "s/^/DECATTN=$v: /" |
       tee -a "$out/dec.log"
   done
-  for mv in "$model:RAPID_CUDA_DECATTN=0,RAPID_CUDA_KVROPE=0 RAPID_CUDA_KVROPE=0" \
-            "/dev/shm/rapid-llama3-8b-mlx4:RAPID_CUDA_DECATTN=0,RAPID_CUDA_KVROPE=0,RAPID_CUDA_QMVF=0 RAPID_CUDA_QMVF=0 RAPID_CUDA_QMVF=8"; do
+  old=RAPID_CUDA_DECATTN=0,RAPID_CUDA_KVROPE=0
+  for mv in "$model:$old,RAPID_CUDA_MVB=0,RAPID_CUDA_PDL_SMALL=0 RAPID_CUDA_MVB=0 RAPID_CUDA_MVB=2 RAPID_CUDA_MVB=4 RAPID_CUDA_PDL_SMALL=0" \
+            "/dev/shm/rapid-llama3-8b-mlx4:$old,RAPID_CUDA_QMVF=0,RAPID_CUDA_PDL_SMALL=0 RAPID_CUDA_QMVF=0"; do
     mm=${mv%%:*}
     [ -f "$mm/config.json" ] || continue
     for v in ${mv#*:}; do

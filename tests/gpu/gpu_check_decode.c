@@ -11,6 +11,12 @@
  * 24, 32 (the fixtures'), 64, 128 and 256. `rapid_gpu_check dectime` repeats the 8B decode
  * steps for timing (run it with RAPID_CUDA_PROFILE=2: the GPU time per op is printed when the
  * backend is freed; RAPID_CUDA_DECATTN=0 times the chunked kernel instead).
+ *
+ * The one-token bf16 matvec (matvec_bulk_kernel: weights streamed through shared memory):
+ * 1..3 stacked matrices at the 8B shapes (q/k/v, gate/up, down, a 65536-row head) and at
+ * awkward ones (rows 1, 3, 5, 7 across matrices, 24 / 1000 / 1032 / 2056 columns: partial
+ * chunks), against a double-precision reference on the same bf16 weights and f32 x
+ * (tolerance MV_TOL = 1e-4: f32 sums of up to 14336 products).
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,9 +24,11 @@
 
 #include "backend/backend.h"
 #include "base/alloc.h"
+#include "base/half.h"
 #include "gpu_check.h"
 
 #define DEC_TOL 1e-5
+#define MV_TOL 1e-4
 
 typedef struct dec_seq {
     int cached, n_new;
@@ -200,6 +208,85 @@ static void dec_check(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int 
     gpu_check_report(d <= DEC_TOL, "decode attn", what, d, DEC_TOL);
 }
 
+/* y = W x for n_mat stacked bf16 matrices and one token; every row of small matrices, a
+ * sample of big ones. */
+static void mv_check(rp_backend *be, int n_mat, const long *rows, long cols)
+{
+    rp_err err = {0};
+    rp_tensor w[3], wd[3], xt, xd;
+    uint16_t *wh[3] = {0};
+    float *x = rp_alloc(sizeof(float) * (size_t)cols), *y[3] = {0}, *yd[3] = {0};
+    int ok = x != NULL;
+    for (long i = 0; ok && i < cols; i++)
+        x[i] = drand();
+    xt = (rp_tensor){.dtype = RP_DT_F32, .n_dims = 2, .shape = {1, cols}, .data = x,
+                     .n_bytes = sizeof(float) * (size_t)cols};
+    ok = ok && rp_backend_weight(be, &xt, &xd, &err) == RP_OK;
+    for (int m = 0; m < n_mat && ok; m++) {
+        wh[m] = rp_alloc(sizeof(uint16_t) * (size_t)rows[m] * cols);
+        ok = wh[m] != NULL;
+        for (long i = 0; ok && i < rows[m] * cols; i++)
+            wh[m][i] = rp_f32_to_bf16(drand() * 0.05f);
+        w[m] = (rp_tensor){.dtype = RP_DT_BF16, .n_dims = 2, .shape = {rows[m], cols},
+                           .data = wh[m], .n_bytes = sizeof(uint16_t) * (size_t)rows[m] * cols};
+        ok = ok && rp_backend_weight(be, &w[m], &wd[m], &err) == RP_OK;
+        yd[m] = rp_backend_buf_alloc(be, sizeof(float) * (size_t)rows[m], 0);
+        y[m] = rp_alloc(sizeof(float) * (size_t)rows[m]);
+        ok = ok && yd[m] && y[m];
+    }
+    double worst = INFINITY;
+    if (ok) {
+        const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
+        for (int rep = 0; rep < 2; rep++) {
+            if (n_mat == 1)
+                rp_op_matmul(be, &wd[0], xd.data, 1, yd[0]);
+            else
+                rp_op_matmul_n(be, n_mat, wp, xd.data, 1, yd);
+        }
+        worst = 0;
+        for (int m = 0; m < n_mat; m++) {
+            rp_backend_to_host(be, y[m], yd[m], sizeof(float) * (size_t)rows[m]);
+            for (long r = 0; r < rows[m]; r += rows[m] <= 4096 || r % 997 < 5 ? 1 : 61) {
+                double ref = 0;
+                for (long k = 0; k < cols; k++)
+                    ref += (double)rp_bf16_to_f32(wh[m][r * cols + k]) * x[k];
+                double d = fabs(ref - y[m][r]);
+                worst = d != d ? INFINITY : d > worst ? d : worst;
+            }
+        }
+    }
+    char what[96];
+    int n = snprintf(what, sizeof what, "bf16 n=1 %ld", rows[0]);
+    for (int m = 1; m < n_mat; m++)
+        n += snprintf(what + n, sizeof what - (size_t)n, "+%ld", rows[m]);
+    snprintf(what + n, sizeof what - (size_t)n, " x %ld", cols);
+    gpu_check_report(worst <= MV_TOL, "matvec", what, worst, MV_TOL);
+    for (int m = 0; m < n_mat; m++) {
+        rp_free(wh[m]);
+        rp_free(y[m]);
+        rp_backend_buf_free(be, yd[m]);
+    }
+    rp_free(x);
+}
+
+static void matvec_checks(rp_backend *be)
+{
+    const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
+               head[1] = {65536}, odd3[3] = {5, 3, 7}, one[1] = {1}, r3[1] = {3}, r2[2] = {1, 2},
+               r64[1] = {64};
+    mv_check(be, 3, qkv, 4096);
+    mv_check(be, 1, o, 4096);
+    mv_check(be, 2, gu, 4096);
+    mv_check(be, 1, o, 14336);
+    mv_check(be, 1, head, 4096);
+    mv_check(be, 3, odd3, 24);
+    mv_check(be, 3, odd3, 1000);
+    mv_check(be, 1, one, 1032);
+    mv_check(be, 1, r3, 2056);
+    mv_check(be, 2, r2, 64);
+    mv_check(be, 1, r64, 16);
+}
+
 void gpu_decode_checks(void)
 {
     rp_backend *be = NULL;
@@ -242,6 +329,7 @@ void gpu_decode_checks(void)
     dec_check(be, p1000, 1, 4, 2, 32, 0);
     dec_check(be, two, 2, 4, 4, 16, 0);
     dec_check(be, s16, 16, 4, 2, 32, 0);
+    matvec_checks(be);
     rp_backend_free(be);
 }
 

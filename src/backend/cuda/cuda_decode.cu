@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
                     float scale, int window, int n_split, int per_split)
 {
     typedef da_shape<D> S;
+    pdl_wait(); /* q and the pool are the previous kernels' */
     __shared__ float sm_acc[DA_WARPS][G][D];
     __shared__ float sm_m[DA_WARPS][G], sm_l[DA_WARPS][G];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -204,6 +205,7 @@ __global__ void __launch_bounds__(128)
 {
     __shared__ float wt[DA_MAX_SPLIT];
     __shared__ float red[4];
+    pdl_wait();
     int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x, lane = i & 31, w = i >> 5;
     const float *pp = part + ((long)t * H + h) * n_split * (D + 2);
     float m = i < n_split ? pp[(long)i * (D + 2)] : -INFINITY;
@@ -267,41 +269,41 @@ void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *p
 }
 
 template <int D, int G>
-static void da_go(cudaStream_t st, dim3 grid, const rp_cuda_tok *toks, const int32_t *tbl,
+static void da_go(cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks, const int32_t *tbl,
                   rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                   int KVH, float scale, int window, int n_split, int per_split)
 {
-    dec_attn_kernel<D, G><<<grid, DA_WARPS * 32, 0, st>>>(toks, tbl, kv, layer, q, out, part, H,
-                                                          KVH, scale, window, n_split, per_split);
+    pdl_launch(pdl, dec_attn_kernel<D, G>, grid, dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q,
+               out, part, H, KVH, scale, window, n_split, per_split);
 }
 
 template <int D>
-static void da_go_g(int G, cudaStream_t st, dim3 grid, const rp_cuda_tok *toks,
+static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks,
                     const int32_t *tbl, rp_cuda_kv kv, int layer, const float *q, float *out,
                     float *part, int H, int KVH, float scale, int window, int n_split,
                     int per_split)
 {
     switch (G) {
     case 8:
-        da_go<D, 8>(st, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+        da_go<D, 8>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
                     n_split, per_split);
         break;
     case 4:
-        da_go<D, 4>(st, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+        da_go<D, 4>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
                     n_split, per_split);
         break;
     case 2:
-        da_go<D, 2>(st, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+        da_go<D, 2>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
                     n_split, per_split);
         break;
     default:
-        da_go<D, 1>(st, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+        da_go<D, 1>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
                     n_split, per_split);
         break;
     }
 }
 
-void rp_cuda_dec_attn(cudaStream_t st, const rp_cuda_tok *toks, const int32_t *tbl,
+void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
                       int per_split)
@@ -309,7 +311,7 @@ void rp_cuda_dec_attn(cudaStream_t st, const rp_cuda_tok *toks, const int32_t *t
     dim3 grid((unsigned)(H / G), (unsigned)n_tok, (unsigned)n_split);
 #define DA_CASE(DD)                                                                            \
     case DD:                                                                                   \
-        da_go_g<DD>(G, st, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,    \
+        da_go_g<DD>(G, st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,    \
                     n_split, per_split);                                                       \
         break;
     switch (D) {
@@ -326,8 +328,8 @@ void rp_cuda_dec_attn(cudaStream_t st, const rp_cuda_tok *toks, const int32_t *t
 #undef DA_CASE
     CK(cudaGetLastError());
     if (n_split > 1) {
-        dec_merge_kernel<<<dim3((unsigned)H, (unsigned)n_tok), 128, 0, st>>>(part, out, H, D,
-                                                                              n_split);
+        pdl_launch(pdl, dec_merge_kernel, dim3((unsigned)H, (unsigned)n_tok), dim3(128), st,
+                   (const float *)part, out, H, D, n_split);
         CK(cudaGetLastError());
     }
 }

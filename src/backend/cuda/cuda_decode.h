@@ -28,8 +28,9 @@ int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv);
 /* Splits for a step of n_tok tokens whose longest key span is span, with `units` = n_tok *
  * H / G blocks per split, on a GPU of sms multiprocessors. */
 void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *per_split);
-/* Launches the attention (and, for n_split > 1, the merge) on st. */
-void rp_cuda_dec_attn(cudaStream_t st, const rp_cuda_tok *toks, const int32_t *tbl,
+/* Launches the attention (and, for n_split > 1, the merge) on st; pdl: as programmatic
+ * dependent launches (each kernel waits for its predecessor before it reads anything). */
+void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
                       int per_split);

@@ -3,7 +3,10 @@
  * Design notes:
  *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
- *     x (f32) comes through the read-only cache. 5..64 tokens of 16-bit weights (batched
+ *     x (f32) comes through the read-only cache. One token of 16-bit weights: the streaming
+ *     kernel instead (matvec_bulk_kernel: a persistent grid whose warps pull their rows
+ *     through shared memory with the bulk copy engine, 8 KB in flight per warp;
+ *     RAPID_CUDA_MVB=0 off, 1..4 blocks per SM, default 3). 5..64 tokens of 16-bit weights (batched
  *     decode) go to the tensor-core skinny GEMM below. Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
@@ -12,7 +15,9 @@
  *     differ several-fold.
  *  2. Attention: steps of at least 65 tokens (prefill chunks, big engine batches) go to the
  *     flash kernel (see "flash prefill attention": tensor cores, bf16 Q/K/V/P;
- *     RAPID_CUDA_FLASH=N sets the threshold, 0 turns it off). Smaller steps: one block per
+ *     RAPID_CUDA_FLASH=N sets the threshold, 0 turns it off). Smaller steps: the split-key
+ *     decode kernel of cuda_decode.cu (f32; head sizes 8..256) unless RAPID_CUDA_DECATTN=0,
+ *     else (and for other head sizes) the chunked kernel here: one block per
  *     (query token, group of query heads sharing a KV head, chunk of 32 or 128 keys); a warp
  *     scores one key at a time for every head of the group (one coalesced K row read per
  *     group), then threads sum V over the chunk per dimension; a second kernel merges the
@@ -23,8 +28,11 @@
  *     buffers, re-uploaded only when they change.
  *  4. Decode steps of <= 64 tokens are recorded and replayed as CUDA graphs (see "CUDA
  *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
- *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
- *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
+ *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off)
+ *     and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode attention
+ *     (RAPID_CUDA_PDL_SMALL=0: those off), and three deferred-op fusions: residual add + next
+ *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v (RAPID_CUDA_FUSE=0: none;
+ *     RAPID_CUDA_KVROPE=0: RoPE and KV store apart).
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
  * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_MV_UNROLL=4|8|16,
  * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
@@ -45,6 +53,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_decode.h"
+#include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
 
@@ -119,6 +128,8 @@ struct rp_cuda_ctx {
     int n_tok, tok_cap, max_pos;
     int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
     int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
+    int mvb;                /* blocks per SM of the streaming one-token matvec (matvec_bulk_kernel),
+                             * 0: matvec_kernel (RAPID_CUDA_MVB=0, or 1..4 blocks per SM) */
     int kvrope;             /* RoPE of k fused into the KV store (RAPID_CUDA_KVROPE=0: off) */
     int dec_attn;           /* the split-key decode attention (cuda_decode.cu); 0: the
                              * chunked kernel below (RAPID_CUDA_DECATTN=0) */
@@ -144,6 +155,8 @@ struct rp_cuda_ctx {
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
                       * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
+    int pdl_small; /* ... and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode
+                    * attention (also off with RAPID_CUDA_PDL_SMALL=0) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
     int32_t *ids_host, *ids_dev; /* argmax results */
@@ -393,6 +406,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *pd = getenv("RAPID_CUDA_PDL");
     c->pdl = !(pd && strcmp(pd, "0") == 0);
+    const char *ps_ = getenv("RAPID_CUDA_PDL_SMALL");
+    c->pdl_small = c->pdl && !(ps_ && strcmp(ps_, "0") == 0);
     const char *tv = getenv("RAPID_CUDA_TC");
     c->tc_mt = 2, c->tc_u = 2; /* the fastest at 16 and 64 streams on the H200 (NOTES.md) */
     if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
@@ -421,6 +436,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->fa_min = fa && *fa ? atoi(fa) : 65;
     const char *da = getenv("RAPID_CUDA_DECATTN");
     c->dec_attn = !(da && strcmp(da, "0") == 0);
+    const char *mb = getenv("RAPID_CUDA_MVB");
+    c->mvb = mb && mb[0] >= '0' && mb[0] <= '4' && !mb[1] ? mb[0] - '0' : 3;
     const char *kr = getenv("RAPID_CUDA_KVROPE");
     c->kvrope = !(kr && strcmp(kr, "0") == 0);
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
@@ -751,6 +768,91 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+/* One token of 16-bit weights, streamed through shared memory by the bulk copy engine
+ * (RAPID_CUDA_MVB=0: matvec_kernel instead): a persistent grid, each warp owning rows
+ * gw, gw + W, ... (gw its index in the grid, W the grid's warps) in chunks of MVB_CHUNK bytes
+ * through MVB_STAGES stages of its own (lane 0 issues a chunk's copy on the stage's mbarrier,
+ * the lanes wait, multiply with x from the read-only cache, __syncwarp, lane 0 refills the
+ * stage MVB_STAGES chunks on). The stream holds no registers: MVB_STAGES * MVB_CHUNK bytes per
+ * warp stay in flight, across rows and matrices. The first chunks go out before the
+ * programmatic-launch wait. */
+enum { MVB_WARPS = 8, MVB_STAGES = 4, MVB_CHUNK = 2048 };
+
+template <int DT>
+__global__ void __launch_bounds__(MVB_WARPS * 32)
+    matvec_bulk_kernel(mv_set set, long cols, const float *__restrict__ x)
+{
+    constexpr int CE = MVB_CHUNK / 2; /* elements per chunk */
+    extern __shared__ uint4 sm_w[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    unsigned char *stw = (unsigned char *)sm_w + (size_t)warp * MVB_STAGES * MVB_CHUNK;
+    uint64_t *bar = (uint64_t *)((unsigned char *)sm_w + (size_t)MVB_WARPS * MVB_STAGES * MVB_CHUNK) +
+                    warp * MVB_STAGES;
+    const long total = set.r0[3], wstep = (long)gridDim.x * MVB_WARPS;
+    const long nch = (cols + CE - 1) / CE;
+    const long first = (long)blockIdx.x * MVB_WARPS + warp;
+    const long n_rows = first < total ? (total - first + wstep - 1) / wstep : 0;
+    const long n_items = n_rows * nch;
+    if (lane == 0)
+        for (int s = 0; s < MVB_STAGES; s++)
+            mbar_init(&bar[s], 1);
+    mbar_init_fence();
+    __syncwarp();
+    auto issue = [&](long i, int s) {
+        long row = first + (i / nch) * wstep, ch = i % nch;
+        int m = (row >= set.r0[1]) + (row >= set.r0[2]);
+        long lr = row - set.r0[m], e0 = ch * CE, ne = cols - e0 < CE ? cols - e0 : CE;
+        uint32_t nb = (uint32_t)(ne * 2);
+        unsigned char *dst = stw + (size_t)s * MVB_CHUNK;
+        mbar_expect(&bar[s], nb);
+        bulk_load(dst, (const unsigned char *)set.w[m] + (lr * cols + e0) * 2, nb, &bar[s]);
+    };
+    if (lane == 0)
+        for (int s = 0; s < MVB_STAGES && s < n_items; s++)
+            issue(s, s);
+    pdl_wait(); /* x is the previous kernel's */
+    float acc = 0.0f;
+    for (long i = 0; i < n_items; i++) {
+        int s = (int)(i % MVB_STAGES);
+        mbar_wait(&bar[s], (uint32_t)((i / MVB_STAGES) & 1));
+        long ch = i % nch, e0 = ch * CE, ne = cols - e0 < CE ? cols - e0 : CE;
+        const uint4 *st = (const uint4 *)(stw + (size_t)s * MVB_CHUNK);
+        uint4 u[CE / 8 / 32];
+#pragma unroll
+        for (int k = 0; k < CE / 8 / 32; k++)
+            u[k] = st[lane + 32 * k];
+#pragma unroll
+        for (int k = 0; k < CE / 8 / 32; k++) {
+            long j = lane + 32 * k;
+            if (j * 8 < ne) {
+                float f[8];
+                wtype<DT>::cvt(u[k], f);
+                const float4 *xp = (const float4 *)(x + e0 + j * 8);
+                float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+                acc = fmaf(f[0], x0.x, acc);
+                acc = fmaf(f[1], x0.y, acc);
+                acc = fmaf(f[2], x0.z, acc);
+                acc = fmaf(f[3], x0.w, acc);
+                acc = fmaf(f[4], x1.x, acc);
+                acc = fmaf(f[5], x1.y, acc);
+                acc = fmaf(f[6], x1.z, acc);
+                acc = fmaf(f[7], x1.w, acc);
+            }
+        }
+        __syncwarp();
+        if (lane == 0 && i + MVB_STAGES < n_items)
+            issue(i + MVB_STAGES, s);
+        if (ch == nch - 1) {
+            long row = first + (i / nch) * wstep;
+            int m = (row >= set.r0[1]) + (row >= set.r0[2]);
+            float v = warp_sum(acc);
+            if (lane == 0)
+                set.y[m][row - set.r0[m]] = v;
+            acc = 0.0f;
+        }
+    }
+}
+
 /* Any shape or alignment: one warp per row, one element at a time. */
 template <int DT>
 __global__ void matvec_any_kernel(const void *__restrict__ w, long rows, long cols,
@@ -780,6 +882,28 @@ static int mv_vec_ok(int dt, long cols, const void *w, const float *x)
 template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long cols,
                                          const float *x, int n)
 {
+    if (DT != RP_CUDA_F32 && n == 1 && c->mvb > 0) {
+        long need = (set.r0[3] + MVB_WARPS - 1) / MVB_WARPS, most = (long)c->mvb * c->sms;
+        dim3 grid((unsigned)(need < most ? need : most)), block(MVB_WARPS * 32);
+        size_t smem = (size_t)MVB_WARPS * MVB_STAGES * (MVB_CHUNK + sizeof(uint64_t));
+        int pdl = c->pdl;
+        LAUNCH(c, {
+            void (*k)(mv_set, long, const float *) = matvec_bulk_kernel<DT>;
+            CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = block;
+            cfg.dynamicSmemBytes = smem;
+            cfg.stream = c->stream;
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = at;
+            cfg.numAttrs = pdl ? 1 : 0;
+            CK(cudaLaunchKernelEx(&cfg, k, set, cols, x));
+        });
+        return;
+    }
     dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
     int u8 = c->mv_unroll == 8 && n == 1, u16 = c->mv_unroll == 16 && n == 1, pdl = c->pdl;
     LAUNCH(c, {
@@ -1500,6 +1624,7 @@ __device__ float block_max(float v, float *red)
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                int add_one)
 {
+    pdl_wait();
     __shared__ float red[32];
     const float *xr = x + (long)blockIdx.x * dim;
     float *orow = out + (long)blockIdx.x * dim;
@@ -1520,6 +1645,7 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
 __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                 int add_one)
 {
+    pdl_wait();
     __shared__ float red[32];
     const float4 *xr = (const float4 *)(x + (long)blockIdx.x * dim);
     float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
@@ -1548,6 +1674,7 @@ __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int 
 __global__ void add_rmsnorm4_kernel(float *out, float *x, const float *a, const float *w, int dim,
                                     float eps, int add_one)
 {
+    pdl_wait();
     __shared__ float red[32];
     float4 *xr = (float4 *)(x + (long)blockIdx.x * dim);
     const float4 *ar = (const float4 *)(a + (long)blockIdx.x * dim);
@@ -1579,6 +1706,7 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
                                 int n_rows, int dim, float eps, int add_one)
 {
     prof_scope ps(c, P_NORM, 0);
+    int pdl = c->pdl_small;
     int vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
               (uintptr_t)w % 16 == 0;
     pend_op *pd = c->pend;
@@ -1591,8 +1719,8 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
         const float *a = pd->x;
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            add_rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, xy, a, w, dim, eps,
-                                                                   add_one);
+            pdl_launch(pdl, add_rmsnorm4_kernel, dim3(n_rows), dim3(threads), c->stream, out, xy,
+                       a, w, dim, eps, add_one);
             LAUNCHED();
         });
         return;
@@ -1601,13 +1729,15 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
     if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            pdl_launch(pdl, rmsnorm4_kernel, dim3(n_rows), dim3(threads), c->stream, out, x, w,
+                       dim, eps, add_one);
             LAUNCHED();
         });
     } else {
         int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
         LAUNCH(c, {
-            rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            pdl_launch(pdl, rmsnorm_kernel, dim3(n_rows), dim3(threads), c->stream, out, x, w, dim,
+                       eps, add_one);
             LAUNCHED();
         });
     }
@@ -1711,6 +1841,7 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
 {
+    pdl_wait();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -1740,9 +1871,9 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
                                  int64_t n)
 {
     prof_scope ps(c, P_ELEM);
-    int nb = ew_blocks(c, n);
+    int nb = ew_blocks(c, n), pdl = c->pdl_small;
     LAUNCH(c, {
-        silu_mul_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n);
+        pdl_launch(pdl, silu_mul_kernel, dim3(nb), dim3(256), c->stream, out, g, u, (long)n);
         LAUNCHED();
     });
 }
@@ -1772,7 +1903,9 @@ extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
 /* ---- deferred ops --------------------------------------------------------------------------
  * A residual add and a RoPE are held back one op: an rmsnorm of the added tensor right after
  * the add runs both in one kernel (add_rmsnorm4_kernel), and a RoPE right after a RoPE with
- * the same positions (q, then k) runs both in one launch. Anything else launches the held op
+ * the same positions (q, then k) runs both in one launch; that pair is held again
+ * (PEND_ROPE2) and a KV store of the rotated k right after it runs all three in one kernel
+ * (rope_kv_kernel). Anything else launches the held op
  * first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
 static void pend_flush(rp_cuda_ctx *c)
 {
@@ -1944,6 +2077,7 @@ __global__ void rope_kv_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_c
                                int head_dim, int half, const float *inv, float attn_factor,
                                int neox)
 {
+    pdl_wait();
     int t = blockIdx.x;
     rp_cuda_tok d = toks[t];
     int kvd = hk * head_dim, tail = head_dim - 2 * half;
@@ -1994,10 +2128,10 @@ extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, cons
         const float *inv = c->inv_dev;
         rp_cuda_kv kvp = c->kv;
         int work = (hq + hk) * half + hk * (hd - 2 * half) + kvd;
-        int threads = 128, per_tok = (work + threads - 1) / threads;
+        int threads = 128, per_tok = (work + threads - 1) / threads, pdl = c->pdl_small;
         LAUNCH(c, {
-            rope_kv_kernel<<<dim3((unsigned)nt, (unsigned)per_tok), threads, 0, c->stream>>>(td, tbl, kvp, layer, q, hq, kk, v, hk,
-                                                          hd, half, inv, af, neox);
+            pdl_launch(pdl, rope_kv_kernel, dim3((unsigned)nt, (unsigned)per_tok), dim3(threads),
+                       c->stream, td, tbl, kvp, layer, q, hq, kk, v, hk, hd, half, inv, af, neox);
             LAUNCHED();
         });
         return;
@@ -2353,10 +2487,10 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
         const rp_cuda_tok *td = c->tok_dev;
         const int32_t *tbl = c->tbl_dev;
         rp_cuda_kv kv = c->kv;
-        int nt = c->n_tok;
+        int nt = c->n_tok, pdl = c->pdl_small;
         LAUNCH(c, {
-            rp_cuda_dec_attn(c->stream, td, tbl, kv, layer, q, out, part, H, KVH, D, G, scale,
-                             window, nt, n_split, per_split);
+            rp_cuda_dec_attn(c->stream, pdl, td, tbl, kv, layer, q, out, part, H, KVH, D, G,
+                             scale, window, nt, n_split, per_split);
         });
         return;
     }

@@ -10,6 +10,8 @@
  *     i, i + 32, ...: 16-byte (4-bit) or 2 x 16-byte (8-bit) streaming loads, 4 (2) runs
  *     per row in flight per lane, issued with their scales before the programmatic
  *     dependent launch wait (weights never change; only x waits for the previous kernel).
+ *     One token: qmvb_kernel instead (x split per block into shared memory, weights and
+ *     scales streamed through shared memory by the bulk copy engine; RAPID_CUDA_QMVF=0: off).
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
  *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
@@ -32,6 +34,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_quant.h"
+#include "backend/cuda/cuda_stream.cuh"
 
 enum { QMV_WARPS = 8, QMM_WARPS = 4 };
 
@@ -271,56 +274,79 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
         }
 }
 
-/* One token, the x split fused in (RAPID_CUDA_QMVF=0: the two kernels above): each block
- * first splits all of x into shared memory exactly as qx_int8_kernel does (the 4 threads of
- * a run are 4 consecutive lanes), laid out [part word h][run] (16 bytes per run and word:
- * lanes reading consecutive runs hit distinct banks), then its warps walk row pairs
- * blockIdx.x * QMV_WARPS + warp, + gridDim.x * QMV_WARPS, ... (a persistent grid): the next
- * step's weights and scales (next k step, or the next pair's first) are loaded before the
- * current step is multiplied. The first step's loads go out before the programmatic-launch
- * wait. Rows of every matrix in pairs (callers ensure rows % 4 == 0). */
-template <int BITS, int U>
-__global__ void __launch_bounds__(QMV_WARPS * 32) qmvf_kernel(qmv_args a, const float *x, int perm)
+/* One token, the x split fused in, weights streamed through shared memory (RAPID_CUDA_QMVF=0:
+ * the two kernels above instead). Each block first splits all of x into shared memory
+ * exactly as qx_int8_kernel does (the 4 threads of a run are 4 consecutive lanes), laid out
+ * [part word h][run] (16 bytes per run and word: lanes reading consecutive runs hit distinct
+ * banks). Each warp then owns row pairs gw, gw + W, ... (gw its index in the grid, W the grid's
+ * warps; a persistent grid; the two rows share each x read) and streams them in chunks of
+ * QB_CHUNK bytes of weights per row plus their (scale, bias) words through QB_STAGES
+ * shared-memory stages with the bulk copy engine: lane 0 issues a stage's copies on its
+ * mbarrier, every lane waits on it, multiplies (lane i: runs i, i + 32, ... of the chunk),
+ * and after the warp's __syncwarp lane 0 refills the stage with the chunk QB_STAGES further
+ * on. Nothing of the stream sits in registers,
+ * so QB_STAGES * QB_CHUNK bytes per warp are in flight (3 or 4 stages: qb_stages). The first stages are issued before
+ * the programmatic-launch wait (the weights never change). */
+enum { QB_WARPS = 8, QB_CHUNK = 1024, QB_SB = 512, QB_STAGE = 2 * (QB_CHUNK + QB_SB) };
+
+/* stages: 4, or 3 where x's shared memory would leave room for only one block per SM */
+static int qb_stages(long cols) { return cols > 8192 ? 3 : 4; }
+
+static size_t qb_smem(long cols)
 {
-    constexpr int V = BITS / 4, R = 2;
-    extern __shared__ uint4 sm_x[]; /* [4][nr] uint4, then float2 (d, sum) [nr] */
+    int st = qb_stages(cols);
+    return (size_t)QB_WARPS * st * QB_STAGE + (size_t)cols / 32 * 72 +
+           sizeof(uint64_t) * QB_WARPS * st;
+}
+
+template <int BITS, int QB_STAGES>
+__global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const float *x, int perm)
+{
+    constexpr int RB = BITS * 4; /* bytes of one 32-element run */
+    constexpr int CR = QB_CHUNK / RB; /* runs per chunk */
+    extern __shared__ uint4 sm_b[];
     const long cols = a.cols, nr = cols / 32, rpg = a.gs / 32, ng = cols / a.gs;
-    float2 *sm_d = (float2 *)(sm_x + 4 * nr);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, sf = a.sf;
-    const long n_pairs = a.r0[3] / R, pstep = (long)gridDim.x * QMV_WARPS;
-    long p = (long)blockIdx.x * QMV_WARPS + warp, kb = 0;
-    int m = 0;
-    long lr = 0;
-    const uint4 *wr = NULL;
-    const void *sb = NULL;
-    uint4 wn[U][R][V];
-    uint2 sn[U][R];
-#define QMVF_SETUP()                                                                           \
-    {                                                                                          \
-        long row_ = p * R;                                                                     \
-        m = (row_ >= a.r0[1]) + (row_ >= a.r0[2]);                                             \
-        lr = row_ - a.r0[m];                                                                   \
-        wr = (const uint4 *)a.q[m] + lr * nr * V;                                              \
-        sb = a.sb[m];                                                                          \
-    }
-#define QMVF_LOAD()                                                                            \
-    _Pragma("unroll") for (int u = 0; u < U; u++)                                              \
-    _Pragma("unroll") for (int r = 0; r < R; r++)                                              \
-    {                                                                                          \
-        long kk_ = kb + lane + 32 * u;                                                         \
-        bool in_ = kk_ < nr;                                                                   \
-        _Pragma("unroll") for (int h = 0; h < V; h++)                                          \
-            wn[u][r][h] = in_ ? ld_stream(wr + (r * nr + kk_) * V + h) : make_uint4(0, 0, 0, 0); \
-        sn[u][r] = in_ ? load_sb_raw(sb, (lr + r) * ng + kk_ / rpg, sf) : make_uint2(0, 0);    \
-    }
-    bool have = p < n_pairs;
-    if (have) {
-        QMVF_SETUP()
-        QMVF_LOAD()
-    }
+    const int sbb = sf == RP_CUDA_SB_F32 ? 8 : 4; /* bytes of one group's (scale, bias) */
+    unsigned char *stw = (unsigned char *)sm_b + (size_t)warp * QB_STAGES * QB_STAGE;
+    uint4 *sx = (uint4 *)((unsigned char *)sm_b + (size_t)QB_WARPS * QB_STAGES * QB_STAGE);
+    float2 *sd = (float2 *)(sx + 4 * nr);
+    uint64_t *bar = (uint64_t *)(sd + nr) + warp * QB_STAGES;
+    const long total = a.r0[3], n_pairs = (total + 1) / 2, wstep = (long)gridDim.x * QB_WARPS;
+    const long nch = (nr + CR - 1) / CR; /* chunks per row */
+    const long first = (long)blockIdx.x * QB_WARPS + warp;
+    const long n_own = first < n_pairs ? (n_pairs - first + wstep - 1) / wstep : 0;
+    const long n_items = n_own * nch;
+    if (lane == 0)
+        for (int s = 0; s < QB_STAGES; s++)
+            mbar_init(&bar[s], 1);
+    mbar_init_fence();
+    __syncwarp();
+    /* item i: rows 2 p, 2 p + 1 (p = first + (i / nch) * wstep), chunk i % nch */
+    auto issue = [&](long i, int s) {
+        long p = first + (i / nch) * wstep, ch = i % nch;
+        long r0 = ch * CR, nrun = nr - r0 < CR ? nr - r0 : CR;
+        long g0 = r0 / rpg, g1 = (r0 + nrun + rpg - 1) / rpg;
+        uint32_t wb = (uint32_t)(nrun * RB), sbytes = (uint32_t)((g1 - g0) * sbb);
+        int nrow = 2 * p + 1 < total ? 2 : 1;
+        unsigned char *dst = stw + (size_t)s * QB_STAGE;
+        mbar_expect(&bar[s], nrow * (wb + sbytes));
+        for (int r = 0; r < nrow; r++) {
+            long row = 2 * p + r;
+            int m = (row >= a.r0[1]) + (row >= a.r0[2]);
+            long lr = row - a.r0[m];
+            bulk_load(dst + r * QB_CHUNK, (const unsigned char *)a.q[m] + (lr * nr + r0) * RB, wb,
+                      &bar[s]);
+            bulk_load(dst + 2 * QB_CHUNK + r * QB_SB,
+                      (const unsigned char *)a.sb[m] + (lr * ng + g0) * sbb, sbytes, &bar[s]);
+        }
+    };
+    if (lane == 0)
+        for (int s = 0; s < QB_STAGES && s < n_items; s++)
+            issue(s, s);
     pdl_wait(); /* x is the previous kernel's */
     const long n_q = cols / 8;
-    for (long base = 0; base < n_q; base += QMV_WARPS * 32) {
+    for (long base = 0; base < n_q; base += QB_WARPS * 32) {
         long i = base + threadIdx.x;
         bool live = i < n_q;
         long ic = live ? i : n_q - 1;
@@ -352,71 +378,64 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmvf_kernel(qmv_args a, const 
         }
         long run = i / 4;
         int q = (int)(i % 4);
-        ((uint2 *)&sm_x[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
-        ((uint2 *)&sm_x[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
+        ((uint2 *)&sx[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
+        ((uint2 *)&sx[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
         if (q == 0)
-            sm_d[run] = make_float2(d, sum);
+            sd[run] = make_float2(d, sum);
     }
     __syncthreads();
-    float acc[R] = {0.0f, 0.0f};
-    while (have) {
-        uint4 w[U][R][V];
-        uint2 sc[U][R];
+    float acc[2] = {0.0f, 0.0f};
+    for (long i = 0; i < n_items; i++) {
+        int s = (int)(i % QB_STAGES);
+        mbar_wait(&bar[s], (uint32_t)((i / QB_STAGES) & 1));
+        long p = first + (i / nch) * wstep;
+        int nrow = 2 * p + 1 < total ? 2 : 1;
+        long ch = i % nch, r0 = ch * CR, nrun = nr - r0 < CR ? nr - r0 : CR, g0 = r0 / rpg;
+        const unsigned char *st = stw + (size_t)s * QB_STAGE;
 #pragma unroll
-        for (int u = 0; u < U; u++)
+        for (int u = 0; u < CR / 32; u++) {
+            int j = lane + 32 * u;
+            if (j < nrun) {
+                long kk = r0 + j;
+                uint4 p0 = sx[kk], p1 = sx[nr + kk], p2 = sx[2 * nr + kk], p3 = sx[3 * nr + kk];
+                uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
+                float2 d = sd[kk];
+                float dd2 = d.x / 254.0f;
+                int gi = (int)(kk / rpg - g0);
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                sc[u][r] = sn[u][r];
+                for (int r = 0; r < 2; r++) {
+                    if (r < nrow) {
+                        uint4 w[BITS / 4];
 #pragma unroll
-                for (int h = 0; h < V; h++)
-                    w[u][r][h] = wn[u][r][h];
-            }
-        const int cm = m;
-        const long clr = lr, ck = kb + lane;
-        kb += 32 * U;
-        const bool last = kb >= nr;
-        if (last) {
-            kb = 0;
-            p += pstep;
-            have = p < n_pairs;
-            if (have)
-                QMVF_SETUP()
-        }
-        if (have) {
-            QMVF_LOAD()
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            long kk = ck + 32 * u;
-            if (kk >= nr)
-                break;
-            uint4 p0 = sm_x[kk], p1 = sm_x[nr + kk], p2 = sm_x[2 * nr + kk], p3 = sm_x[3 * nr + kk];
-            uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-            uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
-            float2 d = sm_d[kk];
-            float dd2 = d.x / 254.0f;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                int i1 = 0, i2 = 0;
-                run_dots<BITS>(w[u][r], x1, x2, i1, i2);
-                float2 s = sb_of(sc[u][r], sf);
-                float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
-                acc[r] = fmaf(s.x, dot, fmaf(s.y, d.y, acc[r]));
+                        for (int h = 0; h < BITS / 4; h++)
+                            w[h] = ((const uint4 *)(st + r * QB_CHUNK + (size_t)j * RB))[h];
+                        const unsigned char *sbp = st + 2 * QB_CHUNK + r * QB_SB;
+                        uint2 sr = sf == RP_CUDA_SB_F32 ? ((const uint2 *)sbp)[gi]
+                                                        : make_uint2(((const uint32_t *)sbp)[gi], 0u);
+                        int i1 = 0, i2 = 0;
+                        run_dots<BITS>(w, x1, x2, i1, i2);
+                        float2 sc = sb_of(sr, sf);
+                        float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
+                        acc[r] = fmaf(sc.x, dot, fmaf(sc.y, d.y, acc[r]));
+                    }
+                }
             }
         }
-        if (last) {
-            float *y = a.y[cm];
-#pragma unroll
-            for (int r = 0; r < R; r++) {
+        __syncwarp();
+        if (lane == 0 && i + QB_STAGES < n_items)
+            issue(i + QB_STAGES, s);
+        if (ch == nch - 1) {
+            for (int r = 0; r < nrow; r++) {
+                long row = 2 * p + r;
+                int m = (row >= a.r0[1]) + (row >= a.r0[2]);
                 float v = q_warp_sum(acc[r]);
                 if (lane == 0)
-                    y[clr + r] = v;
+                    a.y[m][row - a.r0[m]] = v;
                 acc[r] = 0.0f;
             }
         }
     }
-#undef QMVF_SETUP
-#undef QMVF_LOAD
 }
 
 /* ---- more tokens: bf16 dequantization on the tensor cores --------------------------------- */
@@ -693,7 +712,7 @@ typedef struct qmv_call {
     qmv_args a;
     const float *x;
     int bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
-    int fblocks;         /* > 0: the fused kernel (qmvf_kernel) on this many blocks */
+    int fblocks;         /* > 0: the streaming kernel (qmvb_kernel) on this many blocks */
 } qmv_call;
 
 typedef struct qmm_call {
@@ -729,13 +748,16 @@ static void qmv_go(const qmv_args &a, int v, cudaStream_t s, int pdl)
 }
 
 template <int BITS>
-static void qmvf_go(const qmv_call *c, cudaStream_t s, int pdl)
+static void qmvb_go(const qmv_call *c, cudaStream_t s, int pdl)
 {
-    void (*k)(qmv_args, const float *, int) = qmvf_kernel<BITS, BITS == 4 ? 4 : 2>;
+    void (*k)(qmv_args, const float *, int) =
+        qb_stages(c->a.cols) == 4 ? qmvb_kernel<BITS, 4> : qmvb_kernel<BITS, 3>;
+    size_t smem = qb_smem(c->a.cols);
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)c->fblocks);
-    cfg.blockDim = dim3(QMV_WARPS * 32);
-    cfg.dynamicSmemBytes = (size_t)c->a.cols / 32 * 72;
+    cfg.blockDim = dim3(QB_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -751,9 +773,9 @@ static void qmv_run(const void *args, void *stream, int pdl)
     cudaStream_t s = (cudaStream_t)stream;
     if (c->fblocks > 0) {
         if (c->bits == 4)
-            qmvf_go<4>(c, s, pdl);
+            qmvb_go<4>(c, s, pdl);
         else
-            qmvf_go<8>(c, s, pdl);
+            qmvb_go<8>(c, s, pdl);
         return;
     }
     long n_q = (long)c->n * c->a.cols / 8;
@@ -877,11 +899,18 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.qv = rp_cuda_hook_knob(c) / 100 % 10;
         for (int i = 0; i < n; i++)
             call.r4 = call.r4 && w[i]->rows % 4 == 0;
-        /* RAPID_CUDA_QMVF: thousands digit of the knob, 0 the default (4 blocks per SM), 1 off,
-         * 2..9 blocks per SM; x in shared memory (72 bytes a run) up to 16384 columns */
-        int fk = rp_cuda_hook_knob(c) / 1000 % 10, per_sm = fk == 0 ? 4 : fk;
-        if (call.r4 && fk != 1 && cols <= 16384) {
-            long pairs = r / 2, need = (pairs + QMV_WARPS - 1) / QMV_WARPS,
+        /* RAPID_CUDA_QMVF: thousands digit of the knob, 0 the default (2 blocks per SM), 1 off,
+         * 2..9 blocks per SM; x in shared memory (72 bytes a run) up to 16384 columns; the
+         * bulk copies' 16-byte alignment: rows and groups' (scale, bias) of whole 16 bytes */
+        int fk = rp_cuda_hook_knob(c) / 1000 % 10, per_sm = fk == 0 ? 2 : fk;
+        int sbb = w[0]->sf == RP_CUDA_SB_F32 ? 8 : 4;
+        long ng = cols / w[0]->gs, rb = cols * w[0]->bits / 8;
+        int aligned = rb % 16 == 0 && (ng * sbb) % 16 == 0 &&
+                      (long)(QB_CHUNK / (w[0]->bits * 4) * 32 / w[0]->gs) * sbb % 16 == 0;
+        for (int i = 0; i < n; i++)
+            aligned = aligned && (uintptr_t)w[i]->q % 16 == 0 && (uintptr_t)w[i]->sb % 16 == 0;
+        if (n_tok == 1 && fk != 1 && cols <= 16384 && aligned) {
+            long need = ((r + 1) / 2 + QB_WARPS - 1) / QB_WARPS,
                  most = (long)per_sm * rp_cuda_hook_sms(c);
             call.fblocks = (int)(need < most ? need : most);
         }
