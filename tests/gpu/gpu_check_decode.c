@@ -12,14 +12,15 @@
  * steps for timing (run it with RAPID_CUDA_PROFILE=2: the GPU time per op is printed when the
  * backend is freed; RAPID_CUDA_DECATTN=0 times the chunked kernel instead).
  *
- * The one-token bf16 matvec (matvec_bulk_kernel: weights streamed through shared memory):
- * 1..3 stacked matrices at the 8B shapes (q/k/v, gate/up, down, a 65536-row head) and at
+ * The one-token bf16 matvec, the default kernel and the opt-in streaming one
+ * (matvec_bulk_kernel, RAPID_CUDA_MVB=3: weights through shared memory): 1..3 stacked matrices at the 8B shapes (q/k/v, gate/up, down, a 65536-row head) and at
  * awkward ones (rows 1, 3, 5, 7 across matrices, 24 / 1000 / 1032 / 2056 columns: partial
  * chunks), against a double-precision reference on the same bf16 weights and f32 x
  * (tolerance MV_TOL = 1e-4: f32 sums of up to 14336 products).
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -210,7 +211,7 @@ static void dec_check(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int 
 
 /* y = W x for n_mat stacked bf16 matrices and one token; every row of small matrices, a
  * sample of big ones. */
-static void mv_check(rp_backend *be, int n_mat, const long *rows, long cols)
+static void mv_check(rp_backend *be, const char *name, int n_mat, const long *rows, long cols)
 {
     rp_err err = {0};
     rp_tensor w[3], wd[3], xt, xd;
@@ -260,7 +261,7 @@ static void mv_check(rp_backend *be, int n_mat, const long *rows, long cols)
     for (int m = 1; m < n_mat; m++)
         n += snprintf(what + n, sizeof what - (size_t)n, "+%ld", rows[m]);
     snprintf(what + n, sizeof what - (size_t)n, " x %ld", cols);
-    gpu_check_report(worst <= MV_TOL, "matvec", what, worst, MV_TOL);
+    gpu_check_report(worst <= MV_TOL, name, what, worst, MV_TOL);
     for (int m = 0; m < n_mat; m++) {
         rp_free(wh[m]);
         rp_free(y[m]);
@@ -269,22 +270,22 @@ static void mv_check(rp_backend *be, int n_mat, const long *rows, long cols)
     rp_free(x);
 }
 
-static void matvec_checks(rp_backend *be)
+static void matvec_checks(rp_backend *be, const char *name)
 {
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
                head[1] = {65536}, odd3[3] = {5, 3, 7}, one[1] = {1}, r3[1] = {3}, r2[2] = {1, 2},
                r64[1] = {64};
-    mv_check(be, 3, qkv, 4096);
-    mv_check(be, 1, o, 4096);
-    mv_check(be, 2, gu, 4096);
-    mv_check(be, 1, o, 14336);
-    mv_check(be, 1, head, 4096);
-    mv_check(be, 3, odd3, 24);
-    mv_check(be, 3, odd3, 1000);
-    mv_check(be, 1, one, 1032);
-    mv_check(be, 1, r3, 2056);
-    mv_check(be, 2, r2, 64);
-    mv_check(be, 1, r64, 16);
+    mv_check(be, name, 3, qkv, 4096);
+    mv_check(be, name, 1, o, 4096);
+    mv_check(be, name, 2, gu, 4096);
+    mv_check(be, name, 1, o, 14336);
+    mv_check(be, name, 1, head, 4096);
+    mv_check(be, name, 3, odd3, 24);
+    mv_check(be, name, 3, odd3, 1000);
+    mv_check(be, name, 1, one, 1032);
+    mv_check(be, name, 1, r3, 2056);
+    mv_check(be, name, 2, r2, 64);
+    mv_check(be, name, 1, r64, 16);
 }
 
 void gpu_decode_checks(void)
@@ -329,7 +330,17 @@ void gpu_decode_checks(void)
     dec_check(be, p1000, 1, 4, 2, 32, 0);
     dec_check(be, two, 2, 4, 4, 16, 0);
     dec_check(be, s16, 16, 4, 2, 32, 0);
-    matvec_checks(be);
+    matvec_checks(be, "matvec");
+    rp_backend_free(be);
+    be = NULL;
+    setenv("RAPID_CUDA_MVB", "3", 1); /* the opt-in streaming kernel */
+    rp_status rc = rp_backend_new_cuda(0, 0.3, &be, &err);
+    unsetenv("RAPID_CUDA_MVB");
+    if (rc) {
+        gpu_check_report(0, "matvec (stream)", err.msg, 1, 0);
+        return;
+    }
+    matvec_checks(be, "matvec (stream)");
     rp_backend_free(be);
 }
 

@@ -3,10 +3,11 @@
  * Design notes:
  *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
- *     x (f32) comes through the read-only cache. One token of 16-bit weights: the streaming
- *     kernel instead (matvec_bulk_kernel: a persistent grid whose warps pull their rows
- *     through shared memory with the bulk copy engine, 8 KB in flight per warp;
- *     RAPID_CUDA_MVB=0 off, 1..4 blocks per SM, default 3). 5..64 tokens of 16-bit weights (batched
+ *     x (f32) comes through the read-only cache. Opt-in for one token of 16-bit weights
+ *     (RAPID_CUDA_MVB=1..4 blocks per SM): a streaming kernel (matvec_bulk_kernel: a
+ *     persistent grid whose warps pull their rows through shared memory with the bulk copy
+ *     engine, 8 KB in flight per warp); correct, but slower in whole decode steps on the
+ *     H200 (NOTES.md, session 4), so off by default. 5..64 tokens of 16-bit weights (batched
  *     decode) go to the tensor-core skinny GEMM below. Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
@@ -128,8 +129,8 @@ struct rp_cuda_ctx {
     int n_tok, tok_cap, max_pos;
     int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
     int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
-    int mvb;                /* blocks per SM of the streaming one-token matvec (matvec_bulk_kernel),
-                             * 0: matvec_kernel (RAPID_CUDA_MVB=0, or 1..4 blocks per SM) */
+    int mvb;                /* blocks per SM of the streaming one-token matvec (matvec_bulk_kernel,
+                             * opt-in: RAPID_CUDA_MVB=1..4); 0: matvec_kernel (the default) */
     int kvrope;             /* RoPE of k fused into the KV store (RAPID_CUDA_KVROPE=0: off) */
     int dec_attn;           /* the split-key decode attention (cuda_decode.cu); 0: the
                              * chunked kernel below (RAPID_CUDA_DECATTN=0) */
@@ -437,7 +438,7 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *da = getenv("RAPID_CUDA_DECATTN");
     c->dec_attn = !(da && strcmp(da, "0") == 0);
     const char *mb = getenv("RAPID_CUDA_MVB");
-    c->mvb = mb && mb[0] >= '0' && mb[0] <= '4' && !mb[1] ? mb[0] - '0' : 3;
+    c->mvb = mb && mb[0] >= '1' && mb[0] <= '4' && !mb[1] ? mb[0] - '0' : 0; /* opt-in */
     const char *kr = getenv("RAPID_CUDA_KVROPE");
     c->kvrope = !(kr && strcmp(kr, "0") == 0);
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
@@ -448,9 +449,9 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *qv = getenv("RAPID_CUDA_QMV");
     if (qv && qv[0] == '1')
         c->qknob += 100;
-    const char *qf = getenv("RAPID_CUDA_QMVF"); /* 0: off; 2..9 blocks per SM (default 4) */
-    if (qf && qf[0] >= '0' && qf[0] <= '9' && qf[0] != '1')
-        c->qknob += 1000 * (qf[0] == '0' ? 1 : qf[0] - '0');
+    const char *qf = getenv("RAPID_CUDA_QMVF"); /* opt-in: 2..9 blocks per SM; default off */
+    if (qf && qf[0] >= '2' && qf[0] <= '9')
+        c->qknob += 1000 * (qf[0] - '0');
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -769,7 +770,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 }
 
 /* One token of 16-bit weights, streamed through shared memory by the bulk copy engine
- * (RAPID_CUDA_MVB=0: matvec_kernel instead): a persistent grid, each warp owning rows
+ * (opt-in, RAPID_CUDA_MVB=1..4 blocks per SM; tg128 on the H200: 144 tok/s against 186 with
+ * matvec_kernel, NOTES.md session 4): a persistent grid, each warp owning rows
  * gw, gw + W, ... (gw its index in the grid, W the grid's warps) in chunks of MVB_CHUNK bytes
  * through MVB_STAGES stages of its own (lane 0 issues a chunk's copy on the stage's mbarrier,
  * the lanes wait, multiply with x from the read-only cache, __syncwarp, lane 0 refills the

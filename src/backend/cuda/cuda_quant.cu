@@ -10,8 +10,9 @@
  *     i, i + 32, ...: 16-byte (4-bit) or 2 x 16-byte (8-bit) streaming loads, 4 (2) runs
  *     per row in flight per lane, issued with their scales before the programmatic
  *     dependent launch wait (weights never change; only x waits for the previous kernel).
- *     One token: qmvb_kernel instead (x split per block into shared memory, weights and
- *     scales streamed through shared memory by the bulk copy engine; RAPID_CUDA_QMVF=0: off).
+ *     Opt-in for one token (RAPID_CUDA_QMVF=2..9 blocks per SM): qmvb_kernel (x split per
+ *     block into shared memory, weights and scales streamed through shared memory by the
+ *     bulk copy engine); correct, but slower in whole decode steps (NOTES.md, session 4).
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
  *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
@@ -274,8 +275,9 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
         }
 }
 
-/* One token, the x split fused in, weights streamed through shared memory (RAPID_CUDA_QMVF=0:
- * the two kernels above instead). Each block first splits all of x into shared memory
+/* One token, the x split fused in, weights streamed through shared memory (opt-in,
+ * RAPID_CUDA_QMVF=2..9 blocks per SM; tg128 on the H200: 264 tok/s against 297 with the two
+ * kernels above, NOTES.md session 4). Each block first splits all of x into shared memory
  * exactly as qx_int8_kernel does (the 4 threads of a run are 4 consecutive lanes), laid out
  * [part word h][run] (16 bytes per run and word: lanes reading consecutive runs hit distinct
  * banks). Each warp then owns row pairs gw, gw + W, ... (gw its index in the grid, W the grid's
@@ -899,17 +901,17 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.qv = rp_cuda_hook_knob(c) / 100 % 10;
         for (int i = 0; i < n; i++)
             call.r4 = call.r4 && w[i]->rows % 4 == 0;
-        /* RAPID_CUDA_QMVF: thousands digit of the knob, 0 the default (2 blocks per SM), 1 off,
-         * 2..9 blocks per SM; x in shared memory (72 bytes a run) up to 16384 columns; the
+        /* RAPID_CUDA_QMVF: thousands digit of the knob, 0 off (the default), 2..9 blocks per
+         * SM of qmvb_kernel; x in shared memory (72 bytes a run) up to 16384 columns; the
          * bulk copies' 16-byte alignment: rows and groups' (scale, bias) of whole 16 bytes */
-        int fk = rp_cuda_hook_knob(c) / 1000 % 10, per_sm = fk == 0 ? 2 : fk;
+        int fk = rp_cuda_hook_knob(c) / 1000 % 10, per_sm = fk;
         int sbb = w[0]->sf == RP_CUDA_SB_F32 ? 8 : 4;
         long ng = cols / w[0]->gs, rb = cols * w[0]->bits / 8;
         int aligned = rb % 16 == 0 && (ng * sbb) % 16 == 0 &&
                       (long)(QB_CHUNK / (w[0]->bits * 4) * 32 / w[0]->gs) * sbb % 16 == 0;
         for (int i = 0; i < n; i++)
             aligned = aligned && (uintptr_t)w[i]->q % 16 == 0 && (uintptr_t)w[i]->sb % 16 == 0;
-        if (n_tok == 1 && fk != 1 && cols <= 16384 && aligned) {
+        if (n_tok == 1 && fk >= 2 && cols <= 16384 && aligned) {
             long need = ((r + 1) / 2 + QB_WARPS - 1) / QB_WARPS,
                  most = (long)per_sm * rp_cuda_hook_sms(c);
             call.fblocks = (int)(need < most ? need : most);
