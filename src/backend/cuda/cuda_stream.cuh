@@ -4,6 +4,8 @@
  * and a size that is a multiple of 16 (callers check). An mbarrier here is initialised for one
  * arrival: the issuing thread's arrive.expect_tx (the bytes to come), after which the copies'
  * completions finish the phase; waiters spin on the phase parity.
+ * Ownership: none (shared-memory addresses of the caller's kernel). Threading: device code.
+ * Errors: none reported; a misaligned or out-of-bounds copy faults the kernel.
  */
 #ifndef RP_BACKEND_CUDA_STREAM_CUH
 #define RP_BACKEND_CUDA_STREAM_CUH
