@@ -55,7 +55,7 @@ model=${RAPID_BENCH_MODEL:-/dev/shm/rapid-llama3-8b-bf16}
 rc=0
 if [[ $what == *" check "* ]]; then
   echo "== check =="
-  timeout 240 scripts/gpu-test.sh "$B/bin" 2>&1 | tee "$out/check.log"
+  timeout 420 scripts/gpu-test.sh "$B/bin" 2>&1 | tee "$out/check.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 if [[ $what == *" bench "* ]]; then

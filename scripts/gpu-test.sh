@@ -2,11 +2,12 @@
 # GPU tests of the CUDA backend, for a machine with an NVIDIA GPU (CI has none and never runs
 # this). Builds BUILD_DIR with CUDA unless it already holds the binaries, then:
 #   1. rapid_gpu_check: the skinny GEMM / matvec / argmax kernels at the Llama-3-8B shapes
-#      against a host reference, then every dense fixture on the GPU against transformers' logits
+#      against a host reference, then every fixture on the GPU against transformers' logits
 #      (f32 weights: 1e-3; bf16: 0.25, and 0.2 against the CPU on the same bf16 weights),
 #      a 3-sequence batched step, and greedy tokens equal to the CPU's and transformers';
 #      the MLX 4/8-bit kernels at the 8B shapes and every fixture quantized by `rapid quantize`
-#      (GPU vs the CPU's reference kernels: logits, greedy tokens equal)
+#      (GPU vs the CPU's reference kernels: logits, greedy tokens equal); GGUF weights likewise
+#      (random Q4/Q5/Q6/Q8 matrices against a host reference, the fixtures' GGUF twins)
 #   2. the CLI: `rapid generate --device cuda` prints the same ids as `--device cpu`, and
 #      `rapid logits --device cuda` writes logits within 1e-3 of the CPU's
 # usage: scripts/gpu-test.sh [BUILD_DIR]     (RAPID_LIBS: extra shared-library folder)

@@ -77,6 +77,11 @@ void rp_backend_to_host(rp_backend *b, void *dst, const void *src, size_t n)
     b->vt->to_host(b, dst, src, n);
 }
 
+void rp_backend_from_host(rp_backend *b, void *dst, const void *src, size_t n)
+{
+    b->vt->from_host(b, dst, src, n);
+}
+
 rp_status rp_backend_weight(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err)
 {
     return b->vt->weight(b, src, dst, err);
@@ -132,6 +137,12 @@ void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n) { b->vt->add(
 void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n)
 {
     b->vt->gelu_mul(b, out, gate, up, n);
+}
+
+void rp_op_swiglu_clamp(rp_backend *b, float *out, const float *gate, const float *up, int64_t n,
+                        float limit, float alpha)
+{
+    b->vt->swiglu_clamp(b, out, gate, up, n, limit, alpha);
 }
 
 void rp_op_scale(rp_backend *b, float *x, float s, int64_t n) { b->vt->scale(b, x, s, n); }

@@ -109,6 +109,10 @@ void rp_backend_buf_free(rp_backend *b, void *p);
 int rp_backend_host_buffers(const rp_backend *b);
 /* Copies n bytes of a buffer to host memory (waits for the queued ops). */
 void rp_backend_to_host(rp_backend *b, void *dst, const void *src, size_t n);
+/* Copies n bytes of host memory into a buffer, ordered after the queued ops and before the
+ * later ones (synchronous: src may go away on return). For the host-side pieces of a recipe
+ * (LFM2's short convolutions) between backend ops. */
+void rp_backend_from_host(rp_backend *b, void *dst, const void *src, size_t n);
 /* Makes *dst the backend's copy of weight *src (see the memory note above). */
 rp_status rp_backend_weight(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err);
 
@@ -286,6 +290,10 @@ void rp_op_silu_mul(rp_backend *b, float *out, const float *gate, const float *u
 void rp_op_add(rp_backend *b, float *y, const float *x, int64_t n);
 /* out[i] = gelu_tanh(gate[i]) * up[i] (the tanh approximation, Gemma's MLP); out may be gate. */
 void rp_op_gelu_mul(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+ * out[i] = (u + 1) * g * sigmoid(alpha * g); out may be gate. */
+void rp_op_swiglu_clamp(rp_backend *b, float *out, const float *gate, const float *up, int64_t n,
+                        float limit, float alpha);
 /* x[i] *= s */
 void rp_op_scale(rp_backend *b, float *x, float s, int64_t n);
 /* y[rows[i]] += w[i] * x[i] for n rows of dim floats (rows and w on the host; the rows of

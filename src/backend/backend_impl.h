@@ -15,6 +15,7 @@ typedef struct rp_backend_vt {
     void *(*buf_alloc)(rp_backend *b, size_t n_bytes, int tag);
     void (*buf_free)(rp_backend *b, void *p);
     void (*to_host)(rp_backend *b, void *dst, const void *src, size_t n);
+    void (*from_host)(rp_backend *b, void *dst, const void *src, size_t n);
     rp_status (*weight)(rp_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err);
     double (*read_bandwidth)(rp_backend *b, size_t n_bytes, int reps);
     void (*matmul)(rp_backend *b, const rp_tensor *w, const float *x, int n_tok, float *y);
@@ -39,6 +40,8 @@ typedef struct rp_backend_vt {
     /* (optional) rp_op_argmax_rows; NULL: the plain loop over host buffers (backend.c) */
     void (*argmax_rows)(rp_backend *b, const float *x, int n_rows, int n, int32_t *out);
     void (*gelu_mul)(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
+    void (*swiglu_clamp)(rp_backend *b, float *out, const float *gate, const float *up, int64_t n,
+                         float limit, float alpha);
     void (*scale)(rp_backend *b, float *x, float s, int64_t n);
     void (*scatter_add)(rp_backend *b, float *y, const float *x, const int32_t *rows,
                         const float *w, int n, int dim);

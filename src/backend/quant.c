@@ -161,6 +161,13 @@ void rp_quant_dequant_row(const rp_tensor *t, int64_t row, float *out)
         }
         return;
     }
+    case RP_DT_MXFP4: /* blocks of a scale byte (E8M0) and 16 bytes of e2m1 nibbles */
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t *blk = base + (size_t)(i / 32) * 17;
+            uint8_t q = blk[1 + (i % 32) / 2];
+            out[i] = ldexpf(rp_fp4_values[i % 2 ? q >> 4 : q & 15], (int)blk[0] - 127);
+        }
+        return;
     default: {
         int bs = rp_dtype_block(t->dtype);
         size_t bb = rp_quant_block_bytes(t->dtype);

@@ -36,7 +36,7 @@
 
 #include "backend/backend.h"
 
-/* Row `row` of a 2-D tensor of any dtype into f32 (shape[1] floats). */
+/* Row `row` of a 2-D tensor of any dtype (MXFP4 included) into f32 (shape[1] floats). */
 void rp_quant_dequant_row(const rp_tensor *t, int64_t row, float *out);
 
 /* One row of n floats (n a multiple of rp_dtype_block) into GGUF type dt (a Q* type);

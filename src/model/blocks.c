@@ -176,6 +176,17 @@ rp_tensor rp_blk_expert(const rp_tensor *t, int64_t e)
     return rp_blk_rows(t, e * t->shape[1], t->shape[1]);
 }
 
+void rp_blk_logits(rp_model *m, const float *x, float *h, float *out, const rp_tensor *norm,
+                   const rp_tensor *head, int n, int n_logits, float eps, int add_one,
+                   float *logits)
+{
+    int D = m->cfg.dim;
+    rp_op_rmsnorm(m->be, h, x + (size_t)(n - n_logits) * D, norm, n_logits, D, eps, add_one);
+    rp_op_matmul(m->be, head, h, n_logits, out ? out : logits);
+    if (out)
+        rp_backend_to_host(m->be, logits, out, sizeof(float) * (size_t)n_logits * m->cfg.vocab_size);
+}
+
 void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim)
 {
     if (!b) return;

@@ -70,6 +70,14 @@ rp_status rp_blk_to_backend_n(rp_model *m, rp_blk_weights *ws, const rp_tensor *
  * when out of memory. Free with rp_backend_buf_free. */
 float *rp_blk_act(rp_model *m, size_t n);
 
+/* The vocabulary logits of the last n_logits of n rows of the residual x ([n][dim]):
+ * logits = head(rmsnorm(x, norm)) (add_one: the (1 + w) norm), normed into h; through the
+ * device buffer out when the backend's buffers are not host memory (out NULL otherwise),
+ * then copied to the host array logits. */
+void rp_blk_logits(rp_model *m, const float *x, float *h, float *out, const rp_tensor *norm,
+                   const rp_tensor *head, int n, int n_logits, float eps, int add_one,
+                   float *logits);
+
 /* y[t][i] += b[i]; b may be NULL. */
 void rp_blk_add_bias(float *y, const float *b, int n_tok, int dim);
 static inline float rp_blk_sigmoid(float x)

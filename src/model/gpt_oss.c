@@ -18,6 +18,12 @@
  * (scale byte + 16 block bytes, 4.25 bits a weight), gate and up rows separated.
  * Experts already split into out-major stacks (mlp.experts.{gate,up,down}_proj.weight, as a
  * GGUF file's ffn_*_exps are mapped) are used in place, in whatever dtype they come.
+ *
+ * Backends: the recipe runs on any backend (its weights go through rp_blk_to_backend). The
+ * biases, the sinks and the experts' biases are kept as f32 host arrays and handed to the
+ * backend as 1-D f32 tensors (so on CUDA they live on the device, and the attention reads the
+ * sinks there); the router's logits come back to the host for the top-k, and each expert's
+ * output is added to its tokens' residual rows by rp_op_scatter_add.
  */
 #include <math.h>
 #include <string.h>
@@ -26,24 +32,37 @@
 #include "model/blocks.h"
 #include "model/rope.h"
 
+enum { B_Q, B_K, B_V, B_O, B_SINKS, B_ROUTER, N_BIAS };
+
 typedef struct layer {
     const rp_tensor *attn_norm, *ffn_norm, *wq, *wk, *wv, *wo, *router;
-    float *bq, *bk, *bv, *bo, *sinks, *router_b;
+    float *bias[N_BIAS];         /* host f32: q, k, v, o biases, sinks, router bias */
+    rp_tensor bias_t[N_BIAS];    /* 1-D f32 views of them */
+    const rp_tensor *b[N_BIAS];  /* the backend's copies */
     rp_tensor *gate, *up, *down; /* n_exp views into the transposed copies */
+    const rp_tensor **ew;        /* [3][n_exp]: the backend's gate, up, down per expert */
     void *gate_data, *up_data, *down_data;
     float *gate_b, *up_b, *down_b; /* [E][I], [E][I], [E][D] */
+    rp_tensor *eb_t;               /* [3][n_exp] 1-D f32 views of the expert biases */
+    const rp_tensor **eb;          /* [3][n_exp] the backend's copies */
     int window;
 } layer;
 
 typedef struct gptoss {
     layer *layers;
     const rp_tensor *embed, *final_norm, *lm_head;
+    rp_blk_weights weights; /* the backend's copies the pointers above point into */
     rp_rope rope;
     int n_exp, top_k, I;
     float limit, alpha;
     rp_blk_route route;
-    float *x, *h, *q, *k, *v, *att, *logits, *xe, *ga, *up, *ye, *acc;
+    /* backend buffers, RP_MAX_CHUNK rows; out: the vocabulary logits when buffers are not
+     * host memory */
+    float *x, *h, *q, *k, *v, *att, *logits, *xe, *ga, *up, *ye, *out;
+    float *router; /* host: the router logits */
     int32_t pos[RP_MAX_CHUNK];
+    int32_t rows[RP_MAX_CHUNK]; /* one expert's tokens */
+    float rw[RP_MAX_CHUNK];     /* and their routing weights */
 } gptoss;
 
 static size_t elem_size(rp_dtype dt)
@@ -275,12 +294,12 @@ static rp_status bind_layer(rp_model *m, gptoss *s, int i, layer *L, rp_err *err
     T(wv, kvd, dim, "self_attn.v_proj.weight");
     T(wo, dim, qd, "self_attn.o_proj.weight");
     T(router, s->n_exp, dim, "mlp.router.weight");
-    B(bq, qd, "self_attn.q_proj.bias");
-    B(bk, kvd, "self_attn.k_proj.bias");
-    B(bv, kvd, "self_attn.v_proj.bias");
-    B(bo, dim, "self_attn.o_proj.bias");
-    B(sinks, c->n_heads, "self_attn.sinks");
-    B(router_b, s->n_exp, "mlp.router.bias");
+    B(bias[B_Q], qd, "self_attn.q_proj.bias");
+    B(bias[B_K], kvd, "self_attn.k_proj.bias");
+    B(bias[B_V], kvd, "self_attn.v_proj.bias");
+    B(bias[B_O], dim, "self_attn.o_proj.bias");
+    B(bias[B_SINKS], c->n_heads, "self_attn.sinks");
+    B(bias[B_ROUTER], s->n_exp, "mlp.router.bias");
 #undef T
 #undef B
     json_t *lt = json_object_get(c->json, "layer_types");
@@ -297,10 +316,14 @@ static void gptoss_deinit(rp_model *m)
     if (s->layers)
         for (int i = 0; i < m->cfg.n_layers; i++) {
             layer *L = &s->layers[i];
-            float *f[] = {L->bq,       L->bk,     L->bv,   L->bo,    L->sinks,
-                          L->router_b, L->gate_b, L->up_b, L->down_b};
+            float *f[] = {L->gate_b, L->up_b, L->down_b};
             for (size_t j = 0; j < RP_ARRAY_LEN(f); j++)
                 rp_free_aligned(f[j]);
+            for (int j = 0; j < N_BIAS; j++)
+                rp_free_aligned(L->bias[j]);
+            rp_free(L->ew);
+            rp_free(L->eb_t);
+            rp_free(L->eb);
             rp_free_aligned(L->gate_data);
             rp_free_aligned(L->up_data);
             rp_free_aligned(L->down_data);
@@ -309,14 +332,68 @@ static void gptoss_deinit(rp_model *m)
             rp_free(L->down);
         }
     rp_free(s->layers);
+    rp_blk_weights_free(&s->weights);
     rp_rope_deinit(&s->rope);
     rp_blk_route_free(&s->route);
     float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
-                     s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
+                     s->logits, s->xe, s->ga, s->up, s->ye, s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        rp_free_aligned(bufs[i]);
+        rp_backend_buf_free(m->be, bufs[i]);
+    if (s->router != s->logits)
+        rp_free(s->router);
     rp_free(s);
     m->arch_state = NULL;
+}
+
+static rp_tensor f32_view(const float *p, int64_t n)
+{
+    return (rp_tensor){.dtype = RP_DT_F32,
+                       .n_dims = 1,
+                       .shape = {n},
+                       .data = p,
+                       .n_bytes = sizeof(float) * (size_t)n};
+}
+
+/* Every weight to the backend (rp_blk_to_backend): layers with their biases and experts,
+ * then embed, norm and head. */
+static rp_status to_backend(rp_model *m, gptoss *s, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    int E = s->n_exp;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t blen[N_BIAS] = {qd, kvd, kvd, c->dim, c->n_heads, E};
+    rp_status rc = rp_blk_weights_init(&s->weights, c->n_layers * (7 + N_BIAS + 6 * E) + 3, err);
+    for (int i = 0; i < c->n_layers && !rc; i++) {
+        layer *L = &s->layers[i];
+        const rp_tensor **f[] = {&L->attn_norm, &L->ffn_norm, &L->wq, &L->wk,
+                                 &L->wv,        &L->wo,       &L->router};
+        rc = rp_blk_to_backend_n(m, &s->weights, f, RP_ARRAY_LEN(f), err);
+        for (int j = 0; j < N_BIAS && !rc; j++) {
+            L->bias_t[j] = f32_view(L->bias[j], blen[j]);
+            L->b[j] = &L->bias_t[j];
+            rc = rp_blk_to_backend(m, &s->weights, &L->b[j], err);
+        }
+        L->ew = rc ? NULL : rp_calloc(3 * (size_t)E, sizeof *L->ew);
+        L->eb = L->ew ? rp_calloc(3 * (size_t)E, sizeof *L->eb) : NULL;
+        L->eb_t = L->eb ? rp_calloc(3 * (size_t)E, sizeof *L->eb_t) : NULL;
+        if (!rc && !L->eb_t)
+            rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        for (int e = 0; e < E && !rc; e++) {
+            L->ew[e] = &L->gate[e];
+            L->ew[E + e] = &L->up[e];
+            L->ew[2 * E + e] = &L->down[e];
+            L->eb_t[e] = f32_view(L->gate_b + (size_t)e * s->I, s->I);
+            L->eb_t[E + e] = f32_view(L->up_b + (size_t)e * s->I, s->I);
+            L->eb_t[2 * E + e] = f32_view(L->down_b + (size_t)e * c->dim, c->dim);
+            for (int k = 0; k < 3 && !rc; k++) {
+                L->eb[k * E + e] = &L->eb_t[k * E + e];
+                if (!(rc = rp_blk_to_backend(m, &s->weights, &L->ew[k * E + e], err)))
+                    rc = rp_blk_to_backend(m, &s->weights, &L->eb[k * E + e], err);
+            }
+        }
+    }
+    const rp_tensor **top[] = {&s->embed, &s->final_norm, &s->lm_head};
+    return rc ? rc : rp_blk_to_backend_n(m, &s->weights, top, RP_ARRAY_LEN(top), err);
 }
 
 static rp_status gptoss_init(rp_model *m, rp_err *err)
@@ -344,64 +421,61 @@ static rp_status gptoss_init(rp_model *m, rp_err *err)
                             p)) ||
         (rc = rp_blk_tensor(m, err, &s->final_norm, 0, c->dim, 0, "%snorm.weight", p)) ||
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
-        (rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
+        (rc = rp_rope_init(&s->rope, c, c->head_dim, err)) || (rc = to_backend(m, s, err)))
         return rc;
     size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim, D = (size_t)c->dim;
-    s->x = rp_blk_falloc(n * D);
-    s->h = rp_blk_falloc(n * (D > qd ? D : qd));
-    s->q = rp_blk_falloc(n * qd);
-    s->k = rp_blk_falloc(n * kvd);
-    s->v = rp_blk_falloc(n * kvd);
-    s->att = rp_blk_falloc(n * qd);
-    s->logits = rp_blk_falloc(n * s->n_exp);
-    s->xe = rp_blk_falloc(n * D);
-    s->ga = rp_blk_falloc(n * s->I);
-    s->up = rp_blk_falloc(n * s->I);
-    s->ye = rp_blk_falloc(n * D);
-    s->acc = rp_blk_falloc(n * D);
-    float *bufs[] = {s->x,      s->h,  s->q,  s->k,  s->v,  s->att,
-                     s->logits, s->xe, s->ga, s->up, s->ye, s->acc};
+    int host = rp_backend_host_buffers(m->be);
+    s->x = rp_blk_act(m, n * D);
+    s->h = rp_blk_act(m, n * (D > qd ? D : qd));
+    s->q = rp_blk_act(m, n * qd);
+    s->k = rp_blk_act(m, n * kvd);
+    s->v = rp_blk_act(m, n * kvd);
+    s->att = rp_blk_act(m, n * qd);
+    s->logits = rp_blk_act(m, n * s->n_exp);
+    s->xe = rp_blk_act(m, n * D);
+    s->ga = rp_blk_act(m, n * s->I);
+    s->up = rp_blk_act(m, n * s->I);
+    s->ye = rp_blk_act(m, n * D);
+    if (!host)
+        s->out = rp_blk_act(m, n * (size_t)c->vocab_size);
+    s->router = host ? s->logits : rp_alloc(sizeof(float) * n * (size_t)s->n_exp);
+    float *bufs[] = {s->x,  s->h,  s->q,  s->k,  s->v,      s->att,
+                     s->logits, s->xe, s->ga, s->up, s->ye, s->router, host ? s->x : s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        if (!bufs[i])
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
+                              rp_backend_describe(m->be));
     return RP_OK;
 }
 
 static void moe_block(rp_model *m, gptoss *s, layer *L, int n)
 {
     rp_backend *be = m->be;
-    int D = m->cfg.dim, I = s->I, K = s->top_k;
+    int D = m->cfg.dim, I = s->I, K = s->top_k, E = s->n_exp;
     rp_op_matmul(be, L->router, s->h, n, s->logits);
-    rp_blk_add_bias(s->logits, L->router_b, n, s->n_exp);
-    rp_blk_route_compute(&s->route, s->logits, n, RP_ROUTE_TOPK_SOFTMAX);
-    memset(s->acc, 0, sizeof(float) * (size_t)n * D);
-    for (int e = 0; e < s->n_exp; e++) {
+    rp_op_add_bias(be, s->logits, L->b[B_ROUTER], n, E);
+    if (s->router != s->logits)
+        rp_backend_to_host(be, s->router, s->logits, sizeof(float) * (size_t)n * E);
+    rp_blk_route_compute(&s->route, s->router, n, RP_ROUTE_TOPK_SOFTMAX);
+    for (int e = 0; e < E; e++) {
         int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
         if (cnt == 0) continue;
         for (int i = 0; i < cnt; i++) {
-            int t = s->route.order[b + i] / K;
-            memcpy(s->xe + (size_t)i * D, s->h + (size_t)t * D, sizeof(float) * D);
+            int slot = s->route.order[b + i];
+            s->rows[i] = slot / K;
+            s->rw[i] = s->route.w[slot];
         }
-        rp_op_matmul(be, &L->gate[e], s->xe, cnt, s->ga);
-        rp_op_matmul(be, &L->up[e], s->xe, cnt, s->up);
-        rp_blk_add_bias(s->ga, L->gate_b + (size_t)e * I, cnt, I);
-        rp_blk_add_bias(s->up, L->up_b + (size_t)e * I, cnt, I);
-        for (long i = 0; i < (long)cnt * I; i++) {
-            float g = s->ga[i] < s->limit ? s->ga[i] : s->limit;
-            float u = s->up[i] < -s->limit ? -s->limit : s->up[i] > s->limit ? s->limit : s->up[i];
-            s->ga[i] = (u + 1.0f) * g * rp_blk_sigmoid(s->alpha * g);
-        }
-        rp_op_matmul(be, &L->down[e], s->ga, cnt, s->ye);
-        rp_blk_add_bias(s->ye, L->down_b + (size_t)e * D, cnt, D);
-        for (int i = 0; i < cnt; i++) {
-            int slot = s->route.order[b + i], t = slot / K;
-            float w = s->route.w[slot];
-            float *dst = s->acc + (size_t)t * D, *src = s->ye + (size_t)i * D;
-            for (int d = 0; d < D; d++)
-                dst[d] += w * src[d];
-        }
+        rp_op_gather_rows(be, s->xe, s->h, s->rows, cnt, D);
+        rp_op_matmul(be, L->ew[e], s->xe, cnt, s->ga);
+        rp_op_matmul(be, L->ew[E + e], s->xe, cnt, s->up);
+        rp_op_add_bias(be, s->ga, L->eb[e], cnt, I);
+        rp_op_add_bias(be, s->up, L->eb[E + e], cnt, I);
+        rp_op_swiglu_clamp(be, s->ga, s->ga, s->up, (int64_t)cnt * I, s->limit, s->alpha);
+        rp_op_matmul(be, L->ew[2 * E + e], s->ga, cnt, s->ye);
+        rp_op_add_bias(be, s->ye, L->eb[2 * E + e], cnt, D);
+        rp_op_scatter_add(be, s->x, s->ye, s->rows, s->rw, cnt, D);
     }
-    rp_op_add(be, s->x, s->acc, (int64_t)n * D);
 }
 
 static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
@@ -414,19 +488,18 @@ static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
     int pos0 = kv->len, D = c->dim, hd = c->head_dim, qd = c->n_heads * hd,
         kvd = c->n_kv_heads * hd;
     rp_rope_update(&s->rope, pos0 + n);
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
-        rp_tensor_row_f32(s->embed, ids[t], s->x + (size_t)t * D);
-    }
+    rp_op_embed(be, s->embed, ids, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &s->layers[l];
         rp_op_rmsnorm(be, s->h, s->x, L->attn_norm, n, D, c->norm_eps, 0);
         rp_op_matmul(be, L->wq, s->h, n, s->q);
         rp_op_matmul(be, L->wk, s->h, n, s->k);
         rp_op_matmul(be, L->wv, s->h, n, s->v);
-        rp_blk_add_bias(s->q, L->bq, n, qd);
-        rp_blk_add_bias(s->k, L->bk, n, kvd);
-        rp_blk_add_bias(s->v, L->bv, n, kvd);
+        rp_op_add_bias(be, s->q, L->b[B_Q], n, qd);
+        rp_op_add_bias(be, s->k, L->b[B_K], n, kvd);
+        rp_op_add_bias(be, s->v, L->b[B_V], n, kvd);
         rp_op_rope(be, s->q, n, c->n_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                    s->rope.attn_factor, 1);
         rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
@@ -440,26 +513,25 @@ static rp_status gptoss_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int 
                           .head_dim = hd,
                           .scale = 1.0f / sqrtf((float)hd),
                           .window = L->window,
-                          .sinks = L->sinks};
+                          .sinks = L->b[B_SINKS]->data};
         rp_blk_attend(be, kvs, l, s->k, s->v, &a);
         rp_op_matmul(be, L->wo, s->att, n, s->h);
-        rp_blk_add_bias(s->h, L->bo, n, D);
+        rp_op_add_bias(be, s->h, L->b[B_O], n, D);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
         rp_op_rmsnorm(be, s->h, s->x, L->ffn_norm, n, D, c->norm_eps, 0);
         moe_block(m, s, L, n);
     }
     kv->len = pos0 + n;
-    if (logits && n_logits > 0) {
-        const float *last = s->x + (size_t)(n - n_logits) * D;
-        rp_op_rmsnorm(be, s->h, last, s->final_norm, n_logits, D, c->norm_eps, 0);
-        rp_op_matmul(be, s->lm_head, s->h, n_logits, logits);
-    }
+    if (logits && n_logits > 0)
+        rp_blk_logits(m, s->x, s->h, s->out, s->final_norm, s->lm_head, n, n_logits, c->norm_eps,
+                      0, logits);
     (void)err;
     return RP_OK;
 }
 
 const rp_arch rp_arch_gpt_oss = {
     .name = "gpt_oss",
+    .gpu = 1,
     .init = gptoss_init,
     .deinit = gptoss_deinit,
     .forward = gptoss_forward,

@@ -8,6 +8,12 @@
  * Short conv: [B | C | x] = in_proj(h) ; y = C * conv(B * x) ; out_proj(y), where conv is a
  * causal depthwise convolution of kernel conv_L_cache (optional bias), no activation. Its state
  * is the last conv_L_cache - 1 values of B * x, kept in the cache's flat recurrent block.
+ *
+ * Backends: the weights go through rp_blk_to_backend and every matmul, norm, RoPE and
+ * attention runs on the model's backend. The short convolution runs on the host, where the
+ * recurrent state lives (the engine snapshots it for the prefix cache): on a device backend
+ * in_proj's output is copied to the host and the convolved rows back (a round trip per conv
+ * layer; a device kernel with the state on the device is not written yet).
  */
 #include <math.h>
 #include <string.h>
@@ -28,12 +34,17 @@ typedef struct layer {
 typedef struct lfm2 {
     layer *layers;
     const rp_tensor *embed, *final_norm, *lm_head;
+    rp_blk_weights weights; /* the backend's copies the pointers above point into */
     rp_rope rope;
     int K, ffn;
     float eps;
     size_t rec_n;
     uint8_t *has_attn;
-    float *x, *h, *q, *k, *v, *att, *bcx, *bx, *cv, *ffa, *ffb;
+    /* backend buffers, RP_MAX_CHUNK rows; out: the vocabulary logits when buffers are not
+     * host memory */
+    float *x, *h, *q, *k, *v, *att, *bcx, *cv, *ffa, *ffb, *out;
+    /* host: the short convolution's rows (bcx_h, cv_h alias bcx, cv on a host backend) */
+    float *bcx_h, *bx_h, *cv_h;
     int32_t pos[RP_MAX_CHUNK];
 } lfm2;
 
@@ -104,12 +115,34 @@ static void lfm2_deinit(rp_model *m)
         }
     rp_free(s->layers);
     rp_free(s->has_attn);
+    rp_blk_weights_free(&s->weights);
     rp_rope_deinit(&s->rope);
-    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->bcx, s->bx, s->cv, s->ffa, s->ffb};
+    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->bcx, s->cv, s->ffa, s->ffb, s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        rp_free_aligned(bufs[i]);
+        rp_backend_buf_free(m->be, bufs[i]);
+    if (s->bcx_h != s->bcx)
+        rp_free(s->bcx_h);
+    if (s->cv_h != s->cv)
+        rp_free(s->cv_h);
+    rp_free(s->bx_h);
     rp_free(s);
     m->arch_state = NULL;
+}
+
+/* Every bound weight to the backend (rp_blk_to_backend); the conv kernels stay host f32. */
+static rp_status to_backend(rp_model *m, lfm2 *s, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    rp_status rc = rp_blk_weights_init(&s->weights, c->n_layers * 13 + 3, err);
+    for (int i = 0; i < c->n_layers && !rc; i++) {
+        layer *L = &s->layers[i];
+        const rp_tensor **f[] = {&L->op_norm, &L->ffn_norm, &L->w1,     &L->w2,      &L->w3,
+                                 &L->wq,      &L->wk,       &L->wv,     &L->wo,      &L->q_norm,
+                                 &L->k_norm,  &L->in_proj,  &L->out_proj};
+        rc = rp_blk_to_backend_n(m, &s->weights, f, RP_ARRAY_LEN(f), err);
+    }
+    const rp_tensor **top[] = {&s->embed, &s->final_norm, &s->lm_head};
+    return rc ? rc : rp_blk_to_backend_n(m, &s->weights, top, RP_ARRAY_LEN(top), err);
 }
 
 static rp_status lfm2_init(rp_model *m, rp_err *err)
@@ -136,24 +169,32 @@ static rp_status lfm2_init(rp_model *m, rp_err *err)
                             p)) ||
         (rc = rp_blk_tensor(m, err, &s->final_norm, 0, c->dim, 0, "%sembedding_norm.weight", p)) ||
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
-        (rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
+        (rc = rp_rope_init(&s->rope, c, c->head_dim, err)) || (rc = to_backend(m, s, err)))
         return rc;
     size_t n = RP_MAX_CHUNK, D = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
-    s->x = rp_blk_falloc(n * D);
-    s->h = rp_blk_falloc(n * (D > qd ? D : qd));
-    s->q = rp_blk_falloc(n * qd);
-    s->k = rp_blk_falloc(n * kvd);
-    s->v = rp_blk_falloc(n * kvd);
-    s->att = rp_blk_falloc(n * qd);
-    s->bcx = rp_blk_falloc(n * 3 * D);
-    s->bx = rp_blk_falloc(n * D);
-    s->cv = rp_blk_falloc(n * D);
-    s->ffa = rp_blk_falloc(n * s->ffn);
-    s->ffb = rp_blk_falloc(n * s->ffn);
-    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->bcx, s->bx, s->cv, s->ffa, s->ffb};
+    int host = rp_backend_host_buffers(m->be);
+    s->x = rp_blk_act(m, n * D);
+    s->h = rp_blk_act(m, n * (D > qd ? D : qd));
+    s->q = rp_blk_act(m, n * qd);
+    s->k = rp_blk_act(m, n * kvd);
+    s->v = rp_blk_act(m, n * kvd);
+    s->att = rp_blk_act(m, n * qd);
+    s->bcx = rp_blk_act(m, n * 3 * D);
+    s->cv = rp_blk_act(m, n * D);
+    s->ffa = rp_blk_act(m, n * (size_t)s->ffn);
+    s->ffb = rp_blk_act(m, n * (size_t)s->ffn);
+    if (!host)
+        s->out = rp_blk_act(m, n * (size_t)c->vocab_size);
+    s->bcx_h = host ? s->bcx : rp_alloc(sizeof(float) * n * 3 * D);
+    s->cv_h = host ? s->cv : rp_alloc(sizeof(float) * n * D);
+    s->bx_h = rp_alloc(sizeof(float) * n * D);
+    float *bufs[] = {s->x,   s->h,   s->q,    s->k,    s->v,    s->att, s->bcx,
+                     s->cv,  s->ffa, s->ffb,  s->bcx_h, s->cv_h, s->bx_h, host ? s->x : s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        if (!bufs[i])
+            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
+                              rp_backend_describe(m->be));
     return RP_OK;
 }
 
@@ -195,17 +236,21 @@ static void short_conv(rp_model *m, lfm2 *s, lfm2_kv *kvs, int l, int n)
     layer *L = &s->layers[l];
     int D = m->cfg.dim;
     rp_op_matmul(m->be, L->in_proj, s->h, n, s->bcx);
+    if (s->bcx_h != s->bcx)
+        rp_backend_to_host(m->be, s->bcx_h, s->bcx, sizeof(float) * (size_t)n * 3 * D);
     for (int t = 0; t < n; t++) {
-        const float *B = s->bcx + (size_t)t * 3 * D, *x = B + 2 * D;
+        const float *B = s->bcx_h + (size_t)t * 3 * D, *x = B + 2 * D;
         for (int i = 0; i < D; i++)
-            s->bx[(size_t)t * D + i] = B[i] * x[i];
+            s->bx_h[(size_t)t * D + i] = B[i] * x[i];
     }
-    rp_blk_conv1d(s->cv, s->bx, kvs->rec + L->rec_off, L->conv_w, L->conv_b, n, D, s->K);
+    rp_blk_conv1d(s->cv_h, s->bx_h, kvs->rec + L->rec_off, L->conv_w, L->conv_b, n, D, s->K);
     for (int t = 0; t < n; t++) {
-        const float *C = s->bcx + (size_t)t * 3 * D + D;
+        const float *C = s->bcx_h + (size_t)t * 3 * D + D;
         for (int i = 0; i < D; i++)
-            s->cv[(size_t)t * D + i] *= C[i];
+            s->cv_h[(size_t)t * D + i] *= C[i];
     }
+    if (s->cv_h != s->cv)
+        rp_backend_from_host(m->be, s->cv, s->cv_h, sizeof(float) * (size_t)n * D);
     rp_op_matmul(m->be, L->out_proj, s->cv, n, s->h);
 }
 
@@ -218,10 +263,9 @@ static rp_status lfm2_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
     rp_backend *be = m->be;
     int pos0 = kv->len, D = c->dim;
     rp_rope_update(&s->rope, pos0 + n);
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
-        rp_tensor_row_f32(s->embed, ids[t], s->x + (size_t)t * D);
-    }
+    rp_op_embed(be, s->embed, ids, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &s->layers[l];
         rp_op_rmsnorm(be, s->h, s->x, L->op_norm, n, D, s->eps, 0);
@@ -238,17 +282,16 @@ static rp_status lfm2_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
     }
     kv->len = pos0 + n;
-    if (logits && n_logits > 0) {
-        const float *last = s->x + (size_t)(n - n_logits) * D;
-        rp_op_rmsnorm(be, s->h, last, s->final_norm, n_logits, D, s->eps, 0);
-        rp_op_matmul(be, s->lm_head, s->h, n_logits, logits);
-    }
+    if (logits && n_logits > 0)
+        rp_blk_logits(m, s->x, s->h, s->out, s->final_norm, s->lm_head, n, n_logits, s->eps,
+                      0, logits);
     (void)err;
     return RP_OK;
 }
 
 const rp_arch rp_arch_lfm2 = {
     .name = "lfm2",
+    .gpu = 1,
     .init = lfm2_init,
     .deinit = lfm2_deinit,
     .forward = lfm2_forward,

@@ -30,6 +30,15 @@
  *
  * Cache: attention layers keep K/V; linear layers keep their conv window and S, all in one
  * flat block (kv->rec) so rp_kv_snapshot can copy it.
+ *
+ * Backends: the weights go through rp_blk_to_backend and the matmuls, norms, RoPE, softmax
+ * attention and the experts' SwiGLU run on the model's backend; the experts' and the shared
+ * expert's outputs are added to the residual rows by rp_op_scatter_add. The pieces in
+ * between run on the host, where the recurrent state lives (the engine snapshots it): the
+ * DeltaNet conv, normalisations and recurrence (rp_op_gated_delta on a host CPU backend the
+ * recipe keeps for it when the model's is a device), the q / gate split and the output gate
+ * of full attention, the router's top-k. On a device those are round trips through
+ * rp_backend_to_host / rp_backend_from_host; device kernels for them are not written yet.
  */
 #include <math.h>
 #include <string.h>
@@ -46,24 +55,37 @@ typedef struct layer {
     const rp_tensor *wq, *wk, *wv, *wo, *q_norm, *k_norm;      /* full attention */
     const rp_tensor *w_qkv, *w_z, *w_b, *w_a, *w_out, *g_norm; /* linear attention */
     const rp_tensor *w_qkvz, *w_ba;  /* Qwen3-Next's fused, head-grouped projections */
-    float *conv_w, *neg_a, *dt_bias; /* f32 copies */
+    float *conv_w, *neg_a, *dt_bias, *g_norm_f; /* f32 host copies */
     size_t rec_off;                  /* this layer's conv window then S inside kv->rec */
 } layer;
+
+/* A backend buffer and the host rows it is read into / written from (the same memory on a
+ * host backend). */
+typedef struct mirror {
+    float *dev, *host;
+} mirror;
 
 typedef struct qwen35 {
     layer *layers;
     const rp_tensor *embed, *final_norm, *lm_head;
+    rp_blk_weights weights; /* the backend's copies the pointers above point into */
+    rp_backend *host_be;    /* the host-side recurrence's CPU backend when m->be is a device */
+    int host;               /* m->be's buffers are host memory */
     rp_rope rope;
     int nk, nv, dk, dv, K, conv_dim;
     int out_gate; /* attn_output_gate */
     int n_exp, top_k, moe_ffn, sh_ffn, norm_topk, any_moe;
     rp_blk_route route;
-    float *rlog, *xe, *ye, *acc, *shg;
     size_t rec_n;
     uint8_t *has_attn;
-    float *x, *h, *qg, *q, *gate, *k, *v, *att, *ffa, *ffb;
-    float *qkv, *conv, *z, *b, *a, *o, *fused;
+    /* backend buffers, RP_MAX_CHUNK rows */
+    float *x, *h, *k, *v, *ffa, *ffb, *xe, *ye, *out;
+    /* backend buffers with host rows */
+    mirror qg, q, att, qkv, z, b, a, o, fused, rlog, shg;
+    float *gate, *conv; /* host only */
     int32_t pos[RP_MAX_CHUNK];
+    int32_t rows[RP_MAX_CHUNK]; /* one expert's tokens (or all, for the shared expert) */
+    float rw[RP_MAX_CHUNK];     /* and their weights */
 } qwen35;
 
 typedef rp_blk_hybrid_kv qwen35_kv;
@@ -200,13 +222,22 @@ static rp_status bind_layer(rp_model *m, qwen35 *s, int i, layer *L, rp_err *err
     L->neg_a = rp_blk_f32(alog);
     L->dt_bias = rp_blk_f32(dtb);
     L->conv_w = rp_blk_f32(cw);
-    if (!L->neg_a || !L->dt_bias || !L->conv_w)
+    L->g_norm_f = rp_blk_f32(L->g_norm);
+    if (!L->neg_a || !L->dt_bias || !L->conv_w || !L->g_norm_f)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int h = 0; h < s->nv; h++)
         L->neg_a[h] = -expf(L->neg_a[h]);
     L->rec_off = s->rec_n;
     s->rec_n += (size_t)(s->K - 1) * s->conv_dim + (size_t)s->nv * s->dk * s->dv;
     return RP_OK;
+}
+
+static void mirror_free(rp_model *m, qwen35 *s, mirror *mr)
+{
+    if (mr->host != mr->dev)
+        rp_free(mr->host);
+    rp_backend_buf_free(m->be, mr->dev);
+    (void)s;
 }
 
 static void q35_deinit(rp_model *m)
@@ -218,23 +249,75 @@ static void q35_deinit(rp_model *m)
             rp_free_aligned(s->layers[i].conv_w);
             rp_free_aligned(s->layers[i].neg_a);
             rp_free_aligned(s->layers[i].dt_bias);
+            rp_free_aligned(s->layers[i].g_norm_f);
             rp_free(s->layers[i].ex_gate);
             rp_free(s->layers[i].ex_up);
             rp_free(s->layers[i].ex_down);
         }
     rp_blk_route_free(&s->route);
-    float *moe_bufs[] = {s->rlog, s->xe, s->ye, s->acc, s->shg};
-    for (size_t i = 0; i < RP_ARRAY_LEN(moe_bufs); i++)
-        rp_free_aligned(moe_bufs[i]);
     rp_free(s->layers);
     rp_free(s->has_attn);
+    rp_blk_weights_free(&s->weights);
     rp_rope_deinit(&s->rope);
-    float *bufs[] = {s->x,   s->h,   s->qg,   s->q, s->gate, s->k, s->v, s->att,  s->ffa,
-                     s->ffb, s->qkv, s->conv, s->z, s->b,    s->a, s->o, s->fused};
+    float *bufs[] = {s->x, s->h, s->k, s->v, s->ffa, s->ffb, s->xe, s->ye, s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        rp_free_aligned(bufs[i]);
+        rp_backend_buf_free(m->be, bufs[i]);
+    mirror *mm[] = {&s->qg,  &s->q, &s->att, &s->qkv,   &s->z,   &s->b,
+                    &s->a,   &s->o, &s->fused, &s->rlog, &s->shg};
+    for (size_t i = 0; i < RP_ARRAY_LEN(mm); i++)
+        mirror_free(m, s, mm[i]);
+    rp_free(s->gate);
+    rp_free(s->conv);
+    rp_backend_free(s->host_be);
     rp_free(s);
     m->arch_state = NULL;
+}
+
+/* Every bound weight to the backend (rp_blk_to_backend); the f32 host copies stay. */
+static rp_status to_backend(rp_model *m, qwen35 *s, rp_err *err)
+{
+    rp_model_config *c = &m->cfg;
+    rp_status rc = rp_blk_weights_init(&s->weights, c->n_layers * (24 + 3 * s->n_exp) + 3, err);
+    for (int i = 0; i < c->n_layers && !rc; i++) {
+        layer *L = &s->layers[i];
+        const rp_tensor **f[] = {&L->router, &L->sh_gate_w, &L->sh_gate, &L->sh_up,  &L->sh_down,
+                                 &L->in_norm, &L->post_norm, &L->w_gate, &L->w_up,   &L->w_down,
+                                 &L->wq,     &L->wk,        &L->wv,      &L->wo,     &L->q_norm,
+                                 &L->k_norm, &L->w_qkv,     &L->w_z,     &L->w_b,    &L->w_a,
+                                 &L->w_out,  &L->w_qkvz,    &L->w_ba};
+        rc = rp_blk_to_backend_n(m, &s->weights, f, RP_ARRAY_LEN(f), err);
+        for (int e = 0; L->ex_gate && e < s->n_exp && !rc; e++) {
+            const rp_tensor *g = &L->ex_gate[e], *u = &L->ex_up[e], *d = &L->ex_down[e];
+            const rp_tensor **ex[] = {&g, &u, &d};
+            if (!(rc = rp_blk_to_backend_n(m, &s->weights, ex, RP_ARRAY_LEN(ex), err))) {
+                L->ex_gate[e] = *g; /* the views become the backend's copies */
+                L->ex_up[e] = *u;
+                L->ex_down[e] = *d;
+            }
+        }
+    }
+    const rp_tensor **top[] = {&s->embed, &s->final_norm, &s->lm_head};
+    return rc ? rc : rp_blk_to_backend_n(m, &s->weights, top, RP_ARRAY_LEN(top), err);
+}
+
+/* A backend buffer of n floats and its host rows. 0 ok. */
+static int mirror_alloc(rp_model *m, qwen35 *s, mirror *mr, size_t n)
+{
+    mr->dev = rp_blk_act(m, n);
+    mr->host = s->host ? mr->dev : rp_alloc(sizeof(float) * (n ? n : 1));
+    return mr->dev && mr->host ? 0 : -1;
+}
+
+static void to_host(rp_backend *be, mirror *mr, size_t n)
+{
+    if (mr->host != mr->dev)
+        rp_backend_to_host(be, mr->host, mr->dev, sizeof(float) * n);
+}
+
+static void from_host(rp_backend *be, mirror *mr, size_t n)
+{
+    if (mr->host != mr->dev)
+        rp_backend_from_host(be, mr->dev, mr->host, sizeof(float) * n);
 }
 
 static rp_status q35_init(rp_model *m, rp_err *err)
@@ -279,50 +362,51 @@ static rp_status q35_init(rp_model *m, rp_err *err)
         if ((rc = bind_layer(m, s, i, L, err))) return rc;
     }
     const char *p = rp_blk_prefix(m);
-    if (s->any_moe) {
-        size_t n = RP_MAX_CHUNK;
-        if ((rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err))) return rc;
-        s->rlog = rp_blk_falloc(n * s->n_exp);
-        s->xe = rp_blk_falloc(n * c->dim);
-        s->ye = rp_blk_falloc(n * c->dim);
-        s->acc = rp_blk_falloc(n * c->dim);
-        s->shg = rp_blk_falloc(n);
-        if (!s->rlog || !s->xe || !s->ye || !s->acc || !s->shg)
-            return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
-    }
+    if (s->any_moe &&
+        (rc = rp_blk_route_alloc(&s->route, s->n_exp, s->top_k, RP_MAX_CHUNK, err)))
+        return rc;
     if ((rc = rp_blk_tensor(m, err, &s->embed, 0, c->vocab_size, c->dim, "%sembed_tokens.weight",
                             p)) ||
         (rc = rp_blk_tensor(m, err, &s->final_norm, 0, c->dim, 0, "%snorm.weight", p)) ||
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
-        (rc = rp_rope_init(&s->rope, c, c->head_dim, err)))
+        (rc = rp_rope_init(&s->rope, c, c->head_dim, err)) || (rc = to_backend(m, s, err)))
         return rc;
+    s->host = rp_backend_host_buffers(m->be);
+    if (!s->host && !(s->host_be = rp_backend_new(0, 0)))
+        return rp_err_set(err, RP_ERR_NOMEM, "cannot start the host backend");
     size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim, vd = (size_t)s->nv * s->dv;
     size_t hmax = (size_t)c->dim > qd ? (size_t)c->dim : qd;
-    s->x = rp_blk_falloc(n * c->dim);
-    s->h = rp_blk_falloc(n * (hmax > vd ? hmax : vd));
-    s->qg = rp_blk_falloc(n * 2 * qd);
-    s->q = rp_blk_falloc(n * qd);
-    s->gate = rp_blk_falloc(n * qd);
-    s->k = rp_blk_falloc(n * kvd);
-    s->v = rp_blk_falloc(n * kvd);
-    s->att = rp_blk_falloc(n * qd);
     size_t ff = (size_t)c->ffn_dim;
     ff = ff > (size_t)s->moe_ffn ? ff : (size_t)s->moe_ffn;
     ff = ff > (size_t)s->sh_ffn ? ff : (size_t)s->sh_ffn;
-    s->ffa = rp_blk_falloc(n * ff);
-    s->ffb = rp_blk_falloc(n * ff);
-    s->qkv = rp_blk_falloc(n * s->conv_dim);
-    s->conv = rp_blk_falloc(n * s->conv_dim);
-    s->z = rp_blk_falloc(n * vd);
-    s->b = rp_blk_falloc(n * s->nv);
-    s->a = rp_blk_falloc(n * s->nv);
-    s->o = rp_blk_falloc(n * vd);
-    s->fused = rp_blk_falloc(n * (s->conv_dim + vd));
-    float *bufs[] = {s->x,   s->h,   s->qg,   s->q, s->gate, s->k, s->v, s->att,  s->ffa,
-                     s->ffb, s->qkv, s->conv, s->z, s->b,    s->a, s->o, s->fused};
+    s->x = rp_blk_act(m, n * c->dim);
+    s->h = rp_blk_act(m, n * (hmax > vd ? hmax : vd));
+    s->k = rp_blk_act(m, n * kvd);
+    s->v = rp_blk_act(m, n * kvd);
+    s->ffa = rp_blk_act(m, n * ff);
+    s->ffb = rp_blk_act(m, n * ff);
+    s->xe = rp_blk_act(m, n * c->dim);
+    s->ye = rp_blk_act(m, n * c->dim);
+    if (!s->host)
+        s->out = rp_blk_act(m, n * (size_t)c->vocab_size);
+    s->gate = rp_alloc(sizeof(float) * n * qd);
+    s->conv = rp_alloc(sizeof(float) * n * (size_t)s->conv_dim);
+    int bad = mirror_alloc(m, s, &s->qg, n * 2 * qd) | mirror_alloc(m, s, &s->q, n * qd) |
+              mirror_alloc(m, s, &s->att, n * qd) |
+              mirror_alloc(m, s, &s->qkv, n * (size_t)s->conv_dim) |
+              mirror_alloc(m, s, &s->z, n * vd) | mirror_alloc(m, s, &s->b, n * (size_t)s->nv) |
+              mirror_alloc(m, s, &s->a, n * (size_t)s->nv) | mirror_alloc(m, s, &s->o, n * vd) |
+              mirror_alloc(m, s, &s->fused, n * ((size_t)s->conv_dim + vd)) |
+              mirror_alloc(m, s, &s->rlog, n * (size_t)(s->n_exp > 0 ? s->n_exp : 1)) |
+              mirror_alloc(m, s, &s->shg, n);
+    float *bufs[] = {s->x, s->h, s->k, s->v, s->ffa, s->ffb, s->xe, s->ye, s->gate, s->conv,
+                     s->host ? s->x : s->out};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
-        if (!bufs[i]) return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations");
+        bad |= !bufs[i];
+    if (bad)
+        return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
+                          rp_backend_describe(m->be));
     return RP_OK;
 }
 
@@ -338,24 +422,27 @@ static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int po
     layer *L = &s->layers[l];
     rp_backend *be = m->be;
     int hd = c->head_dim, H = c->n_heads, qd = H * hd;
-    rp_op_matmul(be, L->wq, s->h, n, s->out_gate ? s->qg : s->q);
+    rp_op_matmul(be, L->wq, s->h, n, s->out_gate ? s->qg.dev : s->q.dev);
     rp_op_matmul(be, L->wk, s->h, n, s->k);
     rp_op_matmul(be, L->wv, s->h, n, s->v);
-    if (s->out_gate)
+    if (s->out_gate) {
+        to_host(be, &s->qg, (size_t)n * 2 * qd);
         for (int t = 0; t < n; t++) /* per head: [q | gate] */
             for (int h = 0; h < H; h++) {
-                const float *src = s->qg + ((size_t)t * H + h) * 2 * hd;
-                memcpy(s->q + ((size_t)t * H + h) * hd, src, sizeof(float) * hd);
+                const float *src = s->qg.host + ((size_t)t * H + h) * 2 * hd;
+                memcpy(s->q.host + ((size_t)t * H + h) * hd, src, sizeof(float) * hd);
                 memcpy(s->gate + ((size_t)t * H + h) * hd, src + hd, sizeof(float) * hd);
             }
-    rp_op_rmsnorm(be, s->q, s->q, L->q_norm, n * H, hd, c->norm_eps, 1);
+        from_host(be, &s->q, (size_t)n * qd);
+    }
+    rp_op_rmsnorm(be, s->q.dev, s->q.dev, L->q_norm, n * H, hd, c->norm_eps, 1);
     rp_op_rmsnorm(be, s->k, s->k, L->k_norm, n * c->n_kv_heads, hd, c->norm_eps, 1);
-    rp_op_rope(be, s->q, n, H, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq, s->rope.attn_factor,
-               1);
+    rp_op_rope(be, s->q.dev, n, H, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
+               s->rope.attn_factor, 1);
     rp_op_rope(be, s->k, n, c->n_kv_heads, hd, s->rope.rot_dim, s->pos, s->rope.inv_freq,
                s->rope.attn_factor, 1);
-    rp_attn_args a = {.q = s->q,
-                      .out = s->att,
+    rp_attn_args a = {.q = s->q.dev,
+                      .out = s->att.dev,
                       .n_tok = n,
                       .pos0 = pos0,
                       .n_heads = H,
@@ -363,10 +450,13 @@ static void full_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int po
                       .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd)};
     rp_blk_attend(be, &kvs->attn, l, s->k, s->v, &a);
-    if (s->out_gate)
+    if (s->out_gate) {
+        to_host(be, &s->att, (size_t)n * qd);
         for (long i = 0; i < (long)n * qd; i++)
-            s->att[i] *= rp_blk_sigmoid(s->gate[i]);
-    rp_op_matmul(be, L->wo, s->att, n, s->h);
+            s->att.host[i] *= rp_blk_sigmoid(s->gate[i]);
+        from_host(be, &s->att, (size_t)n * qd);
+    }
+    rp_op_matmul(be, L->wo, s->att.dev, n, s->h);
 }
 
 static float softplus(float x)
@@ -376,16 +466,17 @@ static float softplus(float x)
 
 /* Qwen3-Next: in_proj_qkvz rows come per key head g as [q_g | k_g | v_g | z_g] (dk, dk,
  * r * dv, r * dv with r = n_v_heads / n_k_heads) and in_proj_ba rows as [b_g | a_g] (r, r);
- * one matmul each into s->fused, then the columns go where Qwen3.5's split projections put
- * them: qkv = [all q | all k | all v], z, b, a. */
+ * one matmul each into s->fused, then the columns go (on the host) where Qwen3.5's split
+ * projections put them: qkv = [all q | all k | all v], z, b, a. */
 static void fused_projections(rp_backend *be, qwen35 *s, layer *L, int n)
 {
     int nk = s->nk, dk = s->dk, dv = s->dv, r = s->nv / s->nk, CD = s->conv_dim, vd = s->nv * s->dv,
         kd = nk * dk, W = CD + vd, grp = 2 * dk + 2 * r * dv;
-    rp_op_matmul(be, L->w_qkvz, s->h, n, s->fused);
+    rp_op_matmul(be, L->w_qkvz, s->h, n, s->fused.dev);
+    to_host(be, &s->fused, (size_t)n * W);
     for (int t = 0; t < n; t++) {
-        const float *src = s->fused + (size_t)t * W;
-        float *qkv = s->qkv + (size_t)t * CD, *z = s->z + (size_t)t * vd;
+        const float *src = s->fused.host + (size_t)t * W;
+        float *qkv = s->qkv.host + (size_t)t * CD, *z = s->z.host + (size_t)t * vd;
         for (int g = 0; g < nk; g++) {
             const float *G = src + (size_t)g * grp;
             memcpy(qkv + g * dk, G, sizeof(float) * dk);
@@ -394,12 +485,13 @@ static void fused_projections(rp_backend *be, qwen35 *s, layer *L, int n)
             memcpy(z + g * r * dv, G + 2 * dk + r * dv, sizeof(float) * r * dv);
         }
     }
-    rp_op_matmul(be, L->w_ba, s->h, n, s->fused);
+    rp_op_matmul(be, L->w_ba, s->h, n, s->fused.dev);
+    to_host(be, &s->fused, (size_t)n * 2 * s->nv);
     for (int t = 0; t < n; t++)
         for (int g = 0; g < nk; g++) {
-            const float *G = s->fused + (size_t)t * 2 * s->nv + g * 2 * r;
-            memcpy(s->b + (size_t)t * s->nv + g * r, G, sizeof(float) * r);
-            memcpy(s->a + (size_t)t * s->nv + g * r, G + r, sizeof(float) * r);
+            const float *G = s->fused.host + (size_t)t * 2 * s->nv + g * 2 * r;
+            memcpy(s->b.host + (size_t)t * s->nv + g * r, G, sizeof(float) * r);
+            memcpy(s->a.host + (size_t)t * s->nv + g * r, G + r, sizeof(float) * r);
         }
 }
 
@@ -414,16 +506,20 @@ static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int 
     if (L->w_qkvz) {
         fused_projections(be, s, L, n);
     } else {
-        rp_op_matmul(be, L->w_qkv, s->h, n, s->qkv);
-        rp_op_matmul(be, L->w_z, s->h, n, s->z);
-        rp_op_matmul(be, L->w_b, s->h, n, s->b);
-        rp_op_matmul(be, L->w_a, s->h, n, s->a);
+        rp_op_matmul(be, L->w_qkv, s->h, n, s->qkv.dev);
+        rp_op_matmul(be, L->w_z, s->h, n, s->z.dev);
+        rp_op_matmul(be, L->w_b, s->h, n, s->b.dev);
+        rp_op_matmul(be, L->w_a, s->h, n, s->a.dev);
+        to_host(be, &s->qkv, (size_t)n * CD);
+        to_host(be, &s->z, (size_t)n * vd);
+        to_host(be, &s->b, (size_t)n * nv);
+        to_host(be, &s->a, (size_t)n * nv);
     }
-    rp_blk_conv1d(s->conv, s->qkv, conv_state, L->conv_w, NULL, n, CD, s->K);
+    float *b = s->b.host, *a = s->a.host, *o = s->o.host;
+    rp_blk_conv1d(s->conv, s->qkv.host, conv_state, L->conv_w, NULL, n, CD, s->K);
     for (long i = 0; i < (long)n * CD; i++)
         s->conv[i] = rp_blk_silu(s->conv[i]);
-    float qscale = 1.0f / sqrtf((float)dk), gw[1024];
-    rp_tensor_to_f32(L->g_norm, gw, dv);
+    float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < n; t++) {
         float *q = s->conv + (size_t)t * CD, *k = q + nk * dk;
         for (int h = 0; h < nk; h++) {
@@ -433,17 +529,17 @@ static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int 
                 q[h * dk + i] *= qscale;
         }
         for (int h = 0; h < nv; h++) { /* in place: b becomes beta, a the log decay g */
-            s->b[t * nv + h] = rp_blk_sigmoid(s->b[t * nv + h]);
-            s->a[t * nv + h] = L->neg_a[h] * softplus(s->a[t * nv + h] + L->dt_bias[h]);
+            b[t * nv + h] = rp_blk_sigmoid(b[t * nv + h]);
+            a[t * nv + h] = L->neg_a[h] * softplus(a[t * nv + h] + L->dt_bias[h]);
         }
     }
     rp_delta_args da = {.q = s->conv,
                         .k = s->conv + nk * dk,
                         .v = s->conv + 2 * nk * dk,
-                        .g = s->a,
-                        .beta = s->b,
+                        .g = a,
+                        .beta = b,
                         .state = S,
-                        .out = s->o,
+                        .out = o,
                         .n_tok = n,
                         .n_k_heads = nk,
                         .n_v_heads = nv,
@@ -453,23 +549,25 @@ static void linear_attention(rp_model *m, qwen35 *s, qwen35_kv *kvs, int l, int 
                         .k_stride = CD,
                         .v_stride = CD,
                         .out_stride = vd};
-    rp_op_gated_delta(be, &da);
+    rp_op_gated_delta(s->host_be ? s->host_be : be, &da);
+    const float *gw = L->g_norm_f;
     for (int t = 0; t < n; t++) {
-        float *o = s->o + (size_t)t * vd, *z = s->z + (size_t)t * vd;
+        float *ot = o + (size_t)t * vd, *z = s->z.host + (size_t)t * vd;
         for (int h = 0; h < nv; h++) {
             /* gated RMS norm of the head's output */
             float ss = 0.0f;
             for (int j = 0; j < dv; j++)
-                ss += o[h * dv + j] * o[h * dv + j];
+                ss += ot[h * dv + j] * ot[h * dv + j];
             float inv = 1.0f / sqrtf(ss / (float)dv + c->norm_eps);
             for (int j = 0; j < dv; j++)
-                o[h * dv + j] = o[h * dv + j] * inv * gw[j] * rp_blk_silu(z[h * dv + j]);
+                ot[h * dv + j] = ot[h * dv + j] * inv * gw[j] * rp_blk_silu(z[h * dv + j]);
         }
     }
-    rp_op_matmul(be, L->w_out, s->o, n, s->h);
+    from_host(be, &s->o, (size_t)n * vd);
+    rp_op_matmul(be, L->w_out, s->o.dev, n, s->h);
 }
 
-/* SwiGLU of n rows of s->h (or rows given in x) through gate/up/down into y. */
+/* SwiGLU of n rows x through gate/up/down into y. */
 static void swiglu(rp_backend *be, qwen35 *s, const rp_tensor *g, const rp_tensor *u,
                    const rp_tensor *d, const float *x, int n, float *y)
 {
@@ -479,40 +577,38 @@ static void swiglu(rp_backend *be, qwen35 *s, const rp_tensor *g, const rp_tenso
     rp_op_matmul(be, d, s->ffa, n, y);
 }
 
-/* Routed experts (tokens grouped by expert) plus the gated shared expert, into s->h. */
+/* Routed experts (tokens grouped by expert) plus the gated shared expert of the rows of
+ * s->h, each added to the residual s->x with its weight. */
 static void moe_mlp(rp_model *m, qwen35 *s, layer *L, int n)
 {
     rp_backend *be = m->be;
     int D = m->cfg.dim, K = s->top_k;
-    rp_op_matmul(be, L->router, s->h, n, s->rlog);
-    rp_blk_route_compute(&s->route, s->rlog, n,
+    rp_op_matmul(be, L->router, s->h, n, s->rlog.dev);
+    to_host(be, &s->rlog, (size_t)n * s->n_exp);
+    rp_blk_route_compute(&s->route, s->rlog.host, n,
                          s->norm_topk ? RP_ROUTE_SOFTMAX_TOPK_NORM : RP_ROUTE_SOFTMAX_TOPK);
-    memset(s->acc, 0, sizeof(float) * (size_t)n * D);
     for (int e = 0; e < s->n_exp; e++) {
         int b = s->route.start[e], cnt = s->route.start[e + 1] - b;
         if (cnt == 0) continue;
-        for (int i = 0; i < cnt; i++)
-            memcpy(s->xe + (size_t)i * D, s->h + (size_t)(s->route.order[b + i] / K) * D,
-                   sizeof(float) * D);
-        swiglu(be, s, &L->ex_gate[e], &L->ex_up[e], &L->ex_down[e], s->xe, cnt, s->ye);
         for (int i = 0; i < cnt; i++) {
             int slot = s->route.order[b + i];
-            float w = s->route.w[slot], *dst = s->acc + (size_t)(slot / K) * D;
-            const float *src = s->ye + (size_t)i * D;
-            for (int d = 0; d < D; d++)
-                dst[d] += w * src[d];
+            s->rows[i] = slot / K;
+            s->rw[i] = s->route.w[slot];
         }
+        rp_op_gather_rows(be, s->xe, s->h, s->rows, cnt, D);
+        swiglu(be, s, &L->ex_gate[e], &L->ex_up[e], &L->ex_down[e], s->xe, cnt, s->ye);
+        rp_op_scatter_add(be, s->x, s->ye, s->rows, s->rw, cnt, D);
     }
     if (L->sh_gate) {
-        rp_op_matmul(be, L->sh_gate_w, s->h, n, s->shg);
-        swiglu(be, s, L->sh_gate, L->sh_up, L->sh_down, s->h, n, s->ye);
+        rp_op_matmul(be, L->sh_gate_w, s->h, n, s->shg.dev);
+        to_host(be, &s->shg, (size_t)n);
         for (int t = 0; t < n; t++) {
-            float g = rp_blk_sigmoid(s->shg[t]);
-            for (int d = 0; d < D; d++)
-                s->acc[(size_t)t * D + d] += g * s->ye[(size_t)t * D + d];
+            s->rows[t] = t;
+            s->rw[t] = rp_blk_sigmoid(s->shg.host[t]);
         }
+        swiglu(be, s, L->sh_gate, L->sh_up, L->sh_down, s->h, n, s->ye);
+        rp_op_scatter_add(be, s->x, s->ye, s->rows, s->rw, n, D);
     }
-    memcpy(s->h, s->acc, sizeof(float) * (size_t)n * D);
 }
 
 static rp_status q35_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, float *logits,
@@ -524,10 +620,9 @@ static rp_status q35_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, 
     rp_backend *be = m->be;
     int pos0 = kv->len, D = c->dim;
     rp_rope_update(&s->rope, pos0 + n);
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
-        rp_tensor_row_f32(s->embed, ids[t], s->x + (size_t)t * D);
-    }
+    rp_op_embed(be, s->embed, ids, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &s->layers[l];
         rp_op_rmsnorm(be, s->h, s->x, L->in_norm, n, D, c->norm_eps, 1);
@@ -537,24 +632,24 @@ static rp_status q35_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n, 
             full_attention(m, s, kvs, l, pos0, n);
         rp_op_add(be, s->x, s->h, (int64_t)n * D);
         rp_op_rmsnorm(be, s->h, s->x, L->post_norm, n, D, c->norm_eps, 1);
-        if (L->router)
-            moe_mlp(m, s, L, n);
-        else
+        if (L->router) {
+            moe_mlp(m, s, L, n); /* adds into s->x itself */
+        } else {
             swiglu(be, s, L->w_gate, L->w_up, L->w_down, s->h, n, s->h);
-        rp_op_add(be, s->x, s->h, (int64_t)n * D);
+            rp_op_add(be, s->x, s->h, (int64_t)n * D);
+        }
     }
     kv->len = pos0 + n;
-    if (logits && n_logits > 0) {
-        const float *last = s->x + (size_t)(n - n_logits) * D;
-        rp_op_rmsnorm(be, s->h, last, s->final_norm, n_logits, D, c->norm_eps, 1);
-        rp_op_matmul(be, s->lm_head, s->h, n_logits, logits);
-    }
+    if (logits && n_logits > 0)
+        rp_blk_logits(m, s->x, s->h, s->out, s->final_norm, s->lm_head, n, n_logits, c->norm_eps,
+                      1, logits);
     (void)err;
     return RP_OK;
 }
 
 const rp_arch rp_arch_qwen3_5 = {
     .name = "qwen3_5",
+    .gpu = 1,
     .init = q35_init,
     .deinit = q35_deinit,
     .forward = q35_forward,

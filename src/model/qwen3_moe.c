@@ -316,14 +316,9 @@ static rp_status qmoe_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n,
             dense_block(m, s, L, n);
     }
     kv->len = pos0 + n;
-    if (logits && n_logits > 0) {
-        const float *last = s->x + (size_t)(n - n_logits) * c->dim;
-        rp_op_rmsnorm(m->be, s->h, last, s->final_norm, n_logits, c->dim, c->norm_eps, 0);
-        rp_op_matmul(m->be, s->lm_head, s->h, n_logits, s->out ? s->out : logits);
-        if (s->out)
-            rp_backend_to_host(m->be, logits, s->out,
-                               sizeof(float) * (size_t)n_logits * c->vocab_size);
-    }
+    if (logits && n_logits > 0)
+        rp_blk_logits(m, s->x, s->h, s->out, s->final_norm, s->lm_head, n, n_logits, c->norm_eps,
+                      0, logits);
     (void)err;
     return RP_OK;
 }

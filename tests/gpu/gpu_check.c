@@ -15,7 +15,8 @@
  * the CPU's bf16 logits are 0.36 from transformers there). That CPU distance over BF16_TOL is
  * the fixture's rounding sensitivity, which also scales the MLX prefill tolerance. MLX
  * 4/8-bit kernels and quantized fixtures: gpu_check_quant.c (arguments: "kernels", "qkernels", a fixture name,
- * "quant" for every quantized fixture, none for everything).
+ * "quant" for every quantized fixture, none for everything); GGUF weights: gpu_check_gguf.c
+ * (with the quantized kernel checks, and "gguf" for every fixture's GGUF twins).
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,7 +44,8 @@ static const char *g_dense[] = {"llama_gqa",   "llama_tied_mha",    "llama_headd
                                 "llama3_rope", "llama_linear_rope", "llama_yarn_rope",
                                 "llama_sharded", "mistral",         "qwen2",
                                 "qwen2_untied", "qwen3",            "qwen3_untied",
-                                "phi3",        "gemma3",            "qwen3_moe"};
+                                "phi3",        "gemma3",            "qwen3_moe",
+                                "gpt_oss",     "lfm2",              "qwen3_5"};
 
 static int g_fail, g_pass;
 
@@ -543,8 +545,10 @@ static void kernel_checks(int dense, int quant)
     }
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
                down[1] = {4096}, head[1] = {65536};
-    if (quant)
+    if (quant) {
         gpu_quant_kernel_checks(be);
+        gpu_gguf_kernel_checks(be);
+    }
     if (!dense) {
         rp_backend_free(be);
         return;
@@ -571,6 +575,12 @@ static void kernel_checks(int dense, int quant)
     rp_backend_free(be);
     attention_checks();
     gpu_decode_checks();
+}
+
+float gpu_bf16_tol(float sensitivity)
+{
+    float dc = BF16_TOL * sensitivity;
+    return dc + BF16_GPU_EXTRA > BF16_TOL && sensitivity > 1.0f ? dc + BF16_GPU_EXTRA : BF16_TOL;
 }
 
 /* The fixture's rounding sensitivity (see the top): its bf16 weights' distance from
@@ -611,8 +621,13 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof g_dense / sizeof *g_dense; i++) {
         if (all || strcmp(argv[1], g_dense[i]) == 0)
             run_fixture(g_dense[i]);
-        if (all || strcmp(argv[1], g_dense[i]) == 0 || strcmp(argv[1], "quant") == 0)
-            gpu_quant_fixture(g_dense[i], sensitivity(g_dense[i]));
+        int q = all || strcmp(argv[1], g_dense[i]) == 0 || strcmp(argv[1], "quant") == 0,
+            gg = all || strcmp(argv[1], g_dense[i]) == 0 || strcmp(argv[1], "gguf") == 0;
+        float sens = q || gg ? sensitivity(g_dense[i]) : 1.0f;
+        if (q)
+            gpu_quant_fixture(g_dense[i], sens);
+        if (gg)
+            gpu_gguf_fixture(g_dense[i], sens);
     }
     printf("gpu_check: %d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

@@ -1,19 +1,34 @@
 /* tests/gpu/gpu_check.h - what the parts of rapid_gpu_check share: the one check reporter
- * (gpu_check.c counts passes and failures) and the MLX 4/8-bit checks (gpu_check_quant.c).
+ * (gpu_check.c counts passes and failures), the MLX 4/8-bit checks (gpu_check_quant.c),
+ * the GGUF ones (gpu_check_gguf.c) and the decode attention and one-token matvec ones
+ * (gpu_check_decode.c).
  * Threading: single-threaded test program. Errors: a failed check is counted, never fatal.
  */
 #ifndef RP_TESTS_GPU_CHECK_H
 #define RP_TESTS_GPU_CHECK_H
 
 #include "backend/backend.h"
+#include "fixture_util.h"
 
 /* Prints one line ("ok"/"FAIL", name, what, value, tolerance) and counts it. */
 void gpu_check_report(int ok, const char *name, const char *what, double v, double tol);
+/* The bf16-vs-f32 logit tolerance of a fixture of this rounding sensitivity: BF16_TOL, or
+ * the CPU's own bf16 distance plus BF16_GPU_EXTRA when that is more (gpu_check.c). */
+float gpu_bf16_tol(float sensitivity);
 /* The quantized-weight kernels at the 8B shapes against a host reference. */
 void gpu_quant_kernel_checks(rp_backend *be);
 /* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens; the prefill
  * tolerance is scaled by the fixture's rounding sensitivity (>= 1, gpu_check.c). */
 void gpu_quant_fixture(const char *name, float sensitivity);
+/* GPU vs the CPU's reference kernels on the quantized model at path (a checkpoint dir or a
+ * GGUF file): prefill, decode, greedy tokens (gpu_check_quant.c); label names the format. */
+void gpu_quant_compare(const fixture *f, const char *name, const char *path, const char *label,
+                       float sensitivity);
+/* GGUF weights on the GPU (gpu_check_gguf.c): random Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K
+ * matrices against a host reference, and GGUF twins of fixture `name` (Q8_0, Q4_0; more
+ * types for llama_gqa) against the CPU's reference kernels. */
+void gpu_gguf_kernel_checks(rp_backend *be);
+void gpu_gguf_fixture(const char *name, float sensitivity);
 /* The decode attention kernel against a host reference (gpu_check_decode.c); the timing
  * runs of `rapid_gpu_check dectime`. */
 void gpu_decode_checks(void);

@@ -8,14 +8,31 @@
  * does (tolerance 2e-3, as the bf16 GEMM check). Also: group sizes 32 and 128, f32 and f16
  * scales, 8-bit weights, the embedding lookup.
  *
- * Fixture checks: every dense fixture quantized by rp_quantize_dir (`rapid quantize`) to
+ * Fixture checks: every fixture quantized by rp_quantize_dir (`rapid quantize`) to
  * MLX 4-bit and 8-bit, group 64 (llama_gqa also group 32), run on the GPU and on the CPU's
- * reference kernels: prefill logits (every position, QUANT_GPU_TOL) and token-by-token
- * decode logits (QUANT_DEC_TOL), and greedy tokens through the engine equal. The CPU's
- * optimised kernels quantize activations to int8 (one part) and are compared as info.
+ * reference kernels (f32 activations, exact dequantized weights):
+ *  - prefill logits, every position: the GPU rounds each dequantized weight and each
+ *    activation to bf16, as bf16 weights against f32 ones, so the bf16-vs-transformers
+ *    tolerance of the fixture applies (gpu_bf16_tol: 0.25, or what the CPU's own bf16 model
+ *    is from transformers plus 0.05 where the fixture amplifies rounding more); or, where a
+ *    quantized twin amplifies rounding past that (qwen3_5's 4-bit one: its fast CPU kernels
+ *    are 70% of max |logit| from the reference, quant_families_test.c), the GPU is held to
+ *    QUANT_SAME_TOL of the CPU's optimised prefill, which on AMX rounds the dequantized
+ *    weights and the activations to bf16 as the GPU does (only the summation order differs:
+ *    the bf16 GPU-vs-CPU check's 0.2);
+ *  - token-by-token decode logits: the GPU's two-part int8 x is within 1/64516 of each
+ *    run's max, 1/254 of the one-part error of the CPU's optimised kernels, whose distance dk
+ *    from the reference measures how much the fixture amplifies activation error: tolerance
+ *    max(QUANT_DEC_TOL, 4 dk / 254);
+ *  - greedy tokens through the engine: equal, or where the two part, the GPU's token within
+ *    twice the prefill tolerance of the reference's best logit under teacher forcing (a near
+ *    tie the logit tolerance covers; later tokens then follow another path and are not
+ *    compared). Near ties are printed as info.
+ * The CPU's optimised kernels are compared as info.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,12 +46,8 @@
 #include "model/model.h"
 #include "model/quantize.h"
 
-/* GPU vs the CPU's reference kernels (f32 activations) on the same quantized weights. GPU
- * prefill rounds activations and dequantized weights to bf16: as the bf16 check's 0.2, times
- * the fixture's rounding sensitivity (gpu_check.c; 1 but for fixtures that amplify it). GPU
- * decode's two-part int8 activations are within 1/64516 of each run's max: near f32. */
-#define QUANT_GPU_TOL 0.2f
 #define QUANT_DEC_TOL 0.01f
+#define QUANT_SAME_TOL 0.2f
 
 static uint64_t q_rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd32(void)
@@ -379,9 +392,122 @@ static int qgreedy(rp_model *m, const fixture *f, int32_t *out)
     return n;
 }
 
+/* The reference's logits after the prompt and the first `k` GPU tokens (teacher forcing):
+ * a vocab row, rp_free; NULL on failure. */
+static float *forced_last(rp_model *m, const fixture *f, const int32_t *gen, int k)
+{
+    int32_t ids[128];
+    int n = f->n_ids + k;
+    if (n > 128)
+        return NULL;
+    memcpy(ids, f->ids, sizeof(int32_t) * (size_t)f->n_ids);
+    memcpy(ids + f->n_ids, gen, sizeof(int32_t) * (size_t)k);
+    rp_kv *kv = NULL;
+    rp_err err = {0};
+    float *lg = rp_alloc(sizeof(float) * (size_t)f->vocab);
+    if (!lg || rp_kv_new(m, 128, &kv, &err) || rp_model_eval(m, kv, ids, n, lg, 0, &err)) {
+        rp_free(lg);
+        lg = NULL;
+    }
+    rp_kv_free(kv);
+    return lg;
+}
+
+/* Greedy tokens tg (GPU) against tc (reference model c): 0 when equal or when at the first
+ * step where they part the GPU's token is within eps of the reference's best under teacher
+ * forcing (*tie = that step + 1); else the number of differing tokens. */
+static int greedy_apart(rp_model *c, const fixture *f, const int32_t *tg, int ng,
+                        const int32_t *tc, int nc, float eps, int *tie, float *gap)
+{
+    *tie = 0;
+    *gap = 0;
+    if (ng != nc || ng < 0)
+        return ng < 0 ? 64 : abs(ng - nc) + 1;
+    int i = 0;
+    while (i < ng && tg[i] == tc[i])
+        i++;
+    if (i == ng)
+        return 0;
+    float *lg = forced_last(c, f, tg, i);
+    if (!lg)
+        return ng - i;
+    float best = lg[0];
+    for (int v = 1; v < f->vocab; v++)
+        best = lg[v] > best ? lg[v] : best;
+    *gap = best - lg[tg[i]];
+    rp_free(lg);
+    if (*gap <= eps) {
+        *tie = i + 1;
+        return 0;
+    }
+    int d = 0;
+    for (int k = i; k < ng; k++)
+        d += tg[k] != tc[k];
+    return d;
+}
+
+/* GPU vs the CPU's reference kernels on the quantized model at `path` (a checkpoint dir or
+ * a GGUF file); `label` names the format in the report lines (tolerances at the top). */
+void gpu_quant_compare(const fixture *f, const char *name, const char *path, const char *label,
+                       float sens)
+{
+    char what[96];
+    /* c: the CPU's plain-C reference kernels (f32 activations); k: its optimised kernels,
+     * whose int8 / bf16 activations differ by ISA (compared as info) */
+    rp_model *g = qload(path, RP_DEVICE_CUDA, 0), *c = qload(path, RP_DEVICE_CPU, 1),
+             *k = qload(path, RP_DEVICE_CPU, 0);
+    if (g && c && k) {
+        float ptol = gpu_bf16_tol(sens);
+        float *pg = qprefill(g, f), *pc = qprefill(c, f), *pk = qprefill(k, f);
+        long np = (long)f->n_ids * f->vocab;
+        float d = pg && pc ? max_abs_diff(pg, pc, np) : INFINITY;
+        float dfast = pg && pk ? max_abs_diff(pg, pk, np) : INFINITY;
+        if (d <= ptol || dfast > QUANT_SAME_TOL) {
+            snprintf(what, sizeof what, "%s prefill GPU vs CPU ref", label);
+            gpu_check_report(d <= ptol, name, what, d, ptol);
+        } else {
+            snprintf(what, sizeof what, "%s prefill GPU vs CPU bf16 (ref %.3g)", label, d);
+            gpu_check_report(1, name, what, dfast, QUANT_SAME_TOL);
+        }
+        rp_free(pg);
+        rp_free(pc);
+        rp_free(pk);
+        float *dg = qdecode(g, f), *dc = qdecode(c, f), *dk = qdecode(k, f);
+        long nd = (long)(f->n_ids - 2) * f->vocab;
+        float dkc = dk && dc ? max_abs_diff(dk, dc, nd) : INFINITY;
+        float dkg = dk && dg ? max_abs_diff(dk, dg, nd) : INFINITY;
+        float dtol = 4.0f * dkc / 254.0f > QUANT_DEC_TOL ? 4.0f * dkc / 254.0f : QUANT_DEC_TOL;
+        d = dg && dc ? max_abs_diff(dg, dc, nd) : INFINITY;
+        snprintf(what, sizeof what, "%s decode GPU vs CPU ref", label);
+        gpu_check_report(d <= dtol, name, what, d, dtol);
+        rp_free(dg);
+        rp_free(dc);
+        rp_free(dk);
+        int32_t tg[64], tc[64], tk[64];
+        int ng = qgreedy(g, f, tg), nc = qgreedy(c, f, tc), nk = qgreedy(k, f, tk), tie, tk_tie;
+        float gap, gap_k;
+        int mism = greedy_apart(c, f, tg, ng, tc, nc, 2 * ptol, &tie, &gap);
+        int mk = greedy_apart(c, f, tk, nk, tc, nc, 2 * ptol, &tk_tie, &gap_k);
+        snprintf(what, sizeof what, "%s greedy GPU == CPU ref (%d)", label, ng);
+        gpu_check_report(mism == 0, name, what, mism, 0);
+        if (tie)
+            printf("info  %-18s %s greedy: parts from the CPU ref at token %d on a near tie "
+                   "(the reference's best is %.3g above the GPU's token)\n",
+                   name, label, tie, gap);
+        printf("info  %-18s %s CPU kernels vs CPU ref: decode %.3g, greedy %d differ%s; "
+               "vs GPU: decode %.3g\n",
+               name, label, dkc, mk, tk_tie ? " (after a near tie)" : "", dkg);
+    } else {
+        gpu_check_report(0, name, label, 0, 0);
+    }
+    rp_model_free(k);
+    rp_model_free(g);
+    rp_model_free(c);
+}
+
 static void quant_one(const fixture *f, const char *name, int bits, int gs, float sens)
 {
-    char dir[512], what[96];
+    char dir[512], label[32];
     snprintf(dir, sizeof dir, "/tmp/rp_gpuq_XXXXXX");
     if (!mkdtemp(dir)) {
         gpu_check_report(0, name, "mkdtemp", 0, 0);
@@ -394,43 +520,8 @@ static void quant_one(const fixture *f, const char *name, int bits, int gs, floa
         gpu_check_report(0, name, "quantize", 0, 0);
         return;
     }
-    /* c: the CPU's plain-C reference kernels (f32 activations); k: its optimised kernels,
-     * whose int8 / bf16 activations differ by ISA (compared as info) */
-    rp_model *g = qload(dir, RP_DEVICE_CUDA, 0), *c = qload(dir, RP_DEVICE_CPU, 1),
-             *k = qload(dir, RP_DEVICE_CPU, 0);
-    if (g && c && k) {
-        float *pg = qprefill(g, f), *pc = qprefill(c, f);
-        float d = pg && pc ? max_abs_diff(pg, pc, (long)f->n_ids * f->vocab) : INFINITY;
-        snprintf(what, sizeof what, "mlx%d g%d prefill GPU vs CPU ref", bits, gs);
-        gpu_check_report(d <= QUANT_GPU_TOL * sens, name, what, d, QUANT_GPU_TOL * sens);
-        rp_free(pg);
-        rp_free(pc);
-        float *dg = qdecode(g, f), *dc = qdecode(c, f), *dk = qdecode(k, f);
-        long nd = (long)(f->n_ids - 2) * f->vocab;
-        d = dg && dc ? max_abs_diff(dg, dc, nd) : INFINITY;
-        snprintf(what, sizeof what, "mlx%d g%d decode GPU vs CPU ref", bits, gs);
-        gpu_check_report(d <= QUANT_DEC_TOL, name, what, d, QUANT_DEC_TOL);
-        float dkc = dk && dc ? max_abs_diff(dk, dc, nd) : INFINITY;
-        float dkg = dk && dg ? max_abs_diff(dk, dg, nd) : INFINITY;
-        rp_free(dg);
-        rp_free(dc);
-        rp_free(dk);
-        int32_t tg[64], tc[64], tk[64];
-        int ng = qgreedy(g, f, tg), nc = qgreedy(c, f, tc), nk = qgreedy(k, f, tk);
-        int mism = ng != nc || ng < 0, mk = nk != nc || nk < 0;
-        for (int i = 0; ng == nc && i < ng && i < 64; i++)
-            mism += tg[i] != tc[i];
-        for (int i = 0; nk == nc && i < nk && i < 64; i++)
-            mk += tk[i] != tc[i];
-        snprintf(what, sizeof what, "mlx%d g%d greedy GPU == CPU ref (%d)", bits, gs, ng);
-        gpu_check_report(mism == 0, name, what, mism, 0);
-        printf("info  %-18s mlx%d g%d CPU kernels vs CPU ref: decode %.3g, greedy %d differ; "
-               "vs GPU: decode %.3g\n",
-               name, bits, gs, dkc, mk, dkg);
-    }
-    rp_model_free(k);
-    rp_model_free(g);
-    rp_model_free(c);
+    snprintf(label, sizeof label, "mlx%d g%d", bits, gs);
+    gpu_quant_compare(f, name, dir, label, sens);
     fixture_remove(dir);
 }
 

@@ -941,6 +941,17 @@ static void cpu_gelu_mul(rp_backend *b, float *out, const float *gate, const flo
     }
 }
 
+static void cpu_swiglu_clamp(rp_backend *b, float *out, const float *gate, const float *up,
+                             int64_t n, float limit, float alpha)
+{
+    (void)b;
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i] < limit ? gate[i] : limit;
+        float u = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        out[i] = (u + 1.0f) * g * (1.0f / (1.0f + expf(-alpha * g)));
+    }
+}
+
 static void cpu_scale(rp_backend *b, float *x, float s, int64_t n)
 {
     (void)b;
@@ -1140,6 +1151,7 @@ static const rp_backend_vt g_cpu_vt = {
     .buf_alloc = cpu_buf_alloc,
     .buf_free = cpu_buf_free,
     .to_host = cpu_to_host,
+    .from_host = cpu_to_host, /* host memory both ways: a copy */
     .weight = cpu_weight,
     .read_bandwidth = cpu_read_bandwidth,
     .matmul = cpu_matmul,
@@ -1156,6 +1168,7 @@ static const rp_backend_vt g_cpu_vt = {
     .kv_store = cpu_kv_store,
     .attention_step = cpu_attention_step,
     .gelu_mul = cpu_gelu_mul,
+    .swiglu_clamp = cpu_swiglu_clamp,
     .scale = cpu_scale,
     .scatter_add = cpu_scatter_add,
 };

@@ -12,7 +12,14 @@
  *  4. MLX 4/8-bit weights stay quantized: the packed words as stored, and the scales and
  *     biases interleaved into one (scale, bias) array in their own type (cuda_quant.h); the
  *     device tensor's scales and biases both point at it. Matmuls and embedding lookups of
- *     them go to cuda_quant.cu. Other quantized types (GGUF, MXFP4) are refused at upload.
+ *     them go to cuda_quant.cu.
+ *  5. GGUF weights: the types whose groups are affine (Q4_0, Q4_1, Q4_K as 4-bit; Q8_0, Q5_0,
+ *     Q5_1, Q5_K as 8-bit) are rewritten at upload into that MLX form with group 32 and f16
+ *     scales (backend/quant_affine.h: exact but for the K types' scale products, rounded
+ *     once to f16), so they run on the same kernels. Q6_K (16-element sub-blocks) is expanded
+ *     to f16 (each value rounded once: 2^-11 relative, 1/32 of a Q6_K step or less), MXFP4
+ *     (gpt-oss experts) to bf16, which holds its values exactly; 4-bit kernels for these two
+ *     are not written yet.
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +27,8 @@
 #include "backend/backend_impl.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
+#include "backend/quant.h"
+#include "backend/quant_affine.h"
 #include "base/alloc.h"
 #include "base/half.h"
 #include "base/status.h"
@@ -136,6 +145,11 @@ static void cuda_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
     rp_cuda_to_host(CB(bk)->ctx, dst, src, n);
 }
 
+static void cuda_from_host(rp_backend *bk, void *dst, const void *src, size_t n)
+{
+    rp_cuda_upload(CB(bk)->ctx, dst, src, n);
+}
+
 /* Uploads n bytes of host memory into a new tracked device allocation. */
 static rp_status upload(cuda_backend *b, const void *host, size_t bytes, void **out, rp_err *err)
 {
@@ -202,6 +216,76 @@ static rp_status mlx_weight(cuda_backend *b, const rp_tensor *src, rp_tensor *ds
     return RP_OK;
 }
 
+/* A GGUF block-type weight (note 5): as an MLX one, or expanded to f16. */
+static rp_status gguf_weight(cuda_backend *b, const rp_tensor *src, rp_tensor *dst, rp_err *err)
+{
+    rp_dtype dt = src->dtype;
+    int bits = rp_quant_affine_bits(dt);
+    long rows = (long)src->shape[0], cols = (long)src->shape[1];
+    if (src->n_dims != 2)
+        return rp_err_set(err, RP_ERR_UNSUPPORTED,
+                          "%s tensor of %d dimensions: the CUDA backend takes 2-D quantized "
+                          "weights; use --device cpu",
+                          rp_dtype_name(dt), src->n_dims);
+    size_t n = (size_t)rows * (size_t)cols, rb = rp_dtype_row_bytes(dt, cols);
+    if (bits) {
+        uint32_t *q = rp_alloc(n * (size_t)bits / 8 + 4);
+        uint16_t *sc = rp_alloc(2 * (n / 32) + 2), *bi = rp_alloc(2 * (n / 32) + 2);
+        rp_status rc = RP_OK;
+        if (!q || !sc || !bi)
+            rc = rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+        for (long r = 0; rc == RP_OK && r < rows; r++) {
+            size_t e = (size_t)r * (size_t)cols;
+            rp_quant_affine_row(dt, (const uint8_t *)src->data + (size_t)r * rb, cols,
+                                q + e * (size_t)bits / 32, sc + e / 32, bi + e / 32);
+        }
+        rp_tensor m = {.dtype = bits == 4 ? RP_DT_MLX4 : RP_DT_MLX8,
+                       .n_dims = 2,
+                       .shape = {rows, cols},
+                       .data = q,
+                       .n_bytes = n * (size_t)bits / 8,
+                       .scales = sc,
+                       .biases = bi,
+                       .scale_dtype = RP_DT_F16,
+                       .group_size = 32};
+        if (rc == RP_OK)
+            rc = mlx_weight(b, &m, dst, err);
+        rp_free(q);
+        rp_free(sc);
+        rp_free(bi);
+        return rc;
+    }
+    if (rp_dtype_block(dt) <= 1)
+        return rp_err_set(err, RP_ERR_UNSUPPORTED,
+                          "%s weights: the CUDA backend takes f32, f16, bf16, MLX 4/8-bit, MXFP4 "
+                          "and the GGUF Q4/Q5/Q6/Q8 types; use --device cpu",
+                          rp_dtype_name(dt));
+    /* MXFP4 values are e2m1 times a power of two: exact in bf16 (same exponent range);
+     * Q6_K's products of a 6-bit code, an int8 scale and d are rounded once to f16 */
+    int bf = dt == RP_DT_MXFP4;
+    uint16_t *h = rp_alloc(2 * n + 2);
+    float *row = rp_alloc(sizeof(float) * (size_t)cols);
+    rp_status rc = h && row ? RP_OK : rp_err_set(err, RP_ERR_NOMEM, "out of memory");
+    for (long r = 0; rc == RP_OK && r < rows; r++) {
+        rp_quant_dequant_row(src, r, row);
+        for (long c = 0; c < cols; c++)
+            h[(size_t)r * (size_t)cols + (size_t)c] = bf ? rp_f32_to_bf16(row[c])
+                                                         : rp_f32_to_f16(row[c]);
+    }
+    void *d = NULL;
+    if (rc == RP_OK)
+        rc = upload(b, h, 2 * n, &d, err);
+    rp_free(h);
+    rp_free(row);
+    if (rc)
+        return rc;
+    *dst = *src;
+    dst->dtype = bf ? RP_DT_BF16 : RP_DT_F16;
+    dst->data = d;
+    dst->n_bytes = 2 * n;
+    return RP_OK;
+}
+
 static rp_status cuda_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst, rp_err *err)
 {
     cuda_backend *b = CB(bk);
@@ -209,10 +293,7 @@ static rp_status cuda_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *ds
         return mlx_weight(b, src, dst, err);
     if (src->n_dims >= 2 && src->dtype != RP_DT_F32 && src->dtype != RP_DT_F16 &&
         src->dtype != RP_DT_BF16)
-        return rp_err_set(err, RP_ERR_UNSUPPORTED,
-                          "%s weights run on the CPU only so far (the CUDA backend takes f32, "
-                          "f16, bf16 and MLX 4/8-bit): use --device cpu",
-                          rp_dtype_name(src->dtype));
+        return gguf_weight(b, src, dst, err);
     *dst = *src;
     int64_t n = src->n_dims == 1 ? src->shape[0] : src->shape[0] * src->shape[1];
     float *f32 = NULL;
@@ -264,6 +345,18 @@ static void cuda_matmul(rp_backend *bk, const rp_tensor *w, const float *x, int 
     if (is_mlx(w->dtype)) {
         rp_cuda_qw q = qw_of(w);
         const rp_cuda_qw *qp = &q;
+        if (w->shape[0] < 16 && n_tok > 4) {
+            /* a router or a DeltaNet gate projection (a few rows): its activations stay
+             * near-f32 through the decode kernels (two int8 parts), as the dense path keeps
+             * them f32 there: top-k routing and the decay's exp turn bf16 rounding into
+             * different experts / states */
+            for (int t0 = 0; t0 < n_tok; t0 += 4) {
+                float *yt = y + (size_t)t0 * (size_t)w->shape[0];
+                rp_cuda_qmatmul_n(CB(bk)->ctx, 1, &qp, x + (size_t)t0 * (size_t)w->shape[1],
+                                  n_tok - t0 < 4 ? n_tok - t0 : 4, &yt);
+            }
+            return;
+        }
         rp_cuda_qmatmul_n(CB(bk)->ctx, 1, &qp, x, n_tok, &y);
         return;
     }
@@ -282,11 +375,14 @@ static void cuda_matmul_n(rp_backend *bk, int n, const rp_tensor *const *w, cons
     for (int i = 0; i < n; i++)
         if (is_mlx(w[i]->dtype))
             q[n_q++] = qw_of(w[i]);
-    if (n_q == n) {
+    int small = 0; /* a few-row quantized matrix takes cuda_matmul's near-f32 route */
+    for (int i = 0; i < n; i++)
+        small |= is_mlx(w[i]->dtype) && w[i]->shape[0] < 16 && n_tok > 4;
+    if (n_q == n && !small) {
         rp_cuda_qmatmul_n(CB(bk)->ctx, n, qp, x, n_tok, y);
         return;
     }
-    if (n_q) { /* mixed: one call each */
+    if (n_q) { /* mixed (or a few-row matrix): one call each */
         for (int i = 0; i < n; i++)
             cuda_matmul(bk, w[i], x, n_tok, y[i]);
         return;
@@ -392,6 +488,9 @@ static void cuda_attention_step(rp_backend *bk, int layer, const rp_step_attn *a
 {
     rp_cuda_attention(CB(bk)->ctx, layer, a->q, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
                       a->scale, a->window);
+    if (a->sinks) /* a device array (the model uploads it as a 1-D weight) */
+        rp_cuda_attn_sinks(CB(bk)->ctx, layer, a->q, a->out, a->sinks, a->n_heads,
+                           a->n_kv_heads, a->head_dim, a->scale, a->window);
 }
 
 static void cuda_argmax_rows(rp_backend *bk, const float *x, int n_rows, int n, int32_t *out)
@@ -402,6 +501,12 @@ static void cuda_argmax_rows(rp_backend *bk, const float *x, int n_rows, int n, 
 static void cuda_gelu_mul(rp_backend *bk, float *out, const float *g, const float *u, int64_t n)
 {
     rp_cuda_gelu_mul(CB(bk)->ctx, out, g, u, n);
+}
+
+static void cuda_swiglu_clamp(rp_backend *bk, float *out, const float *g, const float *u,
+                              int64_t n, float limit, float alpha)
+{
+    rp_cuda_swiglu_clamp(CB(bk)->ctx, out, g, u, n, limit, alpha);
 }
 
 static void cuda_scale(rp_backend *bk, float *x, float s, int64_t n)
@@ -420,6 +525,7 @@ static const rp_backend_vt g_cuda_vt = {
     .buf_alloc = cuda_buf_alloc,
     .buf_free = cuda_buf_free,
     .to_host = cuda_to_host,
+    .from_host = cuda_from_host,
     .weight = cuda_weight,
     .read_bandwidth = cuda_read_bandwidth,
     .matmul = cuda_matmul,
@@ -437,6 +543,7 @@ static const rp_backend_vt g_cuda_vt = {
     .attention_step = cuda_attention_step,
     .argmax_rows = cuda_argmax_rows,
     .gelu_mul = cuda_gelu_mul,
+    .swiglu_clamp = cuda_swiglu_clamp,
     .scale = cuda_scale,
     .scatter_add = cuda_scatter_add,
 };

@@ -1422,7 +1422,9 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     a.cols = cols;
     a.n = n;
     a.x = tc_round(c, dt, x, n, cols);
-    int mt = c->tc_mt, u = c->tc_u;
+    /* f16 weights have one kernel variant (one tile per warp, 2 pieces): the grid must be
+     * sized for it (sizing it by the bf16 knob left half of the rows unwritten) */
+    int f16 = dt == RP_CUDA_F16, mt = f16 ? 1 : c->tc_mt, u = f16 ? 2 : c->tc_u;
     long rows_blk = TC_WARPS * 16L * mt;
     long rb = (r + rows_blk - 1) / rows_blk, target = (mt == 1 ? 6L : 3L) * c->sms;
     long s = 2 * rb < target ? (target + rb - 1) / rb : 1, smax = cols / 256; /* split only
@@ -1440,7 +1442,7 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     if (dt == RP_CUDA_BF16)
         tc_launch_dt<RP_CUDA_BF16>(c, a, grid, mt, u);
     else
-        tc_launch_dt<RP_CUDA_F16>(c, a, grid, 1, 2);
+        tc_launch_dt<RP_CUDA_F16>(c, a, grid, mt, u);
 }
 
 /* ---- sampler: greedy argmax on the GPU ----------------------------------------------------- */
@@ -2647,6 +2649,101 @@ extern "C" void rp_cuda_scatter_add(rp_cuda_ctx *c, float *y, const float *x,
     const float *wd = (const float *)stage(c, w, sizeof(float) * n);
     LAUNCH(c, {
         scatter_add_kernel<<<n, 256, 0, c->stream>>>(y, x, rd, wd, dim);
+        LAUNCHED();
+    });
+}
+
+__global__ void swiglu_clamp_kernel(float *out, const float *g, const float *u, long n,
+                                    float limit, float alpha)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x) {
+        float gi = fminf(g[i], limit), ui = fminf(fmaxf(u[i], -limit), limit);
+        out[i] = (ui + 1.0f) * gi * (1.0f / (1.0f + expf(-alpha * gi)));
+    }
+}
+
+extern "C" void rp_cuda_swiglu_clamp(rp_cuda_ctx *c, float *out, const float *g, const float *u,
+                                     int64_t n, float limit, float alpha)
+{
+    prof_scope ps(c, P_ELEM);
+    int nb = ew_blocks(c, n);
+    LAUNCH(c, {
+        swiglu_clamp_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n, limit, alpha);
+        LAUNCHED();
+    });
+}
+
+/* ---- attention sinks ---------------------------------------------------------------------
+ * A sink logit per head joins the softmax's denominator without a value. With
+ * lse = log sum_j exp(s_j) over the keys the query sees, the output with the sink is the
+ * output without it times Z / (Z + exp(sink)) = 1 / (1 + exp(sink - lse)); so the attention
+ * kernels run unchanged and this pass computes lse (scores again in f32, K rows only) and
+ * rescales. Block (head, token): threads stride over the visible keys with an online
+ * max / sum, then one block reduction. */
+#define SINK_THREADS 128
+__global__ void __launch_bounds__(SINK_THREADS)
+    attn_sinks_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv, int layer,
+                      const float *q, float *out, const float *sinks, int H, int KVH, int D,
+                      float scale, int window)
+{
+    extern __shared__ float qs[]; /* D, then 2 * SINK_THREADS for the reduction */
+    float *rm = qs + D, *rs = rm + SINK_THREADS;
+    int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, kvh = h / (H / KVH);
+    rp_cuda_tok d = toks[t];
+    int pos = d.pos, j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    size_t kvd = (size_t)KVH * D;
+    for (int i = tid; i < D; i += SINK_THREADS)
+        qs[i] = q[((size_t)t * H + h) * D + i];
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f;
+    for (int p = j0 + tid; p <= pos; p += SINK_THREADS) {
+        const float *kr = kv_row(kv, tbl, d, layer, 0, p) + (size_t)(p % kv.block_tokens) * kvd +
+                          (size_t)kvh * D;
+        float sc = 0.0f;
+        for (int i = 0; i < D; i++)
+            sc = fmaf(qs[i], kr[i], sc);
+        sc *= scale;
+        if (sc > m) {
+            l = l * expf(m - sc) + 1.0f;
+            m = sc;
+        } else {
+            l += expf(sc - m);
+        }
+    }
+    rm[tid] = m;
+    rs[tid] = l;
+    __syncthreads();
+    for (int w = SINK_THREADS / 2; w > 0; w /= 2) {
+        if (tid < w) {
+            float m1 = rm[tid], m2 = rm[tid + w], mm = fmaxf(m1, m2);
+            float l1 = m1 == -INFINITY ? 0.0f : rs[tid] * expf(m1 - mm),
+                  l2 = m2 == -INFINITY ? 0.0f : rs[tid + w] * expf(m2 - mm);
+            rm[tid] = mm;
+            rs[tid] = l1 + l2;
+        }
+        __syncthreads();
+    }
+    float lse = rm[0] + logf(rs[0]);
+    float f = 1.0f / (1.0f + expf(sinks[h] - lse));
+    for (int i = tid; i < D; i += SINK_THREADS)
+        out[((size_t)t * H + h) * D + i] *= f;
+}
+
+extern "C" void rp_cuda_attn_sinks(rp_cuda_ctx *c, int layer, const float *q, float *out,
+                                   const float *sinks, int H, int KVH, int D, float scale,
+                                   int window)
+{
+    prof_scope ps(c, P_ATTN);
+    dim3 grid((unsigned)H, (unsigned)c->n_tok);
+    size_t smem = sizeof(float) * ((size_t)D + 2 * SINK_THREADS);
+    const rp_cuda_tok *td = c->tok_dev;
+    const int32_t *tbl = c->tbl_dev;
+    rp_cuda_kv kv = c->kv;
+    LAUNCH(c, {
+        attn_sinks_kernel<<<grid, SINK_THREADS, smem, c->stream>>>(td, tbl, kv, layer, q, out,
+                                                                   sinks, H, KVH, D, scale,
+                                                                   window);
         LAUNCHED();
     });
 }

@@ -89,6 +89,15 @@ void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t 
  * host, rows distinct). */
 void rp_cuda_gelu_mul(rp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n);
 void rp_cuda_scale(rp_cuda_ctx *c, float *x, float s, int64_t n);
+/* gpt-oss's clamped SwiGLU (rp_op_swiglu_clamp); out may be gate. */
+void rp_cuda_swiglu_clamp(rp_cuda_ctx *c, float *out, const float *gate, const float *up,
+                          int64_t n, float limit, float alpha);
+/* After rp_cuda_attention with the same arguments: scales out by 1 / (1 + exp(sink[h] - lse))
+ * for each token and head, lse over the keys the query sees (sinks: a device array, one
+ * logit per query head). */
+void rp_cuda_attn_sinks(rp_cuda_ctx *c, int layer, const float *q, float *out,
+                        const float *sinks_dev, int n_heads, int n_kv_heads, int head_dim,
+                        float scale, int window);
 void rp_cuda_scatter_add(rp_cuda_ctx *c, float *y, const float *x, const int32_t *rows,
                          const float *w, int n, int dim);
 /* Device read bandwidth in GB/s over an n-byte buffer, best of reps. */
