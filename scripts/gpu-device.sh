@@ -17,6 +17,11 @@
 #            after the kernel checks in each GEMM variant
 #   ncu      Nsight Compute: duration, DRAM throughput, occupancy of the matvec / GEMM kernels
 #            of rapid_gpu_check's kernel checks (ncu.csv)
+#   dec      decode A/B: the decode attention's timing (rapid_gpu_check dectime) with the
+#            split-key kernel and the chunked one, then tg128 bf16 / MLX4 with session 4's
+#            decode changes off (RAPID_CUDA_DECATTN=0 RAPID_CUDA_KVROPE=0 RAPID_CUDA_PDL_SMALL=0),
+#            with PDL_SMALL alone off, and with the opt-in streaming matvecs
+#            (RAPID_CUDA_MVB=3, RAPID_CUDA_QMVF=2)
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -148,6 +153,25 @@ if [[ $what == *" ncu "* ]]; then
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
     "$B/bin/rapid_gpu_check" kernels >"$out/ncu.csv" 2>"$out/ncu.err"
   echo "ncu rc $? ($(wc -l <"$out/ncu.csv") lines)"
+fi
+if [[ $what == *" dec "* ]]; then
+  echo "== dec (decode A/B: RAPID_CUDA_DECATTN, KVROPE, PDL_SMALL, MVB, QMVF; tg128 only) =="
+  for v in ${RAPID_DEC_ATTN_AB:-1 0}; do
+    RAPID_CUDA_PROFILE=2 RAPID_CUDA_DECATTN=$v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 \
+      "$B/bin/rapid_gpu_check" dectime 2>&1 | grep -E "dectime|attention" | sed "s/^/DECATTN=$v: /" |
+      tee -a "$out/dec.log"
+  done
+  old=RAPID_CUDA_DECATTN=0,RAPID_CUDA_KVROPE=0,RAPID_CUDA_PDL_SMALL=0
+  for mv in "$model:$old RAPID_CUDA_PDL_SMALL=0 RAPID_CUDA_MVB=3" \
+            "/dev/shm/rapid-llama3-8b-mlx4:$old RAPID_CUDA_QMVF=2"; do
+    mm=${mv%%:*}
+    [ -f "$mm/config.json" ] || continue
+    for v in ${mv#*:}; do
+      env ${v//,/ } LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$mm" \
+        --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode|tok/s" | head -3 |
+        sed "s|^|$(basename "$mm") $v: |" | tee -a "$out/dec.log"
+    done
+  done
 fi
 if [[ $what == *" profile "* ]]; then
   echo "== profile =="

@@ -575,6 +575,7 @@ static void kernel_checks(int dense, int quant)
     rp_backend_free(be);
     gpu_gemm_kernel_checks();
     attention_checks();
+    gpu_decode_checks();
 }
 
 float gpu_bf16_tol(float sensitivity)
@@ -612,6 +613,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int all = argc < 2;
+    if (!all && strcmp(argv[1], "dectime") == 0) {
+        gpu_decode_timing();
+        return 0;
+    }
     if (all || strcmp(argv[1], "kernels") == 0 || strcmp(argv[1], "qkernels") == 0)
         kernel_checks(all || strcmp(argv[1], "kernels") == 0, 1);
     for (size_t i = 0; i < sizeof g_dense / sizeof *g_dense; i++) {

@@ -1,6 +1,7 @@
 /* tests/gpu/gpu_check.h - what the parts of rapid_gpu_check share: the one check reporter
- * (gpu_check.c counts passes and failures), the MLX 4/8-bit checks (gpu_check_quant.c) and
- * the GGUF ones (gpu_check_gguf.c).
+ * (gpu_check.c counts passes and failures), the MLX 4/8-bit checks (gpu_check_quant.c),
+ * the GGUF ones (gpu_check_gguf.c) and the decode attention and one-token matvec ones
+ * (gpu_check_decode.c).
  * Threading: single-threaded test program. Errors: a failed check is counted, never fatal.
  */
 #ifndef RP_TESTS_GPU_CHECK_H
@@ -33,5 +34,9 @@ void gpu_quant_compare(const fixture *f, const char *name, const char *path, con
  * types for llama_gqa) against the CPU's reference kernels. */
 void gpu_gguf_kernel_checks(rp_backend *be);
 void gpu_gguf_fixture(const char *name, float sensitivity);
+/* The decode attention kernel against a host reference (gpu_check_decode.c); the timing
+ * runs of `rapid_gpu_check dectime`. */
+void gpu_decode_checks(void);
+void gpu_decode_timing(void);
 
 #endif

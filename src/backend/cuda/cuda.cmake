@@ -15,7 +15,8 @@ if(NOT CMAKE_CUDA_ARCHITECTURES)
 endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
-add_library(rapid_cuda STATIC src/backend/cuda/cuda_kernels.cu src/backend/cuda/cuda_quant.cu)
+add_library(rapid_cuda STATIC src/backend/cuda/cuda_kernels.cu src/backend/cuda/cuda_quant.cu
+  src/backend/cuda/cuda_decode.cu)
 set_target_properties(rapid_cuda PROPERTIES CUDA_ARCHITECTURES "${RP_CUDA_ARCHS}"
   CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
 target_include_directories(rapid_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src)

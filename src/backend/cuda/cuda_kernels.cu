@@ -3,7 +3,11 @@
  * Design notes:
  *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
- *     x (f32) comes through the read-only cache. 5..64 tokens of 16-bit weights (batched
+ *     x (f32) comes through the read-only cache. Opt-in for one token of 16-bit weights
+ *     (RAPID_CUDA_MVB=1..4 blocks per SM): a streaming kernel (matvec_bulk_kernel: a
+ *     persistent grid whose warps pull their rows through shared memory with the bulk copy
+ *     engine, 8 KB in flight per warp); correct, but slower in whole decode steps on the
+ *     H200 (NOTES.md, session 4), so off by default. 5..64 tokens of 16-bit weights (batched
  *     decode) go to the staged tensor-core skinny GEMM below (tc2_kernel; RAPID_CUDA_TC2=N
  *     moves its lower bound, 0 keeps session 2's tc_gemm_kernel). Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
@@ -13,7 +17,9 @@
  *     differ several-fold.
  *  2. Attention: steps of at least 65 tokens (prefill chunks, big engine batches) go to the
  *     flash kernel (see "flash prefill attention": tensor cores, bf16 Q/K/V/P;
- *     RAPID_CUDA_FLASH=N sets the threshold, 0 turns it off). Smaller steps: one block per
+ *     RAPID_CUDA_FLASH=N sets the threshold, 0 turns it off). Smaller steps: the split-key
+ *     decode kernel of cuda_decode.cu (f32; head sizes 8..256) unless RAPID_CUDA_DECATTN=0,
+ *     else (and for other head sizes) the chunked kernel here: one block per
  *     (query token, group of query heads sharing a KV head, chunk of 32 or 128 keys); a warp
  *     scores one key at a time for every head of the group (one coalesced K row read per
  *     group), then threads sum V over the chunk per dimension; a second kernel merges the
@@ -24,8 +30,11 @@
  *     buffers, re-uploaded only when they change.
  *  4. Decode steps of <= 64 tokens are recorded and replayed as CUDA graphs (see "CUDA
  *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
- *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off),
- *     and two deferred-op fusions: residual add + next rmsnorm, RoPE of q + k (RAPID_CUDA_FUSE=0).
+ *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off)
+ *     and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode attention
+ *     (RAPID_CUDA_PDL_SMALL=0: those off), and three deferred-op fusions: residual add + next
+ *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v (RAPID_CUDA_FUSE=0: none;
+ *     RAPID_CUDA_KVROPE=0: RoPE and KV store apart).
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
  * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N,
  * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
@@ -47,6 +56,8 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_decode.h"
+#include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
 
@@ -82,10 +93,12 @@ enum { TC_WARPS = 4, TC_MAXN = 64 };
 /* flash prefill attention: query tokens per tile, keys per step, threads per block */
 enum { FA_BQ = 64, FA_BK = 64, FA_THREADS = 128 };
 
-enum { PEND_NONE, PEND_ADD, PEND_ROPE };
+enum { PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2 };
 typedef struct pend_op {
     int kind, off; /* off: RAPID_CUDA_FUSE=0 */
     float *y;        /* add: y += x over n; rope: the tensor */
+    float *y2;       /* PEND_ROPE2: q (y, heads) and k (y2, heads2) held for the KV store */
+    int heads2;
     const float *x;
     long n;
     int heads, n_tok, head_dim, half, neox;
@@ -119,6 +132,11 @@ struct rp_cuda_ctx {
     int n_tok, tok_cap, max_pos;
     int2 *fa_host, *fa_dev; /* the step's flash-attention tiles (first token, tokens) */
     int n_fa, fa_min;       /* tiles; steps of at least fa_min tokens use them (0: never) */
+    int mvb;                /* blocks per SM of the streaming one-token matvec (matvec_bulk_kernel,
+                             * opt-in: RAPID_CUDA_MVB=1..4); 0: matvec_kernel (the default) */
+    int kvrope;             /* RoPE of k fused into the KV store (RAPID_CUDA_KVROPE=0: off) */
+    int dec_attn;           /* the split-key decode attention (cuda_decode.cu); 0: the
+                             * chunked kernel below (RAPID_CUDA_DECATTN=0) */
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
     rp_cuda_kv kv;               /* the step's pool */
@@ -141,6 +159,8 @@ struct rp_cuda_ctx {
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
                       * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
     int pdl; /* programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off) */
+    int pdl_small; /* ... and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode
+                    * attention (also off with RAPID_CUDA_PDL_SMALL=0) */
     float *tc_part;   /* its split partials */
     size_t tc_part_bytes;
     int32_t *ids_host, *ids_dev; /* argmax results */
@@ -395,6 +415,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *pd = getenv("RAPID_CUDA_PDL");
     c->pdl = !(pd && strcmp(pd, "0") == 0);
+    const char *ps_ = getenv("RAPID_CUDA_PDL_SMALL");
+    c->pdl_small = c->pdl && !(ps_ && strcmp(ps_, "0") == 0);
     const char *tv = getenv("RAPID_CUDA_TC");
     c->tc_mt = 2, c->tc_u = 2; /* the fastest at 16 and 64 streams on the H200 (NOTES.md) */
     if (tv && (tv[0] == '1' || tv[0] == '2') && tv[1] == ',' && (tv[2] == '2' || tv[2] == '4'))
@@ -421,6 +443,12 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     }
     const char *fa = getenv("RAPID_CUDA_FLASH"); /* min step tokens for flash prefill, 0 off */
     c->fa_min = fa && *fa ? atoi(fa) : 65;
+    const char *da = getenv("RAPID_CUDA_DECATTN");
+    c->dec_attn = !(da && strcmp(da, "0") == 0);
+    const char *mb = getenv("RAPID_CUDA_MVB");
+    c->mvb = mb && mb[0] >= '1' && mb[0] <= '4' && !mb[1] ? mb[0] - '0' : 0; /* opt-in */
+    const char *kr = getenv("RAPID_CUDA_KVROPE");
+    c->kvrope = !(kr && strcmp(kr, "0") == 0);
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
     c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
     const char *qe = getenv("RAPID_CUDA_QMM");
@@ -435,6 +463,9 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     const char *qv = getenv("RAPID_CUDA_QMV");
     if (qv && qv[0] == '1')
         c->qknob += 100;
+    const char *qf = getenv("RAPID_CUDA_QMVF"); /* opt-in: 2..9 blocks per SM; default off */
+    if (qf && qf[0] >= '2' && qf[0] <= '9')
+        c->qknob += 1000 * (qf[0] - '0');
     snprintf(c->name, sizeof c->name, "%.64s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     return c;
@@ -752,6 +783,92 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+/* One token of 16-bit weights, streamed through shared memory by the bulk copy engine
+ * (opt-in, RAPID_CUDA_MVB=1..4 blocks per SM; tg128 on the H200: 144 tok/s against 186 with
+ * matvec_kernel, NOTES.md session 4): a persistent grid, each warp owning rows
+ * gw, gw + W, ... (gw its index in the grid, W the grid's warps) in chunks of MVB_CHUNK bytes
+ * through MVB_STAGES stages of its own (lane 0 issues a chunk's copy on the stage's mbarrier,
+ * the lanes wait, multiply with x from the read-only cache, __syncwarp, lane 0 refills the
+ * stage MVB_STAGES chunks on). The stream holds no registers: MVB_STAGES * MVB_CHUNK bytes per
+ * warp stay in flight, across rows and matrices. The first chunks go out before the
+ * programmatic-launch wait. */
+enum { MVB_WARPS = 8, MVB_STAGES = 4, MVB_CHUNK = 2048 };
+
+template <int DT>
+__global__ void __launch_bounds__(MVB_WARPS * 32)
+    matvec_bulk_kernel(mv_set set, long cols, const float *__restrict__ x)
+{
+    constexpr int CE = MVB_CHUNK / 2; /* elements per chunk */
+    extern __shared__ uint4 sm_w[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    unsigned char *stw = (unsigned char *)sm_w + (size_t)warp * MVB_STAGES * MVB_CHUNK;
+    uint64_t *bar = (uint64_t *)((unsigned char *)sm_w + (size_t)MVB_WARPS * MVB_STAGES * MVB_CHUNK) +
+                    warp * MVB_STAGES;
+    const long total = set.r0[3], wstep = (long)gridDim.x * MVB_WARPS;
+    const long nch = (cols + CE - 1) / CE;
+    const long first = (long)blockIdx.x * MVB_WARPS + warp;
+    const long n_rows = first < total ? (total - first + wstep - 1) / wstep : 0;
+    const long n_items = n_rows * nch;
+    if (lane == 0)
+        for (int s = 0; s < MVB_STAGES; s++)
+            mbar_init(&bar[s], 1);
+    mbar_init_fence();
+    __syncwarp();
+    auto issue = [&](long i, int s) {
+        long row = first + (i / nch) * wstep, ch = i % nch;
+        int m = (row >= set.r0[1]) + (row >= set.r0[2]);
+        long lr = row - set.r0[m], e0 = ch * CE, ne = cols - e0 < CE ? cols - e0 : CE;
+        uint32_t nb = (uint32_t)(ne * 2);
+        unsigned char *dst = stw + (size_t)s * MVB_CHUNK;
+        mbar_expect(&bar[s], nb);
+        bulk_load(dst, (const unsigned char *)set.w[m] + (lr * cols + e0) * 2, nb, &bar[s]);
+    };
+    if (lane == 0)
+        for (int s = 0; s < MVB_STAGES && s < n_items; s++)
+            issue(s, s);
+    pdl_wait(); /* x is the previous kernel's */
+    float acc = 0.0f;
+    for (long i = 0; i < n_items; i++) {
+        int s = (int)(i % MVB_STAGES);
+        mbar_wait(&bar[s], (uint32_t)((i / MVB_STAGES) & 1));
+        long ch = i % nch, e0 = ch * CE, ne = cols - e0 < CE ? cols - e0 : CE;
+        const uint4 *st = (const uint4 *)(stw + (size_t)s * MVB_CHUNK);
+        uint4 u[CE / 8 / 32];
+#pragma unroll
+        for (int k = 0; k < CE / 8 / 32; k++)
+            u[k] = st[lane + 32 * k];
+#pragma unroll
+        for (int k = 0; k < CE / 8 / 32; k++) {
+            long j = lane + 32 * k;
+            if (j * 8 < ne) {
+                float f[8];
+                wtype<DT>::cvt(u[k], f);
+                const float4 *xp = (const float4 *)(x + e0 + j * 8);
+                float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+                acc = fmaf(f[0], x0.x, acc);
+                acc = fmaf(f[1], x0.y, acc);
+                acc = fmaf(f[2], x0.z, acc);
+                acc = fmaf(f[3], x0.w, acc);
+                acc = fmaf(f[4], x1.x, acc);
+                acc = fmaf(f[5], x1.y, acc);
+                acc = fmaf(f[6], x1.z, acc);
+                acc = fmaf(f[7], x1.w, acc);
+            }
+        }
+        __syncwarp();
+        if (lane == 0 && i + MVB_STAGES < n_items)
+            issue(i + MVB_STAGES, s);
+        if (ch == nch - 1) {
+            long row = first + (i / nch) * wstep;
+            int m = (row >= set.r0[1]) + (row >= set.r0[2]);
+            float v = warp_sum(acc);
+            if (lane == 0)
+                set.y[m][row - set.r0[m]] = v;
+            acc = 0.0f;
+        }
+    }
+}
+
 /* Any shape or alignment: one warp per row, one element at a time. */
 template <int DT>
 __global__ void matvec_any_kernel(const void *__restrict__ w, long rows, long cols,
@@ -781,6 +898,28 @@ static int mv_vec_ok(int dt, long cols, const void *w, const float *x)
 template <int DT> static void matvec_set(rp_cuda_ctx *c, const mv_set &set, long cols,
                                          const float *x, int n)
 {
+    if (DT != RP_CUDA_F32 && n == 1 && c->mvb > 0) {
+        long need = (set.r0[3] + MVB_WARPS - 1) / MVB_WARPS, most = (long)c->mvb * c->sms;
+        dim3 grid((unsigned)(need < most ? need : most)), block(MVB_WARPS * 32);
+        size_t smem = (size_t)MVB_WARPS * MVB_STAGES * (MVB_CHUNK + sizeof(uint64_t));
+        int pdl = c->pdl;
+        LAUNCH(c, {
+            void (*k)(mv_set, long, const float *) = matvec_bulk_kernel<DT>;
+            CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = block;
+            cfg.dynamicSmemBytes = smem;
+            cfg.stream = c->stream;
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = at;
+            cfg.numAttrs = pdl ? 1 : 0;
+            CK(cudaLaunchKernelEx(&cfg, k, set, cols, x));
+        });
+        return;
+    }
     dim3 grid((unsigned)((set.r0[3] + MV_WARPS - 1) / MV_WARPS)), block(MV_WARPS * 32);
     int u8 = c->mv_unroll == 8 && n == 1, u16 = c->mv_unroll == 16 && n == 1, pdl = c->pdl;
     LAUNCH(c, {
@@ -1783,6 +1922,7 @@ __device__ float block_max(float v, float *red)
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                int add_one)
 {
+    pdl_wait();
     __shared__ float red[32];
     const float *xr = x + (long)blockIdx.x * dim;
     float *orow = out + (long)blockIdx.x * dim;
@@ -1803,6 +1943,7 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
 __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int dim, float eps,
                                 int add_one)
 {
+    pdl_wait();
     __shared__ float red[32];
     const float4 *xr = (const float4 *)(x + (long)blockIdx.x * dim);
     float4 *orow = (float4 *)(out + (long)blockIdx.x * dim);
@@ -1831,6 +1972,7 @@ __global__ void rmsnorm4_kernel(float *out, const float *x, const float *w, int 
 __global__ void add_rmsnorm4_kernel(float *out, float *x, const float *a, const float *w, int dim,
                                     float eps, int add_one)
 {
+    pdl_wait();
     __shared__ float red[32];
     float4 *xr = (float4 *)(x + (long)blockIdx.x * dim);
     const float4 *ar = (const float4 *)(a + (long)blockIdx.x * dim);
@@ -1862,6 +2004,7 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
                                 int n_rows, int dim, float eps, int add_one)
 {
     prof_scope ps(c, P_NORM, 0);
+    int pdl = c->pdl_small;
     int vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
               (uintptr_t)w % 16 == 0;
     pend_op *pd = c->pend;
@@ -1874,8 +2017,8 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
         const float *a = pd->x;
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            add_rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, xy, a, w, dim, eps,
-                                                                   add_one);
+            pdl_launch(pdl, add_rmsnorm4_kernel, dim3(n_rows), dim3(threads), c->stream, out, xy,
+                       a, w, dim, eps, add_one);
             LAUNCHED();
         });
         return;
@@ -1884,13 +2027,15 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
     if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
-            rmsnorm4_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            pdl_launch(pdl, rmsnorm4_kernel, dim3(n_rows), dim3(threads), c->stream, out, x, w,
+                       dim, eps, add_one);
             LAUNCHED();
         });
     } else {
         int threads = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 128 ? 128 : 64;
         LAUNCH(c, {
-            rmsnorm_kernel<<<n_rows, threads, 0, c->stream>>>(out, x, w, dim, eps, add_one);
+            pdl_launch(pdl, rmsnorm_kernel, dim3(n_rows), dim3(threads), c->stream, out, x, w, dim,
+                       eps, add_one);
             LAUNCHED();
         });
     }
@@ -1963,7 +2108,14 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
     pend_op *pd = c->pend;
     if (pd->kind == PEND_ROPE && pd->n_tok == n_tok && pd->head_dim == head_dim &&
         pd->half == half && pd->pos == pos_dev && pd->attn_factor == attn_factor &&
-        pd->neox == neox && pd->y != x) { /* q then k: one launch */
+        pd->neox == neox && pd->y != x) { /* q then k: one launch, held for the KV store
+                                            * (which then rotates k as it stores it) */
+        if (c->kvrope) {
+            pd->kind = PEND_ROPE2;
+            pd->y2 = x;
+            pd->heads2 = n_heads;
+            return;
+        }
         pd->kind = PEND_NONE;
         rope_launch(c, pd->y, pd->heads, x, n_heads, n_tok, head_dim, half, pos_dev,
                     attn_factor, neox);
@@ -1987,6 +2139,7 @@ extern "C" void rp_cuda_rope(rp_cuda_ctx *c, float *x, int n_tok, int n_heads, i
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, long n)
 {
+    pdl_wait();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long)gridDim.x * blockDim.x)
         out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -2016,9 +2169,9 @@ extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, con
                                  int64_t n)
 {
     prof_scope ps(c, P_ELEM);
-    int nb = ew_blocks(c, n);
+    int nb = ew_blocks(c, n), pdl = c->pdl_small;
     LAUNCH(c, {
-        silu_mul_kernel<<<nb, 256, 0, c->stream>>>(out, g, u, n);
+        pdl_launch(pdl, silu_mul_kernel, dim3(nb), dim3(256), c->stream, out, g, u, (long)n);
         LAUNCHED();
     });
 }
@@ -2048,7 +2201,9 @@ extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
 /* ---- deferred ops --------------------------------------------------------------------------
  * A residual add and a RoPE are held back one op: an rmsnorm of the added tensor right after
  * the add runs both in one kernel (add_rmsnorm4_kernel), and a RoPE right after a RoPE with
- * the same positions (q, then k) runs both in one launch. Anything else launches the held op
+ * the same positions (q, then k) runs both in one launch; that pair is held again
+ * (PEND_ROPE2) and a KV store of the rotated k right after it runs all three in one kernel
+ * (rope_kv_kernel). Anything else launches the held op
  * first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
 static void pend_flush(rp_cuda_ctx *c)
 {
@@ -2059,6 +2214,9 @@ static void pend_flush(rp_cuda_ctx *c)
     pd->kind = PEND_NONE;
     if (k == PEND_ADD)
         add_launch(c, pd->y, pd->x, pd->n);
+    else if (k == PEND_ROPE2)
+        rope_launch(c, pd->y, pd->heads, pd->y2, pd->heads2, pd->n_tok, pd->head_dim, pd->half,
+                    pd->pos, pd->attn_factor, pd->neox);
     else
         rope_launch(c, pd->y, pd->heads, NULL, 0, pd->n_tok, pd->head_dim, pd->half, pd->pos,
                     pd->attn_factor, pd->neox);
@@ -2210,9 +2368,72 @@ __global__ void kv_store_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_
     }
 }
 
+/* RoPE of q (in place) and of k (in place and into the pool) with the V store: blocks
+ * (token, piece), a thread per q pair, k pair, element of k's unrotated tail or of v. */
+__global__ void rope_kv_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv,
+                               int layer, float *q, int hq, float *k, const float *v, int hk,
+                               int head_dim, int half, const float *inv, float attn_factor,
+                               int neox)
+{
+    pdl_wait();
+    int t = blockIdx.x;
+    rp_cuda_tok d = toks[t];
+    int kvd = hk * head_dim, tail = head_dim - 2 * half;
+    size_t off = (size_t)(d.pos % kv.block_tokens) * kvd;
+    float *kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
+    float *vd = kv_row(kv, tbl, d, layer, 1, d.pos) + off;
+    int nq = hq * half, nk = hk * half, nt = hk * tail;
+    for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < nq + nk + nt + kvd;
+         idx += gridDim.y * blockDim.x) {
+        if (idx < nq + nk) {
+            int h = idx < nq ? idx / half : (idx - nq) / half, i = idx % half;
+            float ang = (float)d.pos * inv[i];
+            float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
+            float *x = idx < nq ? q + ((long)t * hq + h) * head_dim
+                                : k + ((long)t * hk + h) * head_dim;
+            int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+            float a = x[ia], b = x[ib];
+            float ra = a * cs - b * sn, rb = b * cs + a * sn;
+            x[ia] = ra;
+            x[ib] = rb;
+            if (idx >= nq) {
+                kd[h * head_dim + ia] = ra;
+                kd[h * head_dim + ib] = rb;
+            }
+        } else if (idx < nq + nk + nt) {
+            int r = idx - nq - nk, h = r / tail, e = 2 * half + r % tail;
+            kd[h * head_dim + e] = k[((long)t * hk + h) * head_dim + e];
+        } else {
+            int e = idx - nq - nk - nt;
+            vd[e] = v[(size_t)t * kvd + e];
+        }
+    }
+}
+
 extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v,
                                  int kvd)
 {
+    pend_op *pd = c->pend;
+    if (pd->kind == PEND_ROPE2 && pd->y2 == k && pd->pos == NULL && pd->n_tok == c->n_tok &&
+        pd->heads2 * pd->head_dim == kvd) { /* positions are the step's own */
+        prof_scope ps(c, P_KV, 0);
+        pd->kind = PEND_NONE;
+        int nt = c->n_tok, hq = pd->heads, hk = pd->heads2, hd = pd->head_dim, half = pd->half,
+            neox = pd->neox;
+        float af = pd->attn_factor, *q = pd->y, *kk = pd->y2;
+        const rp_cuda_tok *td = c->tok_dev;
+        const int32_t *tbl = c->tbl_dev;
+        const float *inv = c->inv_dev;
+        rp_cuda_kv kvp = c->kv;
+        int work = (hq + hk) * half + hk * (hd - 2 * half) + kvd;
+        int threads = 128, per_tok = (work + threads - 1) / threads, pdl = c->pdl_small;
+        LAUNCH(c, {
+            pdl_launch(pdl, rope_kv_kernel, dim3((unsigned)nt, (unsigned)per_tok), dim3(threads),
+                       c->stream, td, tbl, kvp, layer, q, hq, kk, v, hk, hd, half, inv, af, neox);
+            LAUNCHED();
+        });
+        return;
+    }
     prof_scope ps(c, P_KV);
     int nt = c->n_tok;
     const rp_cuda_tok *td = c->tok_dev;
@@ -2554,6 +2775,23 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     if (G * D > 2048)
         G = 1;
+    if (c->dec_attn && rp_cuda_dec_ok(D, G, &c->kv)) {
+        int n_split, per_split;
+        rp_cuda_dec_plan(D, span, (long)c->n_tok * (H / G), c->sms, &n_split, &per_split);
+        float *part = NULL;
+        if (n_split > 1)
+            part = (float *)grow(c, (void **)&c->part, &c->part_bytes,
+                                 sizeof(float) * (size_t)c->n_tok * H * n_split * (D + 2));
+        const rp_cuda_tok *td = c->tok_dev;
+        const int32_t *tbl = c->tbl_dev;
+        rp_cuda_kv kv = c->kv;
+        int nt = c->n_tok, pdl = c->pdl_small;
+        LAUNCH(c, {
+            rp_cuda_dec_attn(c->stream, pdl, td, tbl, kv, layer, q, out, part, H, KVH, D, G,
+                             scale, window, nt, n_split, per_split);
+        });
+        return;
+    }
     /* keys per chunk: 128 (one per thread) when that gives the GPU enough blocks, else 32
      * (decode of a few sequences: more, shorter chunks, so the V loop is 4x shorter) */
     int kc = (long)c->n_tok * (H / G) * ((span + ACH - 1) / ACH) >= 2L * c->sms ? ACH : 32;

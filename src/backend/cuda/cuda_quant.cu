@@ -10,6 +10,9 @@
  *     i, i + 32, ...: 16-byte (4-bit) or 2 x 16-byte (8-bit) streaming loads, 4 (2) runs
  *     per row in flight per lane, issued with their scales before the programmatic
  *     dependent launch wait (weights never change; only x waits for the previous kernel).
+ *     Opt-in for one token (RAPID_CUDA_QMVF=2..9 blocks per SM): qmvb_kernel (x split per
+ *     block into shared memory, weights and scales streamed through shared memory by the
+ *     bulk copy engine); correct, but slower in whole decode steps (NOTES.md, session 4).
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
  *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
@@ -39,6 +42,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_quant.h"
+#include "backend/cuda/cuda_stream.cuh"
 
 enum { QMV_WARPS = 8, QMM_WARPS = 4 };
 
@@ -276,6 +280,171 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
             if (lane == 0)
                 y[(long)t * rows + lr + r] = v;
         }
+}
+
+/* One token, the x split fused in, weights streamed through shared memory (opt-in,
+ * RAPID_CUDA_QMVF=2..9 blocks per SM; tg128 on the H200: 264 tok/s against 297 with the two
+ * kernels above, NOTES.md session 4). Each block first splits all of x into shared memory
+ * exactly as qx_int8_kernel does (the 4 threads of a run are 4 consecutive lanes), laid out
+ * [part word h][run] (16 bytes per run and word: lanes reading consecutive runs hit distinct
+ * banks). Each warp then owns row pairs gw, gw + W, ... (gw its index in the grid, W the grid's
+ * warps; a persistent grid; the two rows share each x read) and streams them in chunks of
+ * QB_CHUNK bytes of weights per row plus their (scale, bias) words through QB_STAGES
+ * shared-memory stages with the bulk copy engine: lane 0 issues a stage's copies on its
+ * mbarrier, every lane waits on it, multiplies (lane i: runs i, i + 32, ... of the chunk),
+ * and after the warp's __syncwarp lane 0 refills the stage with the chunk QB_STAGES further
+ * on. Nothing of the stream sits in registers,
+ * so QB_STAGES * QB_CHUNK bytes per warp are in flight (3 or 4 stages: qb_stages). The first stages are issued before
+ * the programmatic-launch wait (the weights never change). */
+enum { QB_WARPS = 8, QB_CHUNK = 1024, QB_SB = 512, QB_STAGE = 2 * (QB_CHUNK + QB_SB) };
+
+/* stages: 4, or 3 where x's shared memory would leave room for only one block per SM */
+static int qb_stages(long cols) { return cols > 8192 ? 3 : 4; }
+
+static size_t qb_smem(long cols)
+{
+    int st = qb_stages(cols);
+    return (size_t)QB_WARPS * st * QB_STAGE + (size_t)cols / 32 * 72 +
+           sizeof(uint64_t) * QB_WARPS * st;
+}
+
+template <int BITS, int QB_STAGES>
+__global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const float *x, int perm)
+{
+    constexpr int RB = BITS * 4; /* bytes of one 32-element run */
+    constexpr int CR = QB_CHUNK / RB; /* runs per chunk */
+    extern __shared__ uint4 sm_b[];
+    const long cols = a.cols, nr = cols / 32, rpg = a.gs / 32, ng = cols / a.gs;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, sf = a.sf;
+    const int sbb = sf == RP_CUDA_SB_F32 ? 8 : 4; /* bytes of one group's (scale, bias) */
+    unsigned char *stw = (unsigned char *)sm_b + (size_t)warp * QB_STAGES * QB_STAGE;
+    uint4 *sx = (uint4 *)((unsigned char *)sm_b + (size_t)QB_WARPS * QB_STAGES * QB_STAGE);
+    float2 *sd = (float2 *)(sx + 4 * nr);
+    uint64_t *bar = (uint64_t *)(sd + nr) + warp * QB_STAGES;
+    const long total = a.r0[3], n_pairs = (total + 1) / 2, wstep = (long)gridDim.x * QB_WARPS;
+    const long nch = (nr + CR - 1) / CR; /* chunks per row */
+    const long first = (long)blockIdx.x * QB_WARPS + warp;
+    const long n_own = first < n_pairs ? (n_pairs - first + wstep - 1) / wstep : 0;
+    const long n_items = n_own * nch;
+    if (lane == 0)
+        for (int s = 0; s < QB_STAGES; s++)
+            mbar_init(&bar[s], 1);
+    mbar_init_fence();
+    __syncwarp();
+    /* item i: rows 2 p, 2 p + 1 (p = first + (i / nch) * wstep), chunk i % nch */
+    auto issue = [&](long i, int s) {
+        long p = first + (i / nch) * wstep, ch = i % nch;
+        long r0 = ch * CR, nrun = nr - r0 < CR ? nr - r0 : CR;
+        long g0 = r0 / rpg, g1 = (r0 + nrun + rpg - 1) / rpg;
+        uint32_t wb = (uint32_t)(nrun * RB), sbytes = (uint32_t)((g1 - g0) * sbb);
+        int nrow = 2 * p + 1 < total ? 2 : 1;
+        unsigned char *dst = stw + (size_t)s * QB_STAGE;
+        mbar_expect(&bar[s], nrow * (wb + sbytes));
+        for (int r = 0; r < nrow; r++) {
+            long row = 2 * p + r;
+            int m = (row >= a.r0[1]) + (row >= a.r0[2]);
+            long lr = row - a.r0[m];
+            bulk_load(dst + r * QB_CHUNK, (const unsigned char *)a.q[m] + (lr * nr + r0) * RB, wb,
+                      &bar[s]);
+            bulk_load(dst + 2 * QB_CHUNK + r * QB_SB,
+                      (const unsigned char *)a.sb[m] + (lr * ng + g0) * sbb, sbytes, &bar[s]);
+        }
+    };
+    if (lane == 0)
+        for (int s = 0; s < QB_STAGES && s < n_items; s++)
+            issue(s, s);
+    pdl_wait(); /* x is the previous kernel's */
+    const long n_q = cols / 8;
+    for (long base = 0; base < n_q; base += QB_WARPS * 32) {
+        long i = base + threadIdx.x;
+        bool live = i < n_q;
+        long ic = live ? i : n_q - 1;
+        const float4 *src = (const float4 *)(x + ic * 8);
+        float4 f0 = __ldg(src), f1 = __ldg(src + 1);
+        float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+        float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            sum += v[k];
+            amax = fmaxf(amax, fabsf(v[k]));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (!live)
+            continue;
+        float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f, d2 = d / 254.0f;
+        uint32_t w1[2] = {0, 0}, w2[2] = {0, 0};
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
+            float q1 = rintf(__fmul_rn(v[e], id));
+            float r = fmaf(-q1, d, v[e]);
+            float q2 = d2 > 0 ? fminf(fmaxf(rintf(__fdiv_rn(r, d2)), -127.0f), 127.0f) : 0.0f;
+            w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
+            w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
+        }
+        long run = i / 4;
+        int q = (int)(i % 4);
+        ((uint2 *)&sx[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
+        ((uint2 *)&sx[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
+        if (q == 0)
+            sd[run] = make_float2(d, sum);
+    }
+    __syncthreads();
+    float acc[2] = {0.0f, 0.0f};
+    for (long i = 0; i < n_items; i++) {
+        int s = (int)(i % QB_STAGES);
+        mbar_wait(&bar[s], (uint32_t)((i / QB_STAGES) & 1));
+        long p = first + (i / nch) * wstep;
+        int nrow = 2 * p + 1 < total ? 2 : 1;
+        long ch = i % nch, r0 = ch * CR, nrun = nr - r0 < CR ? nr - r0 : CR, g0 = r0 / rpg;
+        const unsigned char *st = stw + (size_t)s * QB_STAGE;
+#pragma unroll
+        for (int u = 0; u < CR / 32; u++) {
+            int j = lane + 32 * u;
+            if (j < nrun) {
+                long kk = r0 + j;
+                uint4 p0 = sx[kk], p1 = sx[nr + kk], p2 = sx[2 * nr + kk], p3 = sx[3 * nr + kk];
+                uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
+                float2 d = sd[kk];
+                float dd2 = d.x / 254.0f;
+                int gi = (int)(kk / rpg - g0);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    if (r < nrow) {
+                        uint4 w[BITS / 4];
+#pragma unroll
+                        for (int h = 0; h < BITS / 4; h++)
+                            w[h] = ((const uint4 *)(st + r * QB_CHUNK + (size_t)j * RB))[h];
+                        const unsigned char *sbp = st + 2 * QB_CHUNK + r * QB_SB;
+                        uint2 sr = sf == RP_CUDA_SB_F32 ? ((const uint2 *)sbp)[gi]
+                                                        : make_uint2(((const uint32_t *)sbp)[gi], 0u);
+                        int i1 = 0, i2 = 0;
+                        run_dots<BITS>(w, x1, x2, i1, i2);
+                        float2 sc = sb_of(sr, sf);
+                        float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
+                        acc[r] = fmaf(sc.x, dot, fmaf(sc.y, d.y, acc[r]));
+                    }
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0 && i + QB_STAGES < n_items)
+            issue(i + QB_STAGES, s);
+        if (ch == nch - 1) {
+            for (int r = 0; r < nrow; r++) {
+                long row = 2 * p + r;
+                int m = (row >= a.r0[1]) + (row >= a.r0[2]);
+                float v = q_warp_sum(acc[r]);
+                if (lane == 0)
+                    a.y[m][row - a.r0[m]] = v;
+                acc[r] = 0.0f;
+            }
+        }
+    }
 }
 
 /* ---- more tokens: bf16 dequantization on the tensor cores --------------------------------- */
@@ -882,6 +1051,7 @@ typedef struct qmv_call {
     qmv_args a;
     const float *x;
     int bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
+    int fblocks;         /* > 0: the streaming kernel (qmvb_kernel) on this many blocks */
 } qmv_call;
 
 typedef struct qmm_call {
@@ -916,10 +1086,37 @@ static void qmv_go(const qmv_args &a, int v, cudaStream_t s, int pdl)
     }
 }
 
+template <int BITS>
+static void qmvb_go(const qmv_call *c, cudaStream_t s, int pdl)
+{
+    void (*k)(qmv_args, const float *, int) =
+        qb_stages(c->a.cols) == 4 ? qmvb_kernel<BITS, 4> : qmvb_kernel<BITS, 3>;
+    size_t smem = qb_smem(c->a.cols);
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)c->fblocks);
+    cfg.blockDim = dim3(QB_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k, c->a, c->x, BITS == 4 ? 1 : 0));
+}
+
 static void qmv_run(const void *args, void *stream, int pdl)
 {
     const qmv_call *c = (const qmv_call *)args;
     cudaStream_t s = (cudaStream_t)stream;
+    if (c->fblocks > 0) {
+        if (c->bits == 4)
+            qmvb_go<4>(c, s, pdl);
+        else
+            qmvb_go<8>(c, s, pdl);
+        return;
+    }
     long n_q = (long)c->n * c->a.cols / 8;
     pdl_launch(pdl, qx_int8_kernel, dim3((unsigned)((n_q + 127) / 128)), dim3(128), s, c->x,
              c->a.cols, n_q, c->bits == 4 ? 1 : 0, (int8_t *)c->a.xq, (float2 *)c->a.xs);
@@ -1102,9 +1299,24 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.bits = w[0]->bits;
         call.n = n_tok;
         call.r4 = n_tok == 1;
-        call.qv = rp_cuda_hook_knob(c) / 100;
+        call.qv = rp_cuda_hook_knob(c) / 100 % 10;
         for (int i = 0; i < n; i++)
             call.r4 = call.r4 && w[i]->rows % 4 == 0;
+        /* RAPID_CUDA_QMVF: thousands digit of the knob, 0 off (the default), 2..9 blocks per
+         * SM of qmvb_kernel; x in shared memory (72 bytes a run) up to 16384 columns; the
+         * bulk copies' 16-byte alignment: rows and groups' (scale, bias) of whole 16 bytes */
+        int fk = rp_cuda_hook_knob(c) / 1000 % 10, per_sm = fk;
+        int sbb = w[0]->sf == RP_CUDA_SB_F32 ? 8 : 4;
+        long ng = cols / w[0]->gs, rb = cols * w[0]->bits / 8;
+        int aligned = rb % 16 == 0 && (ng * sbb) % 16 == 0 &&
+                      (long)(QB_CHUNK / (w[0]->bits * 4) * 32 / w[0]->gs) * sbb % 16 == 0;
+        for (int i = 0; i < n; i++)
+            aligned = aligned && (uintptr_t)w[i]->q % 16 == 0 && (uintptr_t)w[i]->sb % 16 == 0;
+        if (n_tok == 1 && fk >= 2 && cols <= 16384 && aligned) {
+            long need = ((r + 1) / 2 + QB_WARPS - 1) / QB_WARPS,
+                 most = (long)per_sm * rp_cuda_hook_sms(c);
+            call.fblocks = (int)(need < most ? need : most);
+        }
         rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
         return;
     }

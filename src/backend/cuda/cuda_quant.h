@@ -74,8 +74,8 @@ void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n);
 /* Host array -> device memory valid for the work queued after this call (the pinned ring). */
 const void *rp_cuda_hook_stage(rp_cuda_ctx *c, const void *src, size_t n);
 int rp_cuda_hook_sms(const rp_cuda_ctx *c);
-/* Tuning knobs read once: RAPID_CUDA_QMV=1 adds 100, RAPID_CUDA_QMM=MT,F adds MT * 10 + F
- * (0 when unset). */
+/* Tuning knobs read once: RAPID_CUDA_QMV=1 adds 100, RAPID_CUDA_QMM=MT,F adds MT * 10 + F,
+ * RAPID_CUDA_QMVF=N (2..9) adds N * 1000 (0 when unset). */
 int rp_cuda_hook_knob(const rp_cuda_ctx *c);
 /* Steps of at least this many tokens dequantize each weight to bf16 and use the bf16 GEMM
  * (RAPID_CUDA_QDQ=N, default 128; 0: never). */

@@ -1,0 +1,335 @@
+/* backend/cuda/cuda_decode.cu - decode attention over the paged f32 KV pool (CUDA C++).
+ * What the kernels do and why: cuda_decode.h.
+ *
+ * Layout of a warp's work: a K / V row is D floats = D / 4 16-byte pieces; LG lanes (the
+ * power of two >= D / 4, at most 32) share one row, each holding VPL pieces, so one warp
+ * instruction covers KPI = 32 / LG keys. Each lane keeps U = 8 / VPL such slots, i.e. 8
+ * 16-byte K loads and 8 V loads in flight, for KW = KPI * U keys per warp per iteration
+ * (D = 128: 8 keys, 8 KB a warp). Scores are summed over the LG lanes of a key group by
+ * butterfly shuffles; the max, the softmax sum and the V accumulators stay per lane until the
+ * warp's keys are done (the running max is warp-uniform, so rescaling commutes with the final
+ * sum over key groups).
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_decode.h"
+
+enum { DA_WARPS = 4, DA_LOADS = 8, DA_MAX_SPLIT = 128 };
+
+template <int D> struct da_shape {
+    static constexpr int V4 = D / 4;
+    static constexpr int LG = V4 > 16 ? 32 : V4 > 8 ? 16 : V4 > 4 ? 8 : V4 > 2 ? 4 : V4 > 1 ? 2 : 1;
+    static constexpr int VPL = (V4 + LG - 1) / LG;
+    static constexpr int KPI = 32 / LG;
+    static constexpr int U = DA_LOADS / VPL > 0 ? DA_LOADS / VPL : 1;
+    static constexpr int KW = KPI * U;
+    static constexpr int KB = KW * DA_WARPS;
+};
+
+__device__ __forceinline__ float4 f4_zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
+template <int D, int G>
+__global__ void __launch_bounds__(DA_WARPS * 32)
+    dec_attn_kernel(const rp_cuda_tok *__restrict__ toks, const int32_t *__restrict__ tbl,
+                    rp_cuda_kv kv, int layer, const float *__restrict__ q,
+                    float *__restrict__ out, float *__restrict__ part, int H, int KVH,
+                    float scale, int window, int n_split, int per_split)
+{
+    typedef da_shape<D> S;
+    pdl_wait(); /* q and the pool are the previous kernels' */
+    __shared__ float sm_acc[DA_WARPS][G][D];
+    __shared__ float sm_m[DA_WARPS][G], sm_l[DA_WARPS][G];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int kg = lane / S::LG, li = lane % S::LG;
+    const int h0 = blockIdx.x * G, t = blockIdx.y, sp = blockIdx.z;
+    const int kvh = h0 / (H / KVH);
+    const rp_cuda_tok d = toks[t];
+    const int pos = d.pos;
+    const int j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    const int jb = j0 + sp * per_split, je = min(jb + per_split, pos + 1);
+    const long kvd = (long)KVH * D;
+    float4 qr[G][S::VPL];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int v = 0; v < S::VPL; v++) {
+            int f = li + S::LG * v;
+            float4 x = f4_zero();
+            if (f < S::V4) {
+                x = *(const float4 *)(q + ((long)t * H + h0 + g) * D + 4 * f);
+                x.x *= scale, x.y *= scale, x.z *= scale, x.w *= scale;
+            }
+            qr[g][v] = x;
+        }
+    float m[G], l[G];
+    float4 acc[G][S::VPL];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int v = 0; v < S::VPL; v++)
+            acc[g][v] = f4_zero();
+    }
+    const float *kbase = kv.base + (long)(2 * layer) * kv.half_floats + (long)kvh * D;
+    for (int it = jb + w * S::KW; it < je; it += S::KB) {
+        float4 kk[S::U][S::VPL], vv[S::U][S::VPL];
+        bool ok[S::U];
+#pragma unroll
+        for (int u = 0; u < S::U; u++) {
+            int j = it + u * S::KPI + kg;
+            ok[u] = j < je;
+            const float *r = kbase;
+            if (ok[u])
+                r += (long)tbl[d.tbl + j / kv.block_tokens] * kv.block_floats +
+                     (long)(j % kv.block_tokens) * kvd;
+#pragma unroll
+            for (int v = 0; v < S::VPL; v++) {
+                int f = li + S::LG * v;
+                bool in = ok[u] && f < S::V4;
+                kk[u][v] = in ? *(const float4 *)(r + 4 * f) : f4_zero();
+                vv[u][v] = in ? *(const float4 *)(r + kv.half_floats + 4 * f) : f4_zero();
+            }
+        }
+        float s[S::U][G];
+#pragma unroll
+        for (int u = 0; u < S::U; u++)
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float a = 0.0f;
+#pragma unroll
+                for (int v = 0; v < S::VPL; v++) {
+                    float4 x = qr[g][v], y = kk[u][v];
+                    a = fmaf(x.x, y.x, a);
+                    a = fmaf(x.y, y.y, a);
+                    a = fmaf(x.z, y.z, a);
+                    a = fmaf(x.w, y.w, a);
+                }
+#pragma unroll
+                for (int o = S::LG / 2; o > 0; o >>= 1)
+                    a += __shfl_xor_sync(0xffffffffu, a, o);
+                s[u][g] = a;
+            }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < S::U; u++)
+                if (ok[u])
+                    mx = fmaxf(mx, s[u][g]);
+#pragma unroll
+            for (int o = S::LG; o < 32; o <<= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            /* mx is finite: the warp's first key of this iteration is always valid */
+            float corr = expf(m[g] - mx);
+            m[g] = mx;
+            l[g] *= corr;
+#pragma unroll
+            for (int v = 0; v < S::VPL; v++) {
+                acc[g][v].x *= corr, acc[g][v].y *= corr;
+                acc[g][v].z *= corr, acc[g][v].w *= corr;
+            }
+#pragma unroll
+            for (int u = 0; u < S::U; u++) {
+                float p = ok[u] ? expf(s[u][g] - mx) : 0.0f;
+                l[g] += p;
+#pragma unroll
+                for (int v = 0; v < S::VPL; v++) {
+                    acc[g][v].x = fmaf(p, vv[u][v].x, acc[g][v].x);
+                    acc[g][v].y = fmaf(p, vv[u][v].y, acc[g][v].y);
+                    acc[g][v].z = fmaf(p, vv[u][v].z, acc[g][v].z);
+                    acc[g][v].w = fmaf(p, vv[u][v].w, acc[g][v].w);
+                }
+            }
+        }
+    }
+    /* sum over the warp's key groups (lanes li, li + LG, ...) */
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int o = S::LG; o < 32; o <<= 1) {
+            l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
+#pragma unroll
+            for (int v = 0; v < S::VPL; v++) {
+                acc[g][v].x += __shfl_xor_sync(0xffffffffu, acc[g][v].x, o);
+                acc[g][v].y += __shfl_xor_sync(0xffffffffu, acc[g][v].y, o);
+                acc[g][v].z += __shfl_xor_sync(0xffffffffu, acc[g][v].z, o);
+                acc[g][v].w += __shfl_xor_sync(0xffffffffu, acc[g][v].w, o);
+            }
+        }
+        if (kg == 0) {
+#pragma unroll
+            for (int v = 0; v < S::VPL; v++) {
+                int f = li + S::LG * v;
+                if (f < S::V4)
+                    *(float4 *)&sm_acc[w][g][4 * f] = acc[g][v];
+            }
+        }
+        if (lane == 0) {
+            sm_m[w][g] = m[g];
+            sm_l[w][g] = l[g];
+        }
+    }
+    __syncthreads();
+    /* the block's warps, in order; a warp (or a whole split) with no keys has max -inf */
+    for (int i = threadIdx.x; i < G * D; i += DA_WARPS * 32) {
+        int g = i / D, e = i % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int x = 0; x < DA_WARPS; x++)
+            M = fmaxf(M, sm_m[x][g]);
+        float L = 0.0f, A = 0.0f;
+#pragma unroll
+        for (int x = 0; x < DA_WARPS; x++) {
+            float wt = sm_m[x][g] == -INFINITY ? 0.0f : expf(sm_m[x][g] - M);
+            L = fmaf(wt, sm_l[x][g], L);
+            A = fmaf(wt, sm_acc[x][g][e], A);
+        }
+        if (n_split == 1) {
+            out[((long)t * H + h0 + g) * D + e] = A / L;
+        } else {
+            float *pp = part + (((long)t * H + h0 + g) * n_split + sp) * (D + 2);
+            if (e == 0)
+                pp[0] = M, pp[1] = L;
+            pp[2 + e] = A;
+        }
+    }
+}
+
+/* Block (head, token): the splits' partials, in split order. */
+__global__ void __launch_bounds__(128)
+    dec_merge_kernel(const float *__restrict__ part, float *__restrict__ out, int H, int D,
+                     int n_split)
+{
+    __shared__ float wt[DA_MAX_SPLIT];
+    __shared__ float red[4];
+    pdl_wait();
+    int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x, lane = i & 31, w = i >> 5;
+    const float *pp = part + ((long)t * H + h) * n_split * (D + 2);
+    float m = i < n_split ? pp[(long)i * (D + 2)] : -INFINITY;
+    float M = m;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0)
+        red[w] = M;
+    __syncthreads();
+    M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    float wi = m == -INFINITY ? 0.0f : expf(m - M);
+    if (i < n_split)
+        wt[i] = wi;
+    __syncthreads();
+    /* the sum in split order, the same in every thread */
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++)
+        L = fmaf(wt[s], pp[(long)s * (D + 2) + 1], L);
+    float inv = 1.0f / L;
+    for (int e = i; e < D; e += 128) {
+        float a = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < n_split; s++)
+            a = fmaf(wt[s], pp[(long)s * (D + 2) + 2 + e], a);
+        out[((long)t * H + h) * D + e] = a * inv;
+    }
+}
+
+static int da_kb(int D)
+{
+    switch (D) {
+    case 8: return da_shape<8>::KB;
+    case 16: return da_shape<16>::KB;
+    case 24: return da_shape<24>::KB;
+    case 32: return da_shape<32>::KB;
+    case 64: return da_shape<64>::KB;
+    case 128: return da_shape<128>::KB;
+    case 256: return da_shape<256>::KB;
+    default: return 0;
+    }
+}
+
+int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv)
+{
+    return da_kb(D) > 0 && (G == 1 || G == 2 || G == 4 || G == 8) && G * D <= 2048 &&
+           kv->block_floats % 4 == 0 && kv->half_floats % 4 == 0 &&
+           (uintptr_t)kv->base % 16 == 0;
+}
+
+void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *per_split)
+{
+    int kb = da_kb(D);
+    int n_chunks = (span + kb - 1) / kb;
+    long want = (4L * sms + units - 1) / units; /* about 4 blocks per SM */
+    int ns = (int)(want < n_chunks ? want : n_chunks);
+    ns = ns < 1 ? 1 : ns > DA_MAX_SPLIT ? DA_MAX_SPLIT : ns;
+    int per = (n_chunks + ns - 1) / ns * kb;
+    *per_split = per;
+    *n_split = (span + per - 1) / per;
+}
+
+template <int D, int G>
+static void da_go(cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks, const int32_t *tbl,
+                  rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
+                  int KVH, float scale, int window, int n_split, int per_split)
+{
+    pdl_launch(pdl, dec_attn_kernel<D, G>, grid, dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q,
+               out, part, H, KVH, scale, window, n_split, per_split);
+}
+
+template <int D>
+static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks,
+                    const int32_t *tbl, rp_cuda_kv kv, int layer, const float *q, float *out,
+                    float *part, int H, int KVH, float scale, int window, int n_split,
+                    int per_split)
+{
+    switch (G) {
+    case 8:
+        da_go<D, 8>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split);
+        break;
+    case 4:
+        da_go<D, 4>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split);
+        break;
+    case 2:
+        da_go<D, 2>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split);
+        break;
+    default:
+        da_go<D, 1>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split);
+        break;
+    }
+}
+
+void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
+                      rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
+                      int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
+                      int per_split)
+{
+    dim3 grid((unsigned)(H / G), (unsigned)n_tok, (unsigned)n_split);
+#define DA_CASE(DD)                                                                            \
+    case DD:                                                                                   \
+        da_go_g<DD>(G, st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,    \
+                    n_split, per_split);                                                       \
+        break;
+    switch (D) {
+        DA_CASE(8)
+        DA_CASE(16)
+        DA_CASE(24)
+        DA_CASE(32)
+        DA_CASE(64)
+        DA_CASE(128)
+        DA_CASE(256)
+    default:
+        break;
+    }
+#undef DA_CASE
+    CK(cudaGetLastError());
+    if (n_split > 1) {
+        pdl_launch(pdl, dec_merge_kernel, dim3((unsigned)H, (unsigned)n_tok), dim3(128), st,
+                   (const float *)part, out, H, D, n_split);
+        CK(cudaGetLastError());
+    }
+}

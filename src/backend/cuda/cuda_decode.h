@@ -1,0 +1,38 @@
+/* backend/cuda/cuda_decode.h - decode attention over the paged f32 KV pool (cuda_decode.cu).
+ *
+ * For steps the flash prefill kernel does not take (decode, engine batches of <= 64 tokens,
+ * the fixtures' short prompts): a flash-decoding split over the keys. A block of DA_WARPS
+ * warps takes (group of G query heads sharing one KV head, query token, split of the token's
+ * keys); each warp loads the K and V rows of 8 keys' worth of 16-byte pieces per lane at
+ * once (lanes of a key group share one row: D / 4 pieces over the next power of two lanes),
+ * keeps q (times the scale) in registers, and runs an online softmax in f32 (expf) over its
+ * keys; the block's warps merge in shared memory, and with more than one split a second
+ * kernel merges the splits' (max, sum, acc) partials in order (deterministic, no atomics).
+ * Results are plain f32 (no rounding of q, K, V or P).
+ *
+ * Ownership: part is scratch the caller owns (n_tok * H * n_split * (D + 2) floats).
+ * Threading: the caller's stream. Errors: a failed launch aborts (CK); shapes the kernel
+ * lacks are refused by rp_cuda_dec_ok (the caller keeps its own kernel for them).
+ * CUDA C++ only (included by cuda_kernels.cu).
+ */
+#ifndef RP_BACKEND_CUDA_DECODE_H
+#define RP_BACKEND_CUDA_DECODE_H
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+/* Whether head size D with G heads per block runs here (D in 8, 16, 24, 32, 64, 128, 256;
+ * G in 1, 2, 4, 8; rows 16-byte aligned). */
+int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv);
+/* Splits for a step of n_tok tokens whose longest key span is span, with `units` = n_tok *
+ * H / G blocks per split, on a GPU of sms multiprocessors. */
+void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *per_split);
+/* Launches the attention (and, for n_split > 1, the merge) on st; pdl: as programmatic
+ * dependent launches (each kernel waits for its predecessor before it reads anything). */
+void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
+                      rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
+                      int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
+                      int per_split);
+
+#endif
