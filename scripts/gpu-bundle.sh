@@ -20,11 +20,16 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/scripts/bench"
 cp "$build/rapid" "$build/rapid_gpu_check" "$out/bin/"
 strip --strip-unneeded "$out/bin/"*
+# RAPID_BUNDLE_LIBS="liblber libldap ...": only the libraries named (what the lent image
+# lacks, NOTES.md "Running on the device"), to keep a --sdk bundle under the carry limit
 ldd "$build/rapid" "$build/rapid_gpu_check" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   while read -r lib; do
-    case "$(basename "$lib")" in
+    base=$(basename "$lib")
+    case "$base" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcublas*) ;;
-      *) cp -L "$lib" "$out/lib/" ;;
+      *) if [ -z "${RAPID_BUNDLE_LIBS:-}" ] || [[ " $RAPID_BUNDLE_LIBS " == *" ${base%%.so*} "* ]]; then
+           cp -L "$lib" "$out/lib/"
+         fi ;;
     esac
   done
 cp scripts/gpu-test.sh scripts/bench-gpu.sh scripts/gpu-device.sh "$out/scripts/"
