@@ -17,9 +17,12 @@
  *    is from transformers plus 0.05 where the fixture amplifies rounding more); or, where a
  *    quantized twin amplifies rounding past that (qwen3_5's 4-bit one: its fast CPU kernels
  *    are 70% of max |logit| from the reference, quant_families_test.c), the GPU is held to
- *    QUANT_SAME_TOL of the CPU's optimised prefill, which on AMX rounds the dequantized
- *    weights and the activations to bf16 as the GPU does (only the summation order differs:
- *    the bf16 GPU-vs-CPU check's 0.2);
+ *    QUANT_SAME_TOL of the CPU's optimised prefill where that rounds the dequantized
+ *    weights and the activations to bf16 as the GPU does (AMX, prompts of RP_QX_MIN_TOKENS
+ *    or more: only the summation order differs, the bf16 GPU-vs-CPU check's 0.2), or else
+ *    held to what the CPU's optimised kernels (int8 activations, at least as coarse per
+ *    element as bf16's near each run's largest values) are from the reference on the same
+ *    model, the line then marked "amplified";
  *  - token-by-token decode logits: the GPU's two-part int8 x is within 1/64516 of each
  *    run's max, 1/254 of the one-part error of the CPU's optimised kernels, whose distance dk
  *    from the reference measures how much the fixture amplifies activation error: tolerance
@@ -468,12 +471,16 @@ void gpu_quant_compare(const fixture *f, const char *name, const char *path, con
         long np = (long)f->n_ids * f->vocab;
         float d = pg && pc ? max_abs_diff(pg, pc, np) : INFINITY;
         float dfast = pg && pk ? max_abs_diff(pg, pk, np) : INFINITY;
-        if (d <= ptol || dfast > QUANT_SAME_TOL) {
+        float dkp = pk && pc ? max_abs_diff(pk, pc, np) : INFINITY;
+        if (d <= ptol || (dfast > QUANT_SAME_TOL && d > dkp)) {
             snprintf(what, sizeof what, "%s prefill GPU vs CPU ref", label);
             gpu_check_report(d <= ptol, name, what, d, ptol);
-        } else {
+        } else if (dfast <= QUANT_SAME_TOL) {
             snprintf(what, sizeof what, "%s prefill GPU vs CPU bf16 (ref %.3g)", label, d);
             gpu_check_report(1, name, what, dfast, QUANT_SAME_TOL);
+        } else { /* the fixture amplifies rounding: no further than the CPU's own kernels */
+            snprintf(what, sizeof what, "%s prefill GPU vs CPU ref (amplified)", label);
+            gpu_check_report(1, name, what, d, dkp);
         }
         rp_free(pg);
         rp_free(pc);
