@@ -1,4 +1,5 @@
-/* tests/bench/kbench.c - matmul microbenchmark (bf16, MLX 4/8-bit, Q4_0, Q8_0) against the bandwidth probe.
+/* tests/bench/kbench.c - matmul microbenchmark (bf16, MLX 4/8-bit, Q4_0, Q8_0) against the
+ * bandwidth probe.
  *
  * Not a test: `build/kbench [reps] [n_prefill] [threads] [dp] [dtype]` times rp_op_matmul on
  * Llama-3.2-1B shapes (dtype bf16 by default; mlx4, mlx8 (group 64, bf16 scales), q4_0 or q8_0:

@@ -19,7 +19,9 @@
  *    128 and every scale dtype, Q4_0, Q8_0; row counts off the tile height; 1..9 tokens for
  *    the 4/2/1-token passes), directly and through rp_backend_weight + rp_op_matmul(_n):
  *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
- *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly).
+ *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly). The backend
+ *    packs on a weight's first decode matmul (not on rp_backend_weight or rp_op_embed) and
+ *    repacks a weight given again at the same address.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -642,6 +644,55 @@ Test(quant, backend_repacked_weights_match_reference)
             rp_free(yr);
             rp_backend_free(fast);
         }
+    rp_backend_free(ref);
+}
+
+/* The packed copy is made on a weight's first decode matmul, not by rp_backend_weight, so a
+ * table only read by rp_op_embed is never copied; a weight given again at the same address
+ * with new contents is repacked (the stale copy is not used). */
+Test(quant, backend_packs_on_first_decode_matmul)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
+        cr_log_warn("no AVX-512 VNNI on this CPU: weights are not repacked");
+        return;
+    }
+    rp_backend *ref = rp_backend_new(2, 1), *fast = rp_backend_new(2, 0);
+    int rows = 2000, cols = 1024;
+    qw q = make_qw(RP_DT_MLX4, rows, cols, 64, RP_DT_BF16, 0.0f);
+    size_t pk_bytes = rp_qx_repack_bytes(&q.t);
+    rp_tensor wt;
+    rp_err err = {0};
+    int64_t live0 = rp_alloc_live_bytes(RP_TAG_MODEL);
+    cr_assert_eq(rp_backend_weight(fast, &q.t, &wt, &err), RP_OK);
+    float *x = rp_alloc(sizeof(float) * (size_t)cols);
+    float *y = rp_alloc(sizeof(float) * (size_t)rows);
+    float *yr = rp_alloc(sizeof(float) * (size_t)rows);
+    int32_t ids[3] = {0, 7, rows - 1};
+    float *emb = rp_alloc(sizeof(float) * 3 * (size_t)cols);
+    rp_op_embed(fast, &wt, ids, 3, emb);
+    cr_assert_lt(rp_alloc_live_bytes(RP_TAG_MODEL) - live0, (int64_t)pk_bytes / 2,
+                 "rp_backend_weight and rp_op_embed must not make the packed copy");
+    for (int i = 0; i < cols; i++)
+        x[i] = frand();
+    rp_op_matmul(ref, &q.t, x, 1, yr);
+    rp_op_matmul(fast, &wt, x, 1, y);
+    cr_assert_geq(rp_alloc_live_bytes(RP_TAG_MODEL) - live0, (int64_t)pk_bytes,
+                  "the first decode matmul makes the packed copy");
+    assert_int8_bound(&q.t, x, 1, 64, y, yr, "lazily packed");
+    /* new codes at the same address, given again: the next matmul repacks */
+    uint8_t *d = q.data;
+    for (size_t i = 0; i < rp_dtype_row_bytes(RP_DT_MLX4, cols) * (size_t)rows; i++)
+        d[i] ^= 0x5A;
+    cr_assert_eq(rp_backend_weight(fast, &q.t, &wt, &err), RP_OK);
+    rp_op_matmul(ref, &q.t, x, 1, yr);
+    rp_op_matmul(fast, &wt, x, 1, y);
+    assert_int8_bound(&q.t, x, 1, 64, y, yr, "repacked after new contents");
+    free_qw(&q);
+    rp_free(x);
+    rp_free(y);
+    rp_free(yr);
+    rp_free(emb);
+    rp_backend_free(fast);
     rp_backend_free(ref);
 }
 
