@@ -460,9 +460,10 @@ static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, floa
     return all_rows;
 }
 
-/* x quantized (rp_quant_act) into the backend's activation buffer, grown as needed. */
+/* x quantized (rp_quant_act; vec: rp_qx_quant_act, natural order only) into the backend's
+ * activation buffer, grown as needed. */
 static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int even_odd,
-                    int run64, rp_qact *xq)
+                    int run64, int vec, rp_qact *xq)
 {
     long need = (long)n_tok * cols;
     if (need > b->act_cap) {
@@ -473,7 +474,14 @@ static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int ev
         RP_ASSERT(b->act_q && b->act_ds); /* at most a few MB */
         b->act_cap = need;
     }
-    rp_quant_act(x, n_tok, cols, even_odd, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
+#if defined(__x86_64__)
+    if (vec && !even_odd && cols % 64 == 0)
+        rp_qx_quant_act(x, n_tok, cols, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
+    else
+#endif
+        rp_quant_act(x, n_tok, cols, even_odd, run64, b->act_q, b->act_ds,
+                     b->act_ds + need / 32);
+    (void)vec;
     *xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
 }
 
@@ -544,7 +552,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         return;
     }
     if (n_pk) {
-        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), &xq);
+        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), 1, &xq);
         matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k};
         memcpy(jp.packed, pk, sizeof pk);
         long rows_all = matmul_layout(&jp, n, ws, ys, b->n_threads);
@@ -557,7 +565,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
 #endif
     if (qk) {
         int run64 = b->k.act_run64[w->dtype] && w->group_size >= 64 && cols % 64 == 0;
-        quant_x(b, x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, &xq);
+        quant_x(b, x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, 0, &xq);
 #if defined(__x86_64__)
         if (b->qx_dec && rp_qx_decode_fits(w, &xq))
             qk = rp_qx_mlx_decode;

@@ -21,7 +21,8 @@
  *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
  *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly). The backend
  *    packs on a weight's first decode matmul (not on rp_backend_weight or rp_op_embed) and
- *    repacks a weight given again at the same address.
+ *    repacks a weight given again at the same address. Their activations (rp_qx_quant_act):
+ *    codes and scales bit-identical to rp_quant_act's, run sums within 32 f32 roundings.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -645,6 +646,44 @@ Test(quant, backend_repacked_weights_match_reference)
             rp_backend_free(fast);
         }
     rp_backend_free(ref);
+}
+
+/* rp_qx_quant_act (the tile kernels' activations) against rp_quant_act: q and d
+ * bit-identical, each run's sum s within 32 f32 roundings of sum |x| (another order). */
+Test(quant, qx86_quant_act_matches_reference)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
+        cr_log_warn("no AVX-512 VNNI on this CPU: rp_qx_quant_act is not checked");
+        return;
+    }
+    int n_tok = 3;
+    long cols = 1024;
+    float *x = rp_alloc(sizeof(float) * (size_t)n_tok * (size_t)cols);
+    int8_t *q = rp_alloc((size_t)n_tok * (size_t)cols), *qr = rp_alloc((size_t)n_tok * (size_t)cols);
+    float *ds = rp_alloc(sizeof(float) * 2 * (size_t)n_tok * (size_t)(cols / 32));
+    float *dsr = rp_alloc(sizeof(float) * 2 * (size_t)n_tok * (size_t)(cols / 32));
+    for (long i = 0; i < n_tok * cols; i++) /* mixed magnitudes, a zero run, exact halves */
+        x[i] = i / 32 == 5 ? 0.0f : i % 97 == 0 ? 0.5f * (float)(i % 7) : frand() * (1 + i % 5);
+    long nrun = n_tok * cols / 32;
+    for (int run64 = 0; run64 <= 1; run64++) {
+        rp_qx_quant_act(x, n_tok, cols, run64, q, ds, ds + nrun);
+        rp_quant_act(x, n_tok, cols, 0, run64, qr, dsr, dsr + nrun);
+        cr_assert_eq(memcmp(q, qr, (size_t)n_tok * (size_t)cols), 0, "codes (run64 %d)", run64);
+        cr_assert_eq(memcmp(ds, dsr, sizeof(float) * (size_t)(run64 ? nrun / 2 : nrun)), 0,
+                     "scales (run64 %d)", run64);
+        for (long k = 0; k < nrun; k++) {
+            double mag = 0;
+            for (int i = 0; i < 32; i++)
+                mag += fabs(x[32 * k + i]);
+            cr_assert_leq(fabs(ds[nrun + k] - dsr[nrun + k]), 32 * 6e-8 * mag + 1e-30,
+                          "run sum %ld", k);
+        }
+    }
+    rp_free(x);
+    rp_free(q);
+    rp_free(qr);
+    rp_free(ds);
+    rp_free(dsr);
 }
 
 /* The packed copy is made on a weight's first decode matmul, not by rp_backend_weight, so a

@@ -370,6 +370,59 @@ void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, i
         qx_gg_decode(w, r0, r1, a, n_tok, y, 0);
 }
 
+/* ---- activations for the tile kernels ---------------------------------------------------- *
+ * rp_quant_act with even_odd 0 (natural order) on 512-bit vectors: the same amax, scale and
+ * round-to-nearest-even codes (VCVTPS2DQ under the default rounding mode rounds as the
+ * reference's 1.5 x 2^23 trick does for |v| <= 127), so q and d are bit-identical; each
+ * run's sum s is the same f32 sum of x in another order (a tree instead of left to right). */
+void rp_qx_quant_act(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                     float *s)
+{
+    long nrun = cols / 32;
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * cols;
+        int8_t *qt = q + (long)t * cols;
+        float *st = s + (long)t * nrun;
+        if (run64) {
+            float *dt = d + (long)t * (nrun / 2);
+            for (long k = 0; k < nrun / 2; k++) {
+                const float *p = xt + 64 * k;
+                __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+                __m512 v2 = _mm512_loadu_ps(p + 32), v3 = _mm512_loadu_ps(p + 48);
+                st[2 * k] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+                st[2 * k + 1] = _mm512_reduce_add_ps(_mm512_add_ps(v2, v3));
+                __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)),
+                                         _mm512_max_ps(_mm512_abs_ps(v2), _mm512_abs_ps(v3)));
+                float amax = _mm512_reduce_max_ps(m);
+                __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+                __m128i c0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id)));
+                __m128i c1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id)));
+                __m128i c2 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v2, id)));
+                __m128i c3 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v3, id)));
+                _mm_storeu_si128((__m128i *)(qt + 64 * k), c0);
+                _mm_storeu_si128((__m128i *)(qt + 64 * k + 16), c1);
+                _mm_storeu_si128((__m128i *)(qt + 64 * k + 32), c2);
+                _mm_storeu_si128((__m128i *)(qt + 64 * k + 48), c3);
+                dt[k] = amax / 127.0f;
+            }
+        } else {
+            float *dt = d + (long)t * nrun;
+            for (long k = 0; k < nrun; k++) {
+                const float *p = xt + 32 * k;
+                __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+                st[k] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+                float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+                __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+                __m128i c0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id)));
+                __m128i c1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id)));
+                _mm_storeu_si128((__m128i *)(qt + 32 * k), c0);
+                _mm_storeu_si128((__m128i *)(qt + 32 * k + 16), c1);
+                dt[k] = amax / 127.0f;
+            }
+        }
+    }
+}
+
 /* ---- decode on weights repacked at load (rp_qx_repack; layout in kernels_qx86.h) -------- *
  * Each int32 lane of a VPDPBUSD accumulates one row over 4 consecutive k (the token's 4 int8
  * activations broadcast), so a 64-byte load feeds 16 rows and no lane is ever summed

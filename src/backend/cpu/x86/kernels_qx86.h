@@ -58,6 +58,11 @@ void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out);
 void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
                          const rp_qact *a, int n_tok, float *y);
 
+/* rp_quant_act(x, n_tok, cols, 0, run64, q, d, s) on AVX-512 (cols % 64 == 0): q and d
+ * bit-identical, s the same sums in another order (f32 rounding of a 32-term sum). */
+void rp_qx_quant_act(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                     float *s);
+
 /* Prefill: any quantized type but MXFP4, and bf16 (rows read in place), n_tok >=
  * RP_QX_MIN_TOKENS. x is packed once per call
  * by rp_qx_pack_bf16 into rp_qx_pack_bytes; each thread passes a rowbuf of
