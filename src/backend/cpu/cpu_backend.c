@@ -15,10 +15,11 @@
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
  *     results are bit-identical to the recipe before it became backend-agnostic. The one
  *     exception: with the qx decode kernels on, MLX4/MLX8/Q4_0/Q8_0 matrices also get a
- *     repacked heap copy (kernels_qx86.h's tile layout, made on a matrix's first decode
+ *     repacked heap copy (kernels_qx86.h's tile layout, made on a matrix's first
  *     matmul, in slabs on 2 MB pages) that matmul reads instead of the view, for every token
- *     count the AMX prefill does not take; the view stays for the rest (embedding rows, AMX
- *     prefill), and a matrix no matmul takes (an untied embedding) is never copied.
+ *     count the AMX prefill does not take, and the AMX prefill reads its rows from it too; the
+ *     view stays for embedding rows, and a matrix no matmul takes (an untied embedding) is
+ *     never copied.
  *     RAPID_CPU_QX=1 turns it off.
  *  5. Quantized weights with an int8 kernel get the activations quantized once per call
  *     (rp_quant_act, on the caller thread, into a buffer the backend keeps) before the fan-out.
@@ -208,9 +209,9 @@ static void cpu_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
 
 /* ---- weights repacked for the decode kernels (kernels_qx86.c) ------------------------- *
  * With the qx decode kernels on, cpu_weight records every MLX4/MLX8/Q4_0/Q8_0 matrix they
- * take; its first matmul that is not an AMX prefill repacks it (rp_qx_repack, 32- or 16-row
- * tiles, over the pool) into slab memory on 2 MB pages; the view keeps pointing at the
- * original (mmap) for the kernels that read that layout (embedding rows, AMX prefill). Matmul
+ * take; its first matmul repacks it (rp_qx_repack, 32- or 16-row tiles, over the pool) into
+ * slab memory on 2 MB pages, which decode and the AMX prefill then read; the view keeps
+ * pointing at the original (mmap) for embedding rows. Matmul
  * finds the entry by the view's data pointer and shape; a weight given again at the same
  * address (another weight in reused memory, or the same one) is recorded again and repacked
  * on its next use (the old copy's slab space is not reused: only the backend's end frees it).
@@ -367,12 +368,12 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread
     const rp_tensor *w = j->ws[m];
     float *y = j->ys[m];
 #if defined(__x86_64__)
-    if (j->packed[m]) {
-        rp_qx_packed_decode(w, j->packed[m], r0, r1, j->xq, j->n_tok, y);
+    if (j->qx_x) { /* AMX prefill, from the packed copy when there is one */
+        rp_qx_prefill(w, j->packed[m], r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
         return;
     }
-    if (j->qx_x) {
-        rp_qx_prefill(w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
+    if (j->packed[m]) {
+        rp_qx_packed_decode(w, j->packed[m], r0, r1, j->xq, j->n_tok, y);
         return;
     }
     if (j->amx_x) { /* bf16 in exact mode (three-part activations, kernels_amx.c) */
@@ -534,6 +535,10 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         rp_qx_pack_bf16(x, n_tok, cols, b->qx_x);
         matmul_job jq = {.x = x, .n_tok = n_tok, .kernel = k, .qx_x = b->qx_x,
                          .qx_rowbuf = b->qx_rowbuf};
+        /* a repacked weight's rows come from its copy (made now if this is its first use),
+         * so after the repack only embedding lookups read the view's pages */
+        for (int i = 0; i < n; i++)
+            jq.packed[i] = pack_find(b, ws[i]);
         matmul_layout(&jq, n, ws, ys, b->n_threads);
         rp_pool_run_any(b->pool, matmul_part, &jq);
         return;

@@ -771,8 +771,8 @@ static void check_qx_prefill(rp_dtype dt, int rows, int cols, int gs, rp_dtype s
     void *rowbuf = rp_alloc_aligned(rp_qx_rowbuf_bytes(cols), RP_TAG_MISC);
     rp_qx_pack_bf16(x, n_tok, cols, xb);
     int mid = (rows / 2) & ~15;
-    rp_qx_prefill(&q.t, 0, mid, xb, n_tok, rowbuf, y);
-    rp_qx_prefill(&q.t, mid, rows, xb, n_tok, rowbuf, y);
+    rp_qx_prefill(&q.t, NULL, 0, mid, xb, n_tok, rowbuf, y);
+    rp_qx_prefill(&q.t, NULL, mid, rows, xb, n_tok, rowbuf, y);
     for (int r = 0; r < rows; r++) {
         rp_quant_dequant_row(&q.t, r, wrow);
         for (int t = 0; t < n_tok; t++) {
@@ -784,6 +784,21 @@ static void check_qx_prefill(rp_dtype dt, int rows, int cols, int gs, rp_dtype s
                       "qx prefill %s %dx%d gs %d n_tok %d row %d: %g vs %g (mag %g)",
                       rp_dtype_name(dt), rows, cols, gs, n_tok, r, got, want, mag);
         }
+    }
+    if (rp_qx_repack_fits(&q.t)) { /* from the packed copy: bit-identical to the view's */
+        void *pk = rp_alloc_aligned(rp_qx_repack_bytes(&q.t), RP_TAG_MISC);
+        float *yp = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        rp_qx_repack(&q.t, 0, rp_qx_repack_tiles(&q.t), pk);
+        int mid32 = (rows / 2) & ~31;
+        rp_qx_prefill(&q.t, NULL, 0, mid32, xb, n_tok, rowbuf, y);
+        rp_qx_prefill(&q.t, NULL, mid32, rows, xb, n_tok, rowbuf, y);
+        rp_qx_prefill(&q.t, pk, 0, mid32, xb, n_tok, rowbuf, yp);
+        rp_qx_prefill(&q.t, pk, mid32, rows, xb, n_tok, rowbuf, yp);
+        cr_assert_eq(memcmp(y, yp, sizeof(float) * (size_t)n_tok * rows), 0,
+                     "qx prefill from the packed %s %dx%d gs %d n_tok %d differs from the view's",
+                     rp_dtype_name(dt), rows, cols, gs, n_tok);
+        rp_free_aligned(pk);
+        rp_free(yp);
     }
     rp_free_aligned(xb);
     rp_free_aligned(rowbuf);

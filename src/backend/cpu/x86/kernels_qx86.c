@@ -629,6 +629,16 @@ void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out)
     }
 }
 
+const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long tile, long kb,
+                                  const uint8_t **scales)
+{
+    int bpg = pk_blocks_per_group(w);
+    const uint8_t *gp = (const uint8_t *)packed + (size_t)tile * pk_tile_bytes(w) +
+                        (size_t)(kb / bpg) * pk_group_bytes(w);
+    *scales = gp + (size_t)bpg * PK_BLOCK;
+    return gp + (size_t)(kb % bpg) * PK_BLOCK;
+}
+
 QX_AI __m512i pk_bcast(const int8_t *p)
 {
     int32_t v;
