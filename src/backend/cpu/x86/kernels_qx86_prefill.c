@@ -358,6 +358,27 @@ static qx_pf qx_pf_of(const rp_tensor *w, long r, long n, long k0, long k1)
                    .rows_left = n > 0 ? n : 0};
 }
 
+/* The same walk over a packed copy: rows [r, r + n) (r a multiple of 32) are whole tiles, and
+ * a chunk's groups are contiguous in each, so one run of lines per tile, a tile apart. */
+static qx_pf qx_pf_packed(const rp_tensor *w, const void *packed, long r, long n, long k0,
+                          long k1)
+{
+    int tr = w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_Q4_0 ? 32 : 16;
+    long n_tiles = rp_qx_repack_tiles(w), t0 = r / tr, nt = n > 0 ? (n + tr - 1) / tr : 0;
+    if (t0 + nt > n_tiles)
+        nt = n_tiles > t0 ? n_tiles - t0 : 0;
+    if (nt <= 0 || k1 <= k0)
+        return (qx_pf){.p = packed, .stride = 0, .lpr = 1, .rows_left = 0};
+    const uint8_t *s0, *s1;
+    const uint8_t *b0 = rp_qx_packed_block(w, packed, t0, k0 / 2, &s0);
+    rp_qx_packed_block(w, packed, t0, k1 / 2 - 1, &s1);
+    int mlx = w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_MLX8;
+    size_t sb = mlx ? 2 * (size_t)tr * (w->scale_dtype == RP_DT_F32 ? 4 : 2) : 4 * (size_t)tr;
+    size_t len = (size_t)(s1 + sb - b0), tb = rp_qx_repack_bytes(w) / (size_t)n_tiles;
+    return (qx_pf){.p = (const char *)b0, .stride = tb, .lpr = (long)((len + 63) / 64),
+                   .rows_left = nt};
+}
+
 /* Loop order: per 2048-column chunk, per 32-row block: the block's A rows (bf16 weights: read
  * in place, rows one row apart; other types: dequantized into rowbuf), then per token group of
  * up to 256, per token-block pair, the 4 C tiles accumulate the chunk and go to the spill cb,
@@ -399,11 +420,16 @@ void rp_qx_prefill(const rp_tensor *w, const void *packed, long r0, long r1,
              * after the last, the rows after r1 (the next work item, on this thread or the
              * other: in L3 at least) */
             long n1 = rows - r1 < 32 ? rows - r1 : 32, kf = QX_KC < nk ? QX_KC : nk;
-            qx_pf pf = r + 32 < r1
-                           ? qx_pf_of(w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, k0, k1)
-                       : k1 < nk ? qx_pf_of(w, r0, r1 - r0 < 32 ? r1 - r0 : 32, k1,
-                                            k1 + QX_KC < nk ? k1 + QX_KC : nk)
-                                 : qx_pf_of(w, r1, n1, 0, kf);
+            long pr, pn, pk0, pk1;
+            if (r + 32 < r1)
+                pr = r + 32, pn = r1 - r - 32 < 32 ? r1 - r - 32 : 32, pk0 = k0, pk1 = k1;
+            else if (k1 < nk)
+                pr = r0, pn = r1 - r0 < 32 ? r1 - r0 : 32, pk0 = k1,
+                pk1 = k1 + QX_KC < nk ? k1 + QX_KC : nk;
+            else
+                pr = r1, pn = n1, pk0 = 0, pk1 = kf;
+            qx_pf pf = packed && w->dtype != RP_DT_BF16 ? qx_pf_packed(w, packed, pr, pn, pk0, pk1)
+                                                        : qx_pf_of(w, pr, pn, pk0, pk1);
             long steps = kn * ((nb + 1) / 2);
             long per = (pf.lpr * pf.rows_left + steps - 1) / steps;
             for (long g0 = 0; g0 < nb; g0 += QX_MAX_TB) {
