@@ -22,7 +22,8 @@
  *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly). The backend
  *    packs on a weight's first decode matmul (not on rp_backend_weight or rp_op_embed) and
  *    repacks a weight given again at the same address. Their activations (rp_qx_quant_act):
- *    codes and scales bit-identical to rp_quant_act's, run sums within 32 f32 roundings.
+ *    codes and scales bit-identical to rp_quant_act's, run sums within 32 f32 roundings. The
+ *    AMX prefill from a packed copy gives the view's results bit for bit (7.'s shapes).
  */
 #include <criterion/criterion.h>
 #include <math.h>
