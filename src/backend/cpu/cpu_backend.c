@@ -77,6 +77,7 @@ typedef struct cpu_backend {
     size_t amx_cap;
     int qx_dec, qx_amx;  /* kernels_qx86.c: MLX VNNI decode, quantized prefill on AMX-BF16 */
     int qx_pack;         /* repacked weights (first decode use) for the tile decode */
+    int qx_pf_view;      /* RAPID_CPU_QX=2: the AMX prefill reads the view, not the copy */
     uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
     size_t qx_cap;
     void **qx_rowbuf;    /* per thread, qx_rowcap bytes: dequantized weight rows */
@@ -174,12 +175,14 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     {
         /* RAPID_CPU_QX=0: the 256/512-bit int8 kernels of kernels_avx2/avx512.c for decode and
          * prefill alike, instead of kernels_qx86.c; RAPID_CPU_QX=1: kernels_qx86.c on the
-         * original layout, no repacked weights (benchmarking knobs) */
+         * original layout, no repacked weights; RAPID_CPU_QX=2: repacked weights for decode,
+         * but the AMX prefill dequantizes from the view (benchmarking knobs) */
         const char *qx = getenv("RAPID_CPU_QX");
         int on = !ref_kernels && !(qx && qx[0] == '0');
         b->qx_dec = on && rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
         b->qx_pack = b->qx_dec && !(qx && qx[0] == '1');
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
+        b->qx_pf_view = qx && qx[0] == '2';
     }
 #endif
     snprintf(b->base.desc, sizeof b->base.desc, "cpu %s%s, %d thread%s",
@@ -537,7 +540,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
                          .qx_rowbuf = b->qx_rowbuf};
         /* a repacked weight's rows come from its copy (made now if this is its first use),
          * so after the repack only embedding lookups read the view's pages */
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n && !b->qx_pf_view; i++)
             jq.packed[i] = pack_find(b, ws[i]);
         matmul_layout(&jq, n, ws, ys, b->n_threads);
         rp_pool_run_any(b->pool, matmul_part, &jq);
