@@ -1,7 +1,10 @@
-/* tests/bench/kbench.c - matmul microbenchmark for float weights against the bandwidth probe.
+/* tests/bench/kbench.c - matmul microbenchmark (bf16, MLX 4/8-bit, Q4_0, Q8_0) against the
+ * bandwidth probe.
  *
- * Not a test: `build/kbench [reps] [n_prefill] [threads] [dp]` times rp_op_matmul on Llama-3.2-1B shapes (bf16
- * by default) for one token (decode: GB/s of weights read, as a ratio to
+ * Not a test: `build/kbench [reps] [n_prefill] [threads] [dp] [dtype]` times rp_op_matmul on
+ * Llama-3.2-1B shapes (dtype bf16 by default; mlx4, mlx8 (group 64, bf16 scales), q4_0 or q8_0:
+ * random codes, through rp_backend_weight like a model load, so the backend's repacked copy is
+ * what decode reads) for one token (decode: GB/s of weights read, as a ratio to
  * rp_backend_read_bandwidth measured alternately in the same process, best of reps) and for
  * 128 tokens (prefill: GFLOP/s, and the thread CPU seconds so a loaded machine shows).
  * Single-threaded caller; errors abort with a message.
@@ -15,6 +18,28 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/half.h"
+
+static rp_dtype parse_dtype(const char *s)
+{
+    if (!strcmp(s, "mlx4"))
+        return RP_DT_MLX4;
+    if (!strcmp(s, "mlx8"))
+        return RP_DT_MLX8;
+    if (!strcmp(s, "q4_0"))
+        return RP_DT_Q4_0;
+    if (!strcmp(s, "q8_0"))
+        return RP_DT_Q8_0;
+    return RP_DT_BF16;
+}
+
+/* bytes of one matrix of dtype dt (codes, plus MLX scales and biases) */
+static size_t mat_bytes(rp_dtype dt, long rows, long cols)
+{
+    size_t b = (size_t)rows * rp_dtype_row_bytes(dt, cols);
+    if (dt == RP_DT_MLX4 || dt == RP_DT_MLX8)
+        b += 2 * (size_t)rows * (size_t)(cols / 64) * 2;
+    return b;
+}
 
 typedef struct shape {
     const char *name;
@@ -46,36 +71,71 @@ int main(int argc, char **argv)
     long n_layer = 0;
     for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
         n_layer += layer[i].rows * layer[i].cols;
-    /* 8 layers' worth (8 x 60.8M x 2 B = 970 MB) so nothing stays in cache */
-    int n_copies = 8;
-    size_t bytes = (size_t)n_layer * 2 * (size_t)n_copies;
-    uint16_t *w = rp_alloc_aligned(bytes, RP_TAG_MISC);
+    /* about 1 GB of weights (8 layers of bf16) so nothing stays in cache */
+    rp_dtype dt = parse_dtype(argc > 5 ? argv[5] : "bf16");
+    size_t layer_bytes = 0;
+    for (int i = 0; i < 7; i++)
+        layer_bytes += mat_bytes(dt, layer[i].rows, layer[i].cols);
+    int n_copies = (int)(((size_t)n_layer * 2 * 8 + layer_bytes - 1) / layer_bytes);
+    size_t bytes = layer_bytes * (size_t)n_copies;
+    uint8_t *w = rp_alloc_aligned(bytes, RP_TAG_MISC);
     float *x = rp_alloc_aligned(sizeof(float) * 8192 * (size_t)n_prefill, RP_TAG_MISC);
     float *y = rp_alloc_aligned(sizeof(float) * 8192 * (size_t)n_prefill, RP_TAG_MISC);
-    if (!w || !x || !y) {
+    rp_tensor(*t)[7] = rp_alloc(sizeof(rp_tensor[7]) * (size_t)n_copies);
+    if (!w || !x || !y || !t) {
         fprintf(stderr, "kbench: out of memory\n");
         return 1;
     }
     uint32_t s = 1;
-    for (size_t i = 0; i < bytes / 2; i++) {
-        s = s * 1664525u + 1013904223u;
-        w[i] = rp_f32_to_bf16(((float)(s >> 8) / 16777216.0f - 0.5f) * 0.1f);
-    }
+    if (dt == RP_DT_BF16)
+        for (size_t i = 0; i < bytes / 2; i++) {
+            s = s * 1664525u + 1013904223u;
+            ((uint16_t *)w)[i] = rp_f32_to_bf16(((float)(s >> 8) / 16777216.0f - 0.5f) * 0.1f);
+        }
+    else
+        for (size_t i = 0; i < bytes; i++) {
+            s = s * 1664525u + 1013904223u;
+            w[i] = (uint8_t)(s >> 24);
+        }
     for (long i = 0; i < 8192L * n_prefill; i++) {
         s = s * 1664525u + 1013904223u;
         x[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
     }
-    rp_tensor t[8][7];
     size_t off = 0;
     for (int c = 0; c < n_copies; c++)
         for (int i = 0; i < 7; i++) {
-            t[c][i] = (rp_tensor){.dtype = RP_DT_BF16, .n_dims = 2,
-                                  .shape = {layer[i].rows, layer[i].cols},
-                                  .data = w + off,
-                                  .n_bytes = (size_t)layer[i].rows * layer[i].cols * 2};
-            off += (size_t)layer[i].rows * layer[i].cols;
+            long rows = layer[i].rows, cols = layer[i].cols;
+            size_t nb = (size_t)rows * rp_dtype_row_bytes(dt, cols);
+            rp_tensor src = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = w + off,
+                             .n_bytes = nb};
+            if (dt == RP_DT_Q4_0 || dt == RP_DT_Q8_0) { /* sane f16 block scales */
+                size_t bb = dt == RP_DT_Q4_0 ? 18 : 34;
+                for (size_t k = 0; k < nb; k += bb) {
+                    uint16_t h = rp_f32_to_f16(0.001f);
+                    memcpy(w + off + k, &h, 2);
+                }
+            }
+            if (dt == RP_DT_MLX4 || dt == RP_DT_MLX8) {
+                size_t ng = (size_t)rows * (size_t)(cols / 64);
+                uint16_t *sc = (uint16_t *)(w + off + nb);
+                for (size_t k = 0; k < 2 * ng; k++)
+                    sc[k] = rp_f32_to_bf16(k < ng ? 0.001f : -0.01f);
+                src.scales = sc;
+                src.biases = sc + ng;
+                src.scale_dtype = RP_DT_BF16;
+                src.group_size = 64;
+            }
+            off += mat_bytes(dt, rows, cols);
+            rp_err err = {0};
+            if (rp_backend_weight(be, &src, &t[c][i], &err)) {
+                fprintf(stderr, "kbench: %s\n", err.msg);
+                return 1;
+            }
         }
-    double best_bw = 0, best_mv = 0, best_fused = 0;
+    printf("%s: %d layers' matrices, %.2f GB\n", rp_dtype_name(dt), n_copies, (double)bytes / 1e9);
+    double best_bw = 0, best_mv = 0, best_fused = 0, rat[64];
+    if (reps > 64)
+        reps = 64;
     for (int r = 0; r < reps && strchr(mode, 'd'); r++) {
         double bw = rp_backend_read_bandwidth(be, (size_t)1 << 30, 1);
         best_bw = bw > best_bw ? bw : best_bw;
@@ -100,11 +160,21 @@ int main(int argc, char **argv)
         }
         sec = (double)(rp_now_ns() - t0) * 1e-9;
         best_fused = (double)bytes / sec / 1e9 > best_fused ? (double)bytes / sec / 1e9 : best_fused;
+        rat[r] = (double)bytes / sec / 1e9 / bw;
         printf("rep %d: probe %.2f GB/s, matvec %.2f GB/s, fused %.2f GB/s\n", r, bw, mv,
                (double)bytes / sec / 1e9);
     }
-    printf("decode: probe %.2f GB/s, matvec %.2f GB/s = %.3f of the probe, fused %.2f = %.3f\n",
-           best_bw, best_mv, best_mv / best_bw, best_fused, best_fused / best_bw);
+    for (int a = 0; a < reps && strchr(mode, 'd'); a++) /* sort the per-rep ratios */
+        for (int b = a + 1; b < reps; b++)
+            if (rat[b] < rat[a]) {
+                double tmp = rat[a];
+                rat[a] = rat[b];
+                rat[b] = tmp;
+            }
+    printf("decode: probe %.2f GB/s, matvec %.2f GB/s = %.3f of the probe, fused %.2f = %.3f "
+           "(median of the reps' fused / probe ratios %.3f)\n",
+           best_bw, best_mv, best_mv / best_bw, best_fused, best_fused / best_bw,
+           strchr(mode, 'd') && reps > 0 ? rat[reps / 2] : 0.0);
     /* prefill: one layer's matrices x n_prefill tokens */
     double best_pf = 0, cpu_pf = 1e30;
     for (int r = 0; r < reps && strchr(mode, 'p'); r++) {
@@ -124,6 +194,7 @@ int main(int argc, char **argv)
            n_prefill, best_pf, 2.0 * (double)n_layer * 2 * n_prefill / cpu_pf / 1e9,
            best_pf * 1e9 / (2.0 * 1.236e9), /* lm_head is one token in prefill */
            2.0 * 2.0 * (double)n_layer * 2 * n_prefill / cpu_pf / (2.0 * 1.236e9));
+    rp_free(t);
     rp_free_aligned(w);
     rp_free_aligned(x);
     rp_free_aligned(y);

@@ -15,9 +15,12 @@
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
  *     results are bit-identical to the recipe before it became backend-agnostic. The one
  *     exception: with the qx decode kernels on, MLX4/MLX8/Q4_0/Q8_0 matrices also get a
- *     repacked heap copy at load (cpu_weight, kernels_qx86.h's tile layout) that matmul
- *     reads instead of the view, for every token count the AMX prefill does not take; the
- *     view stays for the rest (embedding rows, AMX prefill). RAPID_CPU_QX=1 turns it off.
+ *     repacked heap copy (kernels_qx86.h's tile layout, made on a matrix's first
+ *     matmul, in slabs on 2 MB pages) that matmul reads instead of the view, for every token
+ *     count the AMX prefill does not take, and the AMX prefill reads its rows from it too; the
+ *     view stays for embedding rows, and a matrix no matmul takes (an untied embedding) is
+ *     never copied.
+ *     RAPID_CPU_QX=1 turns it off.
  *  5. Quantized weights with an int8 kernel get the activations quantized once per call
  *     (rp_quant_act, on the caller thread, into a buffer the backend keeps) before the fan-out.
  */
@@ -73,22 +76,27 @@ typedef struct cpu_backend {
     uint16_t *amx_x; /* packed activations for the tiles */
     size_t amx_cap;
     int qx_dec, qx_amx;  /* kernels_qx86.c: MLX VNNI decode, quantized prefill on AMX-BF16 */
-    int qx_pack;         /* repack weights at load for kernels_qx86.c's tile decode */
+    int qx_pack;         /* repacked weights (first decode use) for the tile decode */
+    int qx_pf_view;      /* RAPID_CPU_QX=2: the AMX prefill reads the view, not the copy */
     uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
     size_t qx_cap;
     void **qx_rowbuf;    /* per thread, qx_rowcap bytes: dequantized weight rows */
     size_t qx_rowcap;
-    struct qx_pack *packs; /* weights repacked at load for decode (open addressing, by data) */
+    struct qx_pack *packs; /* weights to repack for decode (open addressing, by data) */
     long packs_cap, n_packs;
+    void **slabs; /* owned: the packed copies' memory (pack_mem), n_slabs of slabs_cap */
+    int n_slabs, slabs_cap;
+    char *slab_cur; /* the free rest of the last slab, slab_left bytes */
+    size_t slab_left;
 } cpu_backend;
 
-/* A weight repacked by rp_qx_repack (kernels_qx86.h), found again by its view's data pointer
- * and shape. */
+/* A weight given to cpu_weight that the tile kernels can take, found again by its view's data
+ * pointer and shape; repacked (rp_qx_repack) on its first decode matmul, so a table only
+ * ever read a row at a time (an untied embedding) is never copied. */
 typedef struct qx_pack {
     const void *data; /* the original view's data: the key (NULL: empty slot) */
-    rp_dtype dtype;
-    int64_t rows, cols;
-    void *packed; /* owned, rp_qx_repack_bytes */
+    rp_tensor w;      /* the view, for the repack */
+    void *packed;     /* in a slab (pack_mem), rp_qx_repack_bytes; NULL: not packed yet */
 } qx_pack;
 
 #define CPU(bk) ((cpu_backend *)(bk))
@@ -116,9 +124,10 @@ static void cpu_destroy(rp_backend *bk)
         for (int i = 0; i < b->n_threads; i++)
             rp_free_aligned(b->qx_rowbuf[i]);
     rp_free(b->qx_rowbuf);
-    for (long i = 0; i < b->packs_cap; i++)
-        rp_free_aligned(b->packs[i].packed);
     rp_free(b->packs);
+    for (int i = 0; i < b->n_slabs; i++)
+        rp_free_aligned(b->slabs[i]);
+    rp_free(b->slabs);
     rp_pool_free(b->pool);
     rp_free(b);
 }
@@ -166,12 +175,14 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     {
         /* RAPID_CPU_QX=0: the 256/512-bit int8 kernels of kernels_avx2/avx512.c for decode and
          * prefill alike, instead of kernels_qx86.c; RAPID_CPU_QX=1: kernels_qx86.c on the
-         * original layout, no repacked weights (benchmarking knobs) */
+         * original layout, no repacked weights; RAPID_CPU_QX=2: repacked weights for decode,
+         * but the AMX prefill dequantizes from the view (benchmarking knobs) */
         const char *qx = getenv("RAPID_CPU_QX");
         int on = !ref_kernels && !(qx && qx[0] == '0');
         b->qx_dec = on && rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
         b->qx_pack = b->qx_dec && !(qx && qx[0] == '1');
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
+        b->qx_pf_view = qx && qx[0] == '2';
     }
 #endif
     snprintf(b->base.desc, sizeof b->base.desc, "cpu %s%s, %d thread%s",
@@ -200,13 +211,19 @@ static void cpu_to_host(rp_backend *bk, void *dst, const void *src, size_t n)
 }
 
 /* ---- weights repacked for the decode kernels (kernels_qx86.c) ------------------------- *
- * With the qx decode kernels on, cpu_weight repacks every MLX4/MLX8/Q4_0/Q8_0 matrix they
- * take into heap memory (rp_qx_repack, 32- or 16-row tiles, over the pool); the view keeps pointing
- * at the original (mmap) for the kernels that read that layout. Matmul finds the packed copy
- * by the view's data pointer and shape; a weight given again at the same address (another
- * weight in reused memory, or the same one) is packed again and replaces the entry. */
+ * With the qx decode kernels on, cpu_weight records every MLX4/MLX8/Q4_0/Q8_0 matrix they
+ * take; its first matmul repacks it (rp_qx_repack, 32- or 16-row tiles, over the pool) into
+ * slab memory on 2 MB pages, which decode and the AMX prefill then read; the view keeps
+ * pointing at the original (mmap) for embedding rows. Matmul
+ * finds the entry by the view's data pointer and shape; a weight given again at the same
+ * address (another weight in reused memory, or the same one) is recorded again and repacked
+ * on its next use (the old copy's slab space is not reused: only the backend's end frees it).
+ * Packing in call order also lays the copies out in the order a forward pass reads them. */
 
 #if defined(__x86_64__)
+#define SLAB_HUGE ((size_t)2 << 20)
+#define SLAB_MIN ((size_t)64 << 20)
+
 static qx_pack *pack_slot(const cpu_backend *b, const void *data)
 {
     size_t h = ((size_t)(uintptr_t)data >> 6) * 0x9e3779b97f4a7c15ull;
@@ -215,15 +232,41 @@ static qx_pack *pack_slot(const cpu_backend *b, const void *data)
             return &b->packs[i];
 }
 
-static const void *pack_find(const cpu_backend *b, const rp_tensor *w)
+/* n bytes (4 KB aligned) for a packed copy: slabs of at least 64 MB, each 2 MB aligned and
+ * advised onto transparent huge pages before the repack first touches it (a hint: ignored
+ * where they are off), so the stream sees no 4 KB page walks; NULL when out of memory. */
+static void *pack_mem(cpu_backend *b, size_t n)
 {
-    if (!b->n_packs || !w->data)
+    n = (n + 4095) & ~(size_t)4095;
+    int shared = n < SLAB_MIN / 2; /* else a slab of its own */
+    if (shared && n <= b->slab_left) {
+        char *p = b->slab_cur;
+        b->slab_cur += n;
+        b->slab_left -= n;
+        return p;
+    }
+    size_t sz = shared ? SLAB_MIN : (n + SLAB_HUGE - 1) & ~(SLAB_HUGE - 1);
+    if (b->n_slabs == b->slabs_cap) {
+        int cap = b->slabs_cap ? 2 * b->slabs_cap : 16;
+        void **ns = rp_realloc(b->slabs, sizeof(void *) * (size_t)cap);
+        if (!ns)
+            return NULL;
+        b->slabs = ns;
+        b->slabs_cap = cap;
+    }
+    char *raw = rp_alloc_aligned(sz + SLAB_HUGE, RP_TAG_MODEL);
+    if (!raw)
         return NULL;
-    const qx_pack *p = pack_slot(b, w->data);
-    return p->data && p->dtype == w->dtype && p->rows == w->shape[0] &&
-                   p->cols == w->shape[1] && w->n_dims == 2
-               ? p->packed
-               : NULL;
+    b->slabs[b->n_slabs++] = raw;
+    char *p = (char *)(((uintptr_t)raw + SLAB_HUGE - 1) & ~(uintptr_t)(SLAB_HUGE - 1));
+#ifdef MADV_HUGEPAGE
+    madvise(p, sz, MADV_HUGEPAGE);
+#endif
+    if (shared) { /* the rest serves the next copies */
+        b->slab_cur = p + n;
+        b->slab_left = sz - n;
+    }
+    return p;
 }
 
 typedef struct repack_job {
@@ -238,6 +281,28 @@ static void repack_part(void *p, int i, int n)
     long t0, t1;
     rp_pool_split(j->n_tiles, i, n, 1, &t0, &t1);
     rp_qx_repack(j->w, t0, t1, j->out);
+}
+
+/* The packed copy of w, made on first use; NULL when w was not recorded (or has another
+ * dtype/shape than the entry at its address), or when there is no memory for the copy (the
+ * row kernels then read the view: slower, the same bound). */
+static const void *pack_find(cpu_backend *b, const rp_tensor *w)
+{
+    if (!b->n_packs || !w->data)
+        return NULL;
+    qx_pack *p = pack_slot(b, w->data);
+    if (!p->data || p->w.dtype != w->dtype || p->w.shape[0] != w->shape[0] ||
+        p->w.shape[1] != w->shape[1] || w->n_dims != 2)
+        return NULL;
+    if (!p->packed) {
+        void *out = pack_mem(b, rp_qx_repack_bytes(&p->w));
+        if (!out)
+            return NULL;
+        repack_job j = {.w = &p->w, .out = out, .n_tiles = rp_qx_repack_tiles(&p->w)};
+        rp_pool_run(b->pool, repack_part, &j);
+        p->packed = out;
+    }
+    return p->packed;
 }
 
 static rp_status pack_weight(cpu_backend *b, const rp_tensor *w, rp_err *err)
@@ -255,28 +320,10 @@ static rp_status pack_weight(cpu_backend *b, const rp_tensor *w, rp_err *err)
                 *pack_slot(b, old[i].data) = old[i];
         rp_free(old);
     }
-    size_t n = rp_qx_repack_bytes(w);
-    void *out = rp_alloc_aligned(n, RP_TAG_MODEL);
-    if (!out)
-        return rp_err_set(err, RP_ERR_NOMEM, "cpu: no memory to repack a %s weight (%zu bytes)",
-                          rp_dtype_name(w->dtype), n);
-#ifdef MADV_HUGEPAGE
-    /* 2 MB pages for the stream, before the repack first touches it (a hint: ignored where
-     * transparent huge pages are off) */
-    uintptr_t h0 = ((uintptr_t)out + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
-    uintptr_t h1 = ((uintptr_t)out + n) & ~(uintptr_t)((2u << 20) - 1);
-    if (h1 > h0)
-        madvise((void *)h0, h1 - h0, MADV_HUGEPAGE);
-#endif
-    repack_job j = {.w = w, .out = out, .n_tiles = rp_qx_repack_tiles(w)};
-    rp_pool_run(b->pool, repack_part, &j);
     qx_pack *s = pack_slot(b, w->data);
-    if (s->data) /* the address seen before: this weight replaces that one */
-        rp_free_aligned(s->packed);
-    else
+    if (!s->data) /* else the address seen before: this weight replaces that one */
         b->n_packs++;
-    *s = (qx_pack){.data = w->data, .dtype = w->dtype, .rows = w->shape[0], .cols = w->shape[1],
-                   .packed = out};
+    *s = (qx_pack){.data = w->data, .w = *w};
     return RP_OK;
 }
 #endif
@@ -324,12 +371,12 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread
     const rp_tensor *w = j->ws[m];
     float *y = j->ys[m];
 #if defined(__x86_64__)
-    if (j->packed[m]) {
-        rp_qx_packed_decode(w, j->packed[m], r0, r1, j->xq, j->n_tok, y);
+    if (j->qx_x) { /* AMX prefill, from the packed copy when there is one */
+        rp_qx_prefill(w, j->packed[m], r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
         return;
     }
-    if (j->qx_x) {
-        rp_qx_prefill(w, r0, r1, j->qx_x, j->n_tok, j->qx_rowbuf[thread], y);
+    if (j->packed[m]) {
+        rp_qx_packed_decode(w, j->packed[m], r0, r1, j->xq, j->n_tok, y);
         return;
     }
     if (j->amx_x) { /* bf16 in exact mode (three-part activations, kernels_amx.c) */
@@ -417,9 +464,10 @@ static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, floa
     return all_rows;
 }
 
-/* x quantized (rp_quant_act) into the backend's activation buffer, grown as needed. */
+/* x quantized (rp_quant_act; vec: rp_qx_quant_act, natural order only) into the backend's
+ * activation buffer, grown as needed. */
 static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int even_odd,
-                    int run64, rp_qact *xq)
+                    int run64, int vec, rp_qact *xq)
 {
     long need = (long)n_tok * cols;
     if (need > b->act_cap) {
@@ -430,7 +478,14 @@ static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int ev
         RP_ASSERT(b->act_q && b->act_ds); /* at most a few MB */
         b->act_cap = need;
     }
-    rp_quant_act(x, n_tok, cols, even_odd, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
+#if defined(__x86_64__)
+    if (vec && !even_odd && cols % 64 == 0)
+        rp_qx_quant_act(x, n_tok, cols, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
+    else
+#endif
+        rp_quant_act(x, n_tok, cols, even_odd, run64, b->act_q, b->act_ds,
+                     b->act_ds + need / 32);
+    (void)vec;
     *xq = (rp_qact){.q = b->act_q, .d = b->act_ds, .s = b->act_ds + need / 32, .run64 = run64};
 }
 
@@ -483,6 +538,10 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         rp_qx_pack_bf16(x, n_tok, cols, b->qx_x);
         matmul_job jq = {.x = x, .n_tok = n_tok, .kernel = k, .qx_x = b->qx_x,
                          .qx_rowbuf = b->qx_rowbuf};
+        /* a repacked weight's rows come from its copy (made now if this is its first use),
+         * so after the repack only embedding lookups read the view's pages */
+        for (int i = 0; i < n && !b->qx_pf_view; i++)
+            jq.packed[i] = pack_find(b, ws[i]);
         matmul_layout(&jq, n, ws, ys, b->n_threads);
         rp_pool_run_any(b->pool, matmul_part, &jq);
         return;
@@ -501,7 +560,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         return;
     }
     if (n_pk) {
-        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), &xq);
+        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), 1, &xq);
         matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k};
         memcpy(jp.packed, pk, sizeof pk);
         long rows_all = matmul_layout(&jp, n, ws, ys, b->n_threads);
@@ -514,7 +573,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
 #endif
     if (qk) {
         int run64 = b->k.act_run64[w->dtype] && w->group_size >= 64 && cols % 64 == 0;
-        quant_x(b, x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, &xq);
+        quant_x(b, x, n_tok, cols, rp_quant_act_even_odd(w->dtype), run64, 0, &xq);
 #if defined(__x86_64__)
         if (b->qx_dec && rp_qx_decode_fits(w, &xq))
             qk = rp_qx_mlx_decode;

@@ -19,7 +19,11 @@
  *    128 and every scale dtype, Q4_0, Q8_0; row counts off the tile height; 1..9 tokens for
  *    the 4/2/1-token passes), directly and through rp_backend_weight + rp_op_matmul(_n):
  *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
- *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly).
+ *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly). The backend
+ *    packs on a weight's first decode matmul (not on rp_backend_weight or rp_op_embed) and
+ *    repacks a weight given again at the same address. Their activations (rp_qx_quant_act):
+ *    codes and scales bit-identical to rp_quant_act's, run sums within 32 f32 roundings. The
+ *    AMX prefill from a packed copy gives the view's results bit for bit (7.'s shapes).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -645,6 +649,93 @@ Test(quant, backend_repacked_weights_match_reference)
     rp_backend_free(ref);
 }
 
+/* rp_qx_quant_act (the tile kernels' activations) against rp_quant_act: q and d
+ * bit-identical, each run's sum s within 32 f32 roundings of sum |x| (another order). */
+Test(quant, qx86_quant_act_matches_reference)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
+        cr_log_warn("no AVX-512 VNNI on this CPU: rp_qx_quant_act is not checked");
+        return;
+    }
+    int n_tok = 3;
+    long cols = 1024;
+    float *x = rp_alloc(sizeof(float) * (size_t)n_tok * (size_t)cols);
+    int8_t *q = rp_alloc((size_t)n_tok * (size_t)cols), *qr = rp_alloc((size_t)n_tok * (size_t)cols);
+    float *ds = rp_alloc(sizeof(float) * 2 * (size_t)n_tok * (size_t)(cols / 32));
+    float *dsr = rp_alloc(sizeof(float) * 2 * (size_t)n_tok * (size_t)(cols / 32));
+    for (long i = 0; i < n_tok * cols; i++) /* mixed magnitudes, a zero run, exact halves */
+        x[i] = i / 32 == 5 ? 0.0f : i % 97 == 0 ? 0.5f * (float)(i % 7) : frand() * (1 + i % 5);
+    long nrun = n_tok * cols / 32;
+    for (int run64 = 0; run64 <= 1; run64++) {
+        rp_qx_quant_act(x, n_tok, cols, run64, q, ds, ds + nrun);
+        rp_quant_act(x, n_tok, cols, 0, run64, qr, dsr, dsr + nrun);
+        cr_assert_eq(memcmp(q, qr, (size_t)n_tok * (size_t)cols), 0, "codes (run64 %d)", run64);
+        cr_assert_eq(memcmp(ds, dsr, sizeof(float) * (size_t)(run64 ? nrun / 2 : nrun)), 0,
+                     "scales (run64 %d)", run64);
+        for (long k = 0; k < nrun; k++) {
+            double mag = 0;
+            for (int i = 0; i < 32; i++)
+                mag += fabs(x[32 * k + i]);
+            cr_assert_leq(fabs(ds[nrun + k] - dsr[nrun + k]), 32 * 6e-8 * mag + 1e-30,
+                          "run sum %ld", k);
+        }
+    }
+    rp_free(x);
+    rp_free(q);
+    rp_free(qr);
+    rp_free(ds);
+    rp_free(dsr);
+}
+
+/* The packed copy is made on a weight's first decode matmul, not by rp_backend_weight, so a
+ * table only read by rp_op_embed is never copied; a weight given again at the same address
+ * with new contents is repacked (the stale copy is not used). */
+Test(quant, backend_packs_on_first_decode_matmul)
+{
+    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
+        cr_log_warn("no AVX-512 VNNI on this CPU: weights are not repacked");
+        return;
+    }
+    rp_backend *ref = rp_backend_new(2, 1), *fast = rp_backend_new(2, 0);
+    int rows = 2000, cols = 1024;
+    qw q = make_qw(RP_DT_MLX4, rows, cols, 64, RP_DT_BF16, 0.0f);
+    size_t pk_bytes = rp_qx_repack_bytes(&q.t);
+    rp_tensor wt;
+    rp_err err = {0};
+    int64_t live0 = rp_alloc_live_bytes(RP_TAG_MODEL);
+    cr_assert_eq(rp_backend_weight(fast, &q.t, &wt, &err), RP_OK);
+    float *x = rp_alloc(sizeof(float) * (size_t)cols);
+    float *y = rp_alloc(sizeof(float) * (size_t)rows);
+    float *yr = rp_alloc(sizeof(float) * (size_t)rows);
+    int32_t ids[3] = {0, 7, rows - 1};
+    float *emb = rp_alloc(sizeof(float) * 3 * (size_t)cols);
+    rp_op_embed(fast, &wt, ids, 3, emb);
+    cr_assert_lt(rp_alloc_live_bytes(RP_TAG_MODEL) - live0, (int64_t)pk_bytes / 2,
+                 "rp_backend_weight and rp_op_embed must not make the packed copy");
+    for (int i = 0; i < cols; i++)
+        x[i] = frand();
+    rp_op_matmul(ref, &q.t, x, 1, yr);
+    rp_op_matmul(fast, &wt, x, 1, y);
+    cr_assert_geq(rp_alloc_live_bytes(RP_TAG_MODEL) - live0, (int64_t)pk_bytes,
+                  "the first decode matmul makes the packed copy");
+    assert_int8_bound(&q.t, x, 1, 64, y, yr, "lazily packed");
+    /* new codes at the same address, given again: the next matmul repacks */
+    uint8_t *d = q.data;
+    for (size_t i = 0; i < rp_dtype_row_bytes(RP_DT_MLX4, cols) * (size_t)rows; i++)
+        d[i] ^= 0x5A;
+    cr_assert_eq(rp_backend_weight(fast, &q.t, &wt, &err), RP_OK);
+    rp_op_matmul(ref, &q.t, x, 1, yr);
+    rp_op_matmul(fast, &wt, x, 1, y);
+    assert_int8_bound(&q.t, x, 1, 64, y, yr, "repacked after new contents");
+    free_qw(&q);
+    rp_free(x);
+    rp_free(y);
+    rp_free(yr);
+    rp_free(emb);
+    rp_backend_free(fast);
+    rp_backend_free(ref);
+}
+
 Test(quant, qx86_mlx_decode_matches_reference)
 {
     if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
@@ -681,8 +772,8 @@ static void check_qx_prefill(rp_dtype dt, int rows, int cols, int gs, rp_dtype s
     void *rowbuf = rp_alloc_aligned(rp_qx_rowbuf_bytes(cols), RP_TAG_MISC);
     rp_qx_pack_bf16(x, n_tok, cols, xb);
     int mid = (rows / 2) & ~15;
-    rp_qx_prefill(&q.t, 0, mid, xb, n_tok, rowbuf, y);
-    rp_qx_prefill(&q.t, mid, rows, xb, n_tok, rowbuf, y);
+    rp_qx_prefill(&q.t, NULL, 0, mid, xb, n_tok, rowbuf, y);
+    rp_qx_prefill(&q.t, NULL, mid, rows, xb, n_tok, rowbuf, y);
     for (int r = 0; r < rows; r++) {
         rp_quant_dequant_row(&q.t, r, wrow);
         for (int t = 0; t < n_tok; t++) {
@@ -694,6 +785,21 @@ static void check_qx_prefill(rp_dtype dt, int rows, int cols, int gs, rp_dtype s
                       "qx prefill %s %dx%d gs %d n_tok %d row %d: %g vs %g (mag %g)",
                       rp_dtype_name(dt), rows, cols, gs, n_tok, r, got, want, mag);
         }
+    }
+    if (rp_qx_repack_fits(&q.t)) { /* from the packed copy: bit-identical to the view's */
+        void *pk = rp_alloc_aligned(rp_qx_repack_bytes(&q.t), RP_TAG_MISC);
+        float *yp = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+        rp_qx_repack(&q.t, 0, rp_qx_repack_tiles(&q.t), pk);
+        int mid32 = (rows / 2) & ~31;
+        rp_qx_prefill(&q.t, NULL, 0, mid32, xb, n_tok, rowbuf, y);
+        rp_qx_prefill(&q.t, NULL, mid32, rows, xb, n_tok, rowbuf, y);
+        rp_qx_prefill(&q.t, pk, 0, mid32, xb, n_tok, rowbuf, yp);
+        rp_qx_prefill(&q.t, pk, mid32, rows, xb, n_tok, rowbuf, yp);
+        cr_assert_eq(memcmp(y, yp, sizeof(float) * (size_t)n_tok * rows), 0,
+                     "qx prefill from the packed %s %dx%d gs %d n_tok %d differs from the view's",
+                     rp_dtype_name(dt), rows, cols, gs, n_tok);
+        rp_free_aligned(pk);
+        rp_free(yp);
     }
     rp_free_aligned(xb);
     rp_free_aligned(rowbuf);

@@ -370,6 +370,59 @@ void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, i
         qx_gg_decode(w, r0, r1, a, n_tok, y, 0);
 }
 
+/* ---- activations for the tile kernels ---------------------------------------------------- *
+ * rp_quant_act with even_odd 0 (natural order) on 512-bit vectors: the same amax, scale and
+ * round-to-nearest-even codes (VCVTPS2DQ under the default rounding mode rounds as the
+ * reference's 1.5 x 2^23 trick does for |v| <= 127), so q and d are bit-identical; each
+ * run's sum s is the same f32 sum of x in another order (a tree instead of left to right). */
+void rp_qx_quant_act(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                     float *s)
+{
+    long nrun = cols / 32;
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * cols;
+        int8_t *qt = q + (long)t * cols;
+        float *st = s + (long)t * nrun;
+        if (run64) {
+            float *dt = d + (long)t * (nrun / 2);
+            for (long k = 0; k < nrun / 2; k++) {
+                const float *p = xt + 64 * k;
+                __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+                __m512 v2 = _mm512_loadu_ps(p + 32), v3 = _mm512_loadu_ps(p + 48);
+                st[2 * k] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+                st[2 * k + 1] = _mm512_reduce_add_ps(_mm512_add_ps(v2, v3));
+                __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)),
+                                         _mm512_max_ps(_mm512_abs_ps(v2), _mm512_abs_ps(v3)));
+                float amax = _mm512_reduce_max_ps(m);
+                __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+                __m128i c0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id)));
+                __m128i c1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id)));
+                __m128i c2 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v2, id)));
+                __m128i c3 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v3, id)));
+                _mm_storeu_si128((__m128i *)(qt + 64 * k), c0);
+                _mm_storeu_si128((__m128i *)(qt + 64 * k + 16), c1);
+                _mm_storeu_si128((__m128i *)(qt + 64 * k + 32), c2);
+                _mm_storeu_si128((__m128i *)(qt + 64 * k + 48), c3);
+                dt[k] = amax / 127.0f;
+            }
+        } else {
+            float *dt = d + (long)t * nrun;
+            for (long k = 0; k < nrun; k++) {
+                const float *p = xt + 32 * k;
+                __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+                st[k] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+                float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+                __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+                __m128i c0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id)));
+                __m128i c1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id)));
+                _mm_storeu_si128((__m128i *)(qt + 32 * k), c0);
+                _mm_storeu_si128((__m128i *)(qt + 32 * k + 16), c1);
+                dt[k] = amax / 127.0f;
+            }
+        }
+    }
+}
+
 /* ---- decode on weights repacked at load (rp_qx_repack; layout in kernels_qx86.h) -------- *
  * Each int32 lane of a VPDPBUSD accumulates one row over 4 consecutive k (the token's 4 int8
  * activations broadcast), so a 64-byte load feeds 16 rows and no lane is ever summed
@@ -384,13 +437,17 @@ void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, i
  * stored + 128) an exact integer -128 x (sum of the run's int8 activations). Tokens go 4, 2 or
  * 1 per pass over a tile (the tile stays in L1/L2). */
 
-/* software prefetch distance in the tile stream (0: none, the hardware streamer only) */
+/* Software prefetch distance in the tile stream (0: none, the hardware streamer only), one
+ * prefetch per PK_PF_EVERY 64-byte chunks. A thread's rows are one stream, and the L2
+ * streamer alone keeps only a few lines of one stream in flight (about 0.70-0.75 of the
+ * probe's bandwidth with no prefetch); a T0 prefetch of every line 4 KB ahead measured
+ * 0.86-0.95 of the probe against 0.78-0.87 for every fourth line (kbench, MLX4/MLX8/Q4_0/Q8_0,
+ * 2 threads, variants interleaved in one process); 2, 8 and 16 KB and L2 hints were no better. */
 #ifndef PK_PFD
 #define PK_PFD 4096
 #endif
-/* one prefetch per this many 64-byte chunks */
 #ifndef PK_PF_EVERY
-#define PK_PF_EVERY 4
+#define PK_PF_EVERY 1
 #endif
 
 static int pk_ssz(rp_dtype sdt) { return sdt == RP_DT_F32 ? 4 : 2; }
@@ -570,6 +627,16 @@ void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out)
             }
         }
     }
+}
+
+const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long tile, long kb,
+                                  const uint8_t **scales)
+{
+    int bpg = pk_blocks_per_group(w);
+    const uint8_t *gp = (const uint8_t *)packed + (size_t)tile * pk_tile_bytes(w) +
+                        (size_t)(kb / bpg) * pk_group_bytes(w);
+    *scales = gp + (size_t)bpg * PK_BLOCK;
+    return gp + (size_t)(kb % bpg) * PK_BLOCK;
 }
 
 QX_AI __m512i pk_bcast(const int8_t *p)

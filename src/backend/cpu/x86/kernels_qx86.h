@@ -43,8 +43,8 @@ void rp_qx_gguf_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, i
  * sequential stream.
  * Memory: the packed copy (rp_qx_repack_bytes: the original's size plus tile padding) is heap
  * memory the backend owns, in addition to the original view (mmap), which stays valid for the
- * kernels that read that layout (AMX prefill, embedding rows); after the repack only those
- * touch the original's pages (file-backed, so the kernel may drop them).
+ * kernels that read that layout (embedding rows; AMX prefill when not given the copy); after
+ * the repack only those touch the original's pages (file-backed, so the kernel may drop them).
  * rp_qx_repack writes tiles [t0, t1) (of rp_qx_repack_tiles) of out (64-byte aligned).
  * rp_qx_packed_decode: rows [r0, r1), r0 a multiple of 32, any n_tok (4, 2 or 1 tokens per
  * pass over a tile); activations from rp_quant_act with even_odd 0 and
@@ -57,17 +57,28 @@ int rp_qx_repack_run64(rp_dtype dt);
 void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out);
 void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
                          const rp_qact *a, int n_tok, float *y);
+/* Tile `tile`'s 64-column block kb in a packed copy: its 1024 bytes of codes, and (*scales)
+ * its group's scales (MLX: scales then biases, GGUF: the two 32-blocks' d, tile rows each). */
+const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long tile, long kb,
+                                  const uint8_t **scales);
+
+/* rp_quant_act(x, n_tok, cols, 0, run64, q, d, s) on AVX-512 (cols % 64 == 0): q and d
+ * bit-identical, s the same sums in another order (f32 rounding of a 32-term sum). */
+void rp_qx_quant_act(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                     float *s);
 
 /* Prefill: any quantized type but MXFP4, and bf16 (rows read in place), n_tok >=
  * RP_QX_MIN_TOKENS. x is packed once per call
  * by rp_qx_pack_bf16 into rp_qx_pack_bytes; each thread passes a rowbuf of
- * rp_qx_rowbuf_bytes(cols) (64-byte aligned) and does rows [r0, r1) of y[n_tok][rows]. */
+ * rp_qx_rowbuf_bytes(cols) (64-byte aligned) and does rows [r0, r1) of y[n_tok][rows].
+ * packed: NULL, or w's copy from rp_qx_repack (then r0 is a multiple of 32 and the weight rows
+ * are read from it: the same bf16 values as from the view, bit for bit). */
 int rp_qx_prefill_fits(const rp_tensor *w, int n_tok);
 size_t rp_qx_pack_bytes(int n_tok, long cols);
 size_t rp_qx_rowbuf_bytes(long cols);
 void rp_qx_pack_bf16(const float *x, int n_tok, long cols, uint16_t *out);
-void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
-                   void *rowbuf, float *y);
+void rp_qx_prefill(const rp_tensor *w, const void *packed, long r0, long r1,
+                   const uint16_t *xb, int n_tok, void *rowbuf, float *y);
 
 /* Row `row` of a quantized 2-D tensor into bf16 (the reference's f32 value rounded to nearest
  * even); f32 is scratch of shape[1] floats. */

@@ -184,6 +184,82 @@ static void dequant_row(const rp_tensor *w, long row, long k0, long k1, uint16_t
             qx_f32x32_to_bf16(_mm512_loadu_ps(f32 + 32 * k), _mm512_loadu_ps(f32 + 32 * k + 16)));
 }
 
+/* Rows [r, r + 32) x columns [32 k0, 32 k1) (k0, k1 even) from the packed copy into bf16
+ * rows `pitch` elements apart, the values dequant_row gives (the same f32 expression, then
+ * round to nearest even). A 64-column block is 16 x 16 int32 lanes (lane i of line p: row i's
+ * k 4p..4p+3), so one 16 x 16 transpose gives every tile row's 64 codes in order (4-bit:
+ * row i in the low nibbles, row 16 + i in the high). Rows past the last tile: zeros. */
+static void dequant_packed(const rp_tensor *w, const void *packed, long r, long k0, long k1,
+                           uint16_t *out, long pitch)
+{
+    rp_dtype dt = w->dtype;
+    int bits = dt == RP_DT_MLX4 || dt == RP_DT_Q4_0 ? 4 : 8;
+    int mlx = dt == RP_DT_MLX4 || dt == RP_DT_MLX8, tr = bits == 4 ? 32 : 16;
+    long n_tiles = rp_qx_repack_tiles(w);
+    size_t ssz = mlx ? (w->scale_dtype == RP_DT_F32 ? 4 : 2) : 2;
+    for (int t = 0; t < 32 / tr; t++) {
+        long tile = (r + t * tr) / tr;
+        if (tile >= n_tiles) {
+            for (int i = 0; i < tr; i++)
+                memset(out + (size_t)(t * tr + i) * (size_t)pitch, 0, 64 * (size_t)(k1 - k0));
+            continue;
+        }
+        for (long kb = k0 / 2; kb < k1 / 2; kb++) {
+            const uint8_t *sp;
+            const uint8_t *bp = rp_qx_packed_block(w, packed, tile, kb, &sp);
+            float sc[32], bi[32];
+            if (mlx) {
+                qx_widen(w->scale_dtype, sp, tr, sc);
+                qx_widen(w->scale_dtype, sp + (size_t)tr * ssz, tr, bi);
+            } else {
+                for (int i = 0; i < tr; i++) /* the row's d of the block's two 32-runs */
+                    sc[i] = qx_h2f(sp + 2 * i), bi[i] = qx_h2f(sp + 2 * (tr + i));
+            }
+            __m512 m[16];
+            for (int p = 0; p < 16; p++)
+                m[p] = _mm512_castsi512_ps(_mm512_load_si512(bp + 64 * p));
+            qx_transpose16(m);
+            for (int i = 0; i < 16; i++) {
+                __m512i v = _mm512_castps_si512(m[i]);
+                for (int h = 0; h < tr / 16; h++) {
+                    int ri = 16 * h + i; /* the row in the tile */
+                    uint16_t *o = out + (size_t)(t * tr + ri) * (size_t)pitch + 64 * (kb - k0 / 2);
+                    if (bits == 4) {
+                        __m512i q = h ? _mm512_srli_epi16(v, 4) : v;
+                        q = _mm512_and_si512(q, _mm512_set1_epi8(15));
+                        __m512i lut0, lut1;
+                        if (mlx) {
+                            lut0 = lut1 = qx_lut16(sc[ri], bi[ri]);
+                        } else { /* Q4_0: d (q - 8) per 32-run */
+                            lut0 = qx_lut16(sc[ri], -8.0f * sc[ri]);
+                            lut1 = qx_lut16(bi[ri], -8.0f * bi[ri]);
+                        }
+                        _mm512_storeu_si512(o, _mm512_permutexvar_epi16(
+                                                   _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q)), lut0));
+                        _mm512_storeu_si512(o + 32, _mm512_permutexvar_epi16(
+                                                        _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q, 1)),
+                                                        lut1));
+                    } else {
+                        for (int c = 0; c < 2; c++) { /* 32-runs */
+                            __m256i q8 = c ? _mm512_extracti64x4_epi64(v, 1) : _mm512_castsi512_si256(v);
+                            if (mlx) {
+                                qx_affine32(q8, _mm512_set1_ps(sc[ri]), _mm512_set1_ps(bi[ri]), o + 32 * c);
+                            } else { /* Q8_0: codes stored q + 128 */
+                                q8 = _mm256_xor_si256(q8, _mm256_set1_epi8((char)0x80));
+                                __m512 d = _mm512_set1_ps(c ? bi[ri] : sc[ri]);
+                                __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q8)));
+                                __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q8, 1)));
+                                _mm512_storeu_si512(o + 32 * c, qx_f32x32_to_bf16(_mm512_mul_ps(f0, d),
+                                                                                  _mm512_mul_ps(f1, d)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 void rp_qx_dequant_bf16(const rp_tensor *w, long row, uint16_t *out, float *f32)
 {
     dequant_row(w, row, 0, (long)w->shape[1] / 32, out, f32);
@@ -282,14 +358,35 @@ static qx_pf qx_pf_of(const rp_tensor *w, long r, long n, long k0, long k1)
                    .rows_left = n > 0 ? n : 0};
 }
 
+/* The same walk over a packed copy: rows [r, r + n) (r a multiple of 32) are whole tiles, and
+ * a chunk's groups are contiguous in each, so one run of lines per tile, a tile apart. */
+static qx_pf qx_pf_packed(const rp_tensor *w, const void *packed, long r, long n, long k0,
+                          long k1)
+{
+    int tr = w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_Q4_0 ? 32 : 16;
+    long n_tiles = rp_qx_repack_tiles(w), t0 = r / tr, nt = n > 0 ? (n + tr - 1) / tr : 0;
+    if (t0 + nt > n_tiles)
+        nt = n_tiles > t0 ? n_tiles - t0 : 0;
+    if (nt <= 0 || k1 <= k0)
+        return (qx_pf){.p = packed, .stride = 0, .lpr = 1, .rows_left = 0};
+    const uint8_t *s0, *s1;
+    const uint8_t *b0 = rp_qx_packed_block(w, packed, t0, k0 / 2, &s0);
+    rp_qx_packed_block(w, packed, t0, k1 / 2 - 1, &s1);
+    int mlx = w->dtype == RP_DT_MLX4 || w->dtype == RP_DT_MLX8;
+    size_t sb = mlx ? 2 * (size_t)tr * (w->scale_dtype == RP_DT_F32 ? 4 : 2) : 4 * (size_t)tr;
+    size_t len = (size_t)(s1 + sb - b0), tb = rp_qx_repack_bytes(w) / (size_t)n_tiles;
+    return (qx_pf){.p = (const char *)b0, .stride = tb, .lpr = (long)((len + 63) / 64),
+                   .rows_left = nt};
+}
+
 /* Loop order: per 2048-column chunk, per 32-row block: the block's A rows (bf16 weights: read
  * in place, rows one row apart; other types: dequantized into rowbuf), then per token group of
  * up to 256, per token-block pair, the 4 C tiles accumulate the chunk and go to the spill cb,
  * then cb -> y (added from the second chunk on). The chunk's B tiles stay in L2 for all row
  * blocks; the next block's source is prefetched into L2 a few lines per k-step, spread over
  * this block's passes. */
-void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int n_tok,
-                   void *rowbuf, float *y)
+void rp_qx_prefill(const rp_tensor *w, const void *packed, long r0, long r1,
+                   const uint16_t *xb, int n_tok, void *rowbuf, float *y)
 {
     long rows = (long)w->shape[0], cols = (long)w->shape[1], nk = cols / 32;
     long nb = (n_tok + 15) / 16;
@@ -308,6 +405,8 @@ void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int
             if (w->dtype == RP_DT_BF16 && nr == 32 && (r != r0 || k0 != 0)) {
                 ab = (const uint16_t *)w->data + (size_t)r * (size_t)cols + 32 * (size_t)k0;
                 as = 2 * cols;
+            } else if (packed) {
+                dequant_packed(w, packed, r, k0, k1, a, as / 2);
             } else {
                 for (long i = 0; i < 32; i++) {
                     uint16_t *o = a + (size_t)i * (size_t)as / 2;
@@ -321,11 +420,16 @@ void rp_qx_prefill(const rp_tensor *w, long r0, long r1, const uint16_t *xb, int
              * after the last, the rows after r1 (the next work item, on this thread or the
              * other: in L3 at least) */
             long n1 = rows - r1 < 32 ? rows - r1 : 32, kf = QX_KC < nk ? QX_KC : nk;
-            qx_pf pf = r + 32 < r1
-                           ? qx_pf_of(w, r + 32, r1 - r - 32 < 32 ? r1 - r - 32 : 32, k0, k1)
-                       : k1 < nk ? qx_pf_of(w, r0, r1 - r0 < 32 ? r1 - r0 : 32, k1,
-                                            k1 + QX_KC < nk ? k1 + QX_KC : nk)
-                                 : qx_pf_of(w, r1, n1, 0, kf);
+            long pr, pn, pk0, pk1;
+            if (r + 32 < r1)
+                pr = r + 32, pn = r1 - r - 32 < 32 ? r1 - r - 32 : 32, pk0 = k0, pk1 = k1;
+            else if (k1 < nk)
+                pr = r0, pn = r1 - r0 < 32 ? r1 - r0 : 32, pk0 = k1,
+                pk1 = k1 + QX_KC < nk ? k1 + QX_KC : nk;
+            else
+                pr = r1, pn = n1, pk0 = 0, pk1 = kf;
+            qx_pf pf = packed && w->dtype != RP_DT_BF16 ? qx_pf_packed(w, packed, pr, pn, pk0, pk1)
+                                                        : qx_pf_of(w, pr, pn, pk0, pk1);
             long steps = kn * ((nb + 1) / 2);
             long per = (pf.lpr * pf.rows_left + steps - 1) / steps;
             for (long g0 = 0; g0 < nb; g0 += QX_MAX_TB) {
