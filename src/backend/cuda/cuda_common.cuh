@@ -1,6 +1,7 @@
 /* backend/cuda/cuda_common.cuh - what the CUDA translation units share (cuda_kernels.cu,
  * cuda_quant.cu): the CUDA error check, the streaming 16-byte load, and programmatic
- * dependent launch (pdl_launch / pdl_wait). Internal to src/backend/cuda; CUDA C++ only.
+ * dependent launch (pdl_launch / pdl_wait), the cluster launch and the epilogue of the staged
+ * skinny GEMMs (cluster_launch, skinny_epilogue). Internal to src/backend/cuda; CUDA C++ only.
  *
  * Programmatic dependent launch: a kernel launched through pdl_launch may start while the
  * previous kernel of the stream is still draining; it must call pdl_wait() before it reads
@@ -12,6 +13,7 @@
 #ifndef RP_BACKEND_CUDA_COMMON_CUH
 #define RP_BACKEND_CUDA_COMMON_CUH
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +62,112 @@ static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStre
     cfg.attrs = at;
     cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
+/* A launch as a programmatic dependent (pdl) of the stream's previous kernel, with smem bytes
+ * of dynamic shared memory, its grid's y blocks forming one thread block cluster when
+ * grid.y > 1 (the staged skinny GEMMs' split k). */
+template <typename... P, typename... A>
+static void cluster_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                           cudaStream_t s, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[2];
+    int na = 0;
+    if (pdl) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    if (grid.y > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = grid.y;
+        at[na].val.clusterDim.z = 1;
+        na++;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
+/* The epilogue of the staged skinny GEMMs (tc2_kernel, qmm2_kernel). Warp w of the block
+ * holds rows row0 + 32 w .. + 31 as acc[2][NT][4], m16n8k16 accumulators (element e of tile
+ * (mi, nt): row 16 mi + g + 8 (e >> 1), token 8 nt + 2 t + (e & 1), g = lane / 4, t = lane %
+ * 4). Rows go to the stacked matrices r0[0..2] (r0[3]: the stack's end) of y, [n][rows] each.
+ * One split (gridDim.y == 1): stored straight. Split k over a cluster: every block leaves its
+ * tile [tokens][BM] (row stride RS floats) in its shared memory red, then block q sums slice q
+ * of all the tiles in rank order (deterministic) through distributed shared memory, VEC
+ * consecutive rows at a time (4 needs every matrix's rows and row starts multiples of 4). */
+template <int NT, int BM, int RS, int THREADS, int VEC>
+__device__ __forceinline__ void skinny_epilogue(const float (*acc)[NT][4], const long *r0,
+                                                float *const *y, int n, long row0, float *red)
+{
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const long R = r0[3];
+    if (gridDim.y == 1) {
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                long row = row0 + warp * 32 + mi * 16 + g + 8 * h;
+                if (row >= R)
+                    continue;
+                int m = (row >= r0[1]) + (row >= r0[2]);
+                long rows = r0[m + 1] - r0[m], lrow = row - r0[m];
+                float *ym = y[m];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int tok = nt * 8 + 2 * t + e;
+                        if (tok < n)
+                            ym[(long)tok * rows + lrow] = acc[mi][nt][2 * h + e];
+                    }
+            }
+        return;
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    __syncthreads(); /* the pipeline's buffers are free */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                red[(nt * 8 + 2 * t + (e & 1)) * RS + warp * 32 + mi * 16 + g + 8 * (e >> 1)] =
+                    acc[mi][nt][e];
+    cl.sync();
+    const int ns = (int)gridDim.y, q = (int)cl.block_rank();
+    const int units = NT * 8 * (BM / VEC); /* VEC-float pieces of the tile */
+    const int u0 = q * units / ns, u1 = (q + 1) * units / ns;
+    for (int u = u0 + tid; u < u1; u += THREADS) {
+        int tok = u / (BM / VEC), rl = (u % (BM / VEC)) * VEC;
+        long row = row0 + rl;
+        if (tok >= n || row >= R)
+            continue;
+        int m = (row >= r0[1]) + (row >= r0[2]);
+        float *dst = y[m] + (long)tok * (r0[m + 1] - r0[m]) + row - r0[m];
+        if (VEC == 4) {
+            float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int j = 0; j < ns; j++) {
+                const float4 v = *(const float4 *)(cl.map_shared_rank(red, j) + tok * RS + rl);
+                s4.x += v.x, s4.y += v.y, s4.z += v.z, s4.w += v.w;
+            }
+            *(float4 *)dst = s4;
+        } else {
+            float s1 = 0.0f;
+            for (int j = 0; j < ns; j++)
+                s1 += cl.map_shared_rank(red, j)[tok * RS + rl];
+            *dst = s1;
+        }
+    }
+    cl.sync(); /* no block leaves while another still reads its shared memory */
 }
 
 #endif

@@ -1551,87 +1551,15 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
 #undef TC2_LOAD_W
 #undef TC2_LOAD_X
     tc2_wait<0>();
-    const int g = lane >> 2, t = lane & 3;
-    if (gridDim.y == 1) {
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                long row = row0 + warp * 32 + mi * 16 + g + 8 * h;
-                if (row >= R)
-                    continue;
-                int m = tc_mat(a, row);
-                long rows = a.r0[m + 1] - a.r0[m], lrow = row - a.r0[m];
-                float *y = a.y[m];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        int tok = nt * 8 + 2 * t + e;
-                        if (tok < a.n)
-                            y[(long)tok * rows + lrow] = acc[mi][nt][2 * h + e];
-                    }
-            }
-        return;
-    }
-    /* split k: this block's tile [tokens][rows] (row stride TC2_RS) in its shared memory */
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    __syncthreads(); /* the pipeline's buffers are free */
-    float *red = (float *)tc2_sm;
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                red[(nt * 8 + 2 * t + (e & 1)) * TC2_RS + warp * 32 + mi * 16 + g + 8 * (e >> 1)] =
-                    acc[mi][nt][e];
-    cl.sync();
-    const int ns = (int)gridDim.y, q = (int)cl.block_rank();
-    const int units = NT * 8 * (TC2_BM / 4); /* float4 pieces of the tile */
-    const int u0 = q * units / ns, u1 = (q + 1) * units / ns;
-    for (int u = u0 + tid; u < u1; u += TC_WARPS * 32) {
-        int tok = u / (TC2_BM / 4), rl = (u % (TC2_BM / 4)) * 4;
-        long row = row0 + rl;
-        if (tok >= a.n || row >= R)
-            continue;
-        float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int j = 0; j < ns; j++) {
-            const float4 v = *(const float4 *)(cl.map_shared_rank(red, j) + tok * TC2_RS + rl);
-            s4.x += v.x, s4.y += v.y, s4.z += v.z, s4.w += v.w;
-        }
-        int m = tc_mat(a, row);
-        *(float4 *)(a.y[m] + (long)tok * (a.r0[m + 1] - a.r0[m]) + row - a.r0[m]) = s4;
-    }
-    cl.sync(); /* no block leaves while another still reads its shared memory */
+    /* split k: each block's tile [tokens][rows] (row stride TC2_RS) in its shared memory */
+    skinny_epilogue<NT, TC2_BM, TC2_RS, TC_WARPS * 32, 4>(acc, a.r0, a.y, a.n, row0,
+                                                          (float *)tc2_sm);
 }
 
 template <int DT, int NT>
 static void tc2_go(int pdl, dim3 grid, cudaStream_t st, const tc_args &a)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(TC_WARPS * 32);
-    cfg.dynamicSmemBytes = TC2_SMEM(NT);
-    cfg.stream = st;
-    cudaLaunchAttribute at[2];
-    int na = 0;
-    if (pdl) {
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
-    if (grid.y > 1) {
-        at[na].id = cudaLaunchAttributeClusterDimension;
-        at[na].val.clusterDim.x = 1;
-        at[na].val.clusterDim.y = grid.y;
-        at[na].val.clusterDim.z = 1;
-        na++;
-    }
-    cfg.attrs = at;
-    cfg.numAttrs = na;
-    CK(cudaLaunchKernelEx(&cfg, tc2_kernel<DT, NT>, a));
+    cluster_launch(pdl, tc2_kernel<DT, NT>, grid, dim3(TC_WARPS * 32), TC2_SMEM(NT), st, a);
 }
 
 template <int DT> static void tc2_attr_dt()

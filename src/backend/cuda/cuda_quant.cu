@@ -858,56 +858,8 @@ __global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
 #undef Q2_LOAD_W
 #undef Q2_LOAD_X
     q2_wait<0>();
-    if (gridDim.y == 1) {
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                long row = row0 + warp * 32 + mi * 16 + g + 8 * h;
-                if (row >= R)
-                    continue;
-                int m = (row >= a.r0[1]) + (row >= a.r0[2]);
-                long rows = a.r0[m + 1] - a.r0[m], lr = row - a.r0[m];
-                float *y = a.y[m];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        int tok = nt * 8 + 2 * t + e;
-                        if (tok < a.n)
-                            y[(long)tok * rows + lr] = acc[mi][nt][2 * h + e];
-                    }
-            }
-        return;
-    }
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    __syncthreads(); /* the pipeline's buffers are free */
-    float *red = (float *)q2_sm;
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                red[(nt * 8 + 2 * t + (e & 1)) * Q2_RS + warp * 32 + mi * 16 + g + 8 * (e >> 1)] =
-                    acc[mi][nt][e];
-    cl.sync();
-    const int ns = (int)gridDim.y, q = (int)cl.block_rank();
-    const int units = NT * 8 * Q2_BM;
-    const int u0 = q * units / ns, u1 = (q + 1) * units / ns;
-    for (int u = u0 + tid; u < u1; u += Q2_WARPS * 32) {
-        int tok = u / Q2_BM, rl = u % Q2_BM;
-        long row = row0 + rl;
-        if (tok >= a.n || row >= R)
-            continue;
-        float s = 0.0f;
-        for (int j = 0; j < ns; j++)
-            s += cl.map_shared_rank(red, j)[tok * Q2_RS + rl];
-        int m = (row >= a.r0[1]) + (row >= a.r0[2]);
-        a.y[m][(long)tok * (a.r0[m + 1] - a.r0[m]) + row - a.r0[m]] = s;
-    }
-    cl.sync(); /* no block leaves while another still reads its shared memory */
+    skinny_epilogue<NT, Q2_BM, Q2_RS, Q2_WARPS * 32, 1>(acc, a.r0, a.y, a.n, row0,
+                                                        (float *)q2_sm);
 }
 
 /* y = the sum of the splits' partials in split order (deterministic). */
@@ -1164,28 +1116,8 @@ typedef struct qmm2_call {
 template <int NT> static void qmm2_go(const qmm_args &a, dim3 grid, cudaStream_t s, int pdl)
 {
     int esz = a.sf == RP_CUDA_SB_F32 ? 8 : 4, sbytes = 128 / a.gs * esz;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(Q2_WARPS * 32);
-    cfg.dynamicSmemBytes = (size_t)Q2_STAGES * Q2_STAGE(NT, sbytes);
-    cfg.stream = s;
-    cudaLaunchAttribute at[2];
-    int na = 0;
-    if (pdl) {
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
-    if (grid.y > 1) {
-        at[na].id = cudaLaunchAttributeClusterDimension;
-        at[na].val.clusterDim.x = 1;
-        at[na].val.clusterDim.y = grid.y;
-        at[na].val.clusterDim.z = 1;
-        na++;
-    }
-    cfg.attrs = at;
-    cfg.numAttrs = na;
-    CK(cudaLaunchKernelEx(&cfg, qmm2_kernel<NT>, a));
+    cluster_launch(pdl, qmm2_kernel<NT>, grid, dim3(Q2_WARPS * 32),
+                   (size_t)Q2_STAGES * Q2_STAGE(NT, sbytes), s, a);
 }
 
 static void qmm2_attr(void)
