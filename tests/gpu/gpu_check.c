@@ -333,10 +333,6 @@ static void argmax_check(rp_backend *be)
 
 /* ---- attention over the paged KV pool (the flash prefill kernel and the chunked one) ---- */
 
-typedef struct attn_seq {
-    int cached, n_new; /* positions 0..cached-1 stored by an earlier step, then n_new */
-} attn_seq;
-
 /* Uploads n floats as a 2-D f32 "weight" (device memory freed with the backend). */
 static float *upload_f32(rp_backend *be, const float *x, long rows, long cols)
 {
@@ -348,15 +344,12 @@ static float *upload_f32(rp_backend *be, const float *x, long rows, long cols)
 
 static float bf16r(float x) { return rp_bf16_to_f32(rp_f32_to_bf16(x)); }
 
-/* One step over the sequences of ss (every sequence's n_new tokens; their first `cached`
- * positions stored by a step before), on cache layer 1 of 2 of a pool whose blocks are
- * handed out in a scrambled order, against a double-precision host reference: on the
- * inputs as they are (tol_f32, for the f32 kernel), or with q * scale * log2(e), K and V
- * rounded to bf16 as the flash kernel does (tol_bf16). Returns the worst error. */
-static double attn_run(rp_backend *be, const attn_seq *ss, int n_seqs, int H, int KVH, int D,
-                       int window, int rounded)
+double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, int KVH, int D,
+                    int window, int rounded, float q_amp, int reps)
 {
-    enum { BT = 16, LAYERS = 2, LAYER = 1 };
+    enum { BT = 16, LAYERS = 2, LAYER = 1, MAXS = 64 };
+    if (n_seqs > MAXS)
+        return INFINITY;
     int kvd = KVH * D, n_tok = 0, n_old = 0, n_blk = 0;
     for (int s = 0; s < n_seqs; s++) {
         n_tok += ss[s].n_new;
@@ -374,18 +367,23 @@ static double attn_run(rp_backend *be, const attn_seq *ss, int n_seqs, int H, in
           *knew = rp_alloc(sizeof(float) * (size_t)n_tok * kvd),
           *vnew = rp_alloc(sizeof(float) * (size_t)n_tok * kvd);
     int32_t *blocks = rp_alloc(sizeof(int32_t) * (size_t)n_blk);
+    rp_step_seq *st_old = rp_alloc(sizeof(rp_step_seq) * MAXS),
+                *st_new = rp_alloc(sizeof(rp_step_seq) * MAXS);
+    double worst = INFINITY;
+    if (!k || !v || !q || !got || !kold || !vold || !knew || !vnew || !blocks || !st_old ||
+        !st_new)
+        goto done;
     for (long i = 0; i < (long)n_all * kvd; i++) {
         k[i] = frand();
         v[i] = frand();
     }
     for (long i = 0; i < (long)n_tok * H * D; i++)
-        q[i] = frand();
+        q[i] = q_amp * frand();
     for (int b = 0; b < n_blk; b++) /* a permutation of 0..n_blk-1 */
         blocks[b] = (int32_t)(((long)b * 7 + 3) % n_blk);
     if (n_blk % 7 == 0)
         for (int b = 0; b < n_blk; b++)
             blocks[b] = n_blk - 1 - b;
-    rp_step_seq st_old[8], st_new[8];
     int n_so = 0, to = 0, tn = 0, boff = 0, base = 0;
     for (int s = 0; s < n_seqs; s++) {
         int nb = (ss[s].cached + ss[s].n_new + BT - 1) / BT;
@@ -417,7 +415,6 @@ static double attn_run(rp_backend *be, const attn_seq *ss, int n_seqs, int H, in
           *vn = upload_f32(be, vnew, n_tok, kvd), *ko = upload_f32(be, kold, n_old + 1, kvd),
           *vo = upload_f32(be, vold, n_old + 1, kvd);
     float *od = rp_backend_buf_alloc(be, sizeof(float) * (size_t)n_tok * H * D, 0);
-    double worst = INFINITY;
     if (L.base && qd && kn && vn && ko && vo && od) {
         float scale = 1.0f / sqrtf((float)D);
         if (n_so) {
@@ -428,14 +425,15 @@ static double attn_run(rp_backend *be, const attn_seq *ss, int n_seqs, int H, in
         rp_op_kv_store(be, LAYER, kn, vn, kvd);
         rp_step_attn a = {.q = qd, .out = od, .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
                           .scale = scale, .window = window};
-        rp_op_attention_step(be, LAYER, &a);
+        for (int r = 0; r <= reps; r++)
+            rp_op_attention_step(be, LAYER, &a);
         rp_backend_to_host(be, got, od, sizeof(float) * (size_t)n_tok * H * D);
         worst = 0;
         double *p = rp_alloc(sizeof(double) * (size_t)n_all), *o = rp_alloc(sizeof(double) * D);
         const double l2e = 1.4426950408889634;
         int t = 0;
         base = 0;
-        for (int s = 0; s < n_seqs; s++) {
+        for (int s = 0; p && o && s < n_seqs; s++) {
             for (int i = 0; i < ss[s].n_new; i++, t++) {
                 int pos = ss[s].cached + i, lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
                 for (int h = 0; h < H; h++) {
@@ -468,11 +466,14 @@ static double attn_run(rp_backend *be, const attn_seq *ss, int n_seqs, int H, in
             }
             base += ss[s].cached + ss[s].n_new;
         }
+        if (!p || !o)
+            worst = INFINITY;
         rp_free(p);
         rp_free(o);
     }
     rp_backend_buf_free(be, L.base);
     rp_backend_buf_free(be, od);
+done:
     rp_free(k);
     rp_free(v);
     rp_free(q);
@@ -482,17 +483,19 @@ static double attn_run(rp_backend *be, const attn_seq *ss, int n_seqs, int H, in
     rp_free(knew);
     rp_free(vnew);
     rp_free(blocks);
+    rp_free(st_old);
+    rp_free(st_new);
     return worst;
 }
 
-static void attn_check(rp_backend *be, const char *kernel, const attn_seq *ss, int n_seqs, int H,
+static void attn_check(rp_backend *be, const char *kernel, const gpu_attn_seq *ss, int n_seqs, int H,
                        int KVH, int D, int window, int rounded, double tol)
 {
     char what[128];
     int n = snprintf(what, sizeof what, "H%d/%d D%d%s", H, KVH, D, window ? " win" : "");
     for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
         n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
-    double d = attn_run(be, ss, n_seqs, H, KVH, D, window, rounded);
+    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, rounded, 1.0f, 0);
     gpu_check_report(d <= tol, kernel, what, d, tol);
 }
 
@@ -515,7 +518,7 @@ static void attention_checks(void)
         rp_backend_free(fl);
         return;
     }
-    const attn_seq one16[] = {{0, 16}}, one40[] = {{0, 40}}, one200[] = {{0, 200}},
+    const gpu_attn_seq one16[] = {{0, 16}}, one40[] = {{0, 40}}, one200[] = {{0, 200}},
                    one512[] = {{0, 512}}, mixed[] = {{37, 100}, {0, 77}, {130, 1}, {5, 64}},
                    tail[] = {{300, 45}};
     const double tb = 3e-3, tf = 1e-4;

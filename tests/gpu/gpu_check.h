@@ -12,6 +12,19 @@
 
 /* Prints one line ("ok"/"FAIL", name, what, value, tolerance) and counts it. */
 void gpu_check_report(int ok, const char *name, const char *what, double v, double tol);
+/* A sequence of a paged-attention step: positions 0..cached-1 stored by an earlier step,
+ * then n_new tokens. */
+typedef struct gpu_attn_seq {
+    int cached, n_new;
+} gpu_attn_seq;
+/* One attention step over ss (at most 64 sequences: their cached positions stored by a step
+ * before, then every sequence's n_new tokens; random K/V in [-1, 1), q times q_amp) on cache
+ * layer 1 of 2 of a pool whose blocks are handed out in a scrambled order, run 1 + reps
+ * times (timing), against a double-precision host reference: on the inputs as they are, or
+ * (rounded) with q * scale * log2(e), K and V rounded to bf16 as the flash kernel does.
+ * Returns the worst error (INFINITY when anything failed). gpu_check.c. */
+double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, int KVH, int D,
+                    int window, int rounded, float q_amp, int reps);
 /* The bf16-vs-f32 logit tolerance of a fixture of this rounding sensitivity: BF16_TOL, or
  * the CPU's own bf16 distance plus BF16_GPU_EXTRA when that is more (gpu_check.c). */
 float gpu_bf16_tol(float sensitivity);

@@ -31,9 +31,7 @@
 #define DEC_TOL 1e-5
 #define MV_TOL 1e-4
 
-typedef struct dec_seq {
-    int cached, n_new;
-} dec_seq;
+typedef gpu_attn_seq dec_seq;
 
 static uint64_t d_rng = 0x6a09e667f3bcc909ull;
 static float drand(void) /* uniform in [-1, 1) */
@@ -44,155 +42,12 @@ static float drand(void) /* uniform in [-1, 1) */
     return (float)((double)(d_rng >> 11) / 4503599627370496.0 - 1.0);
 }
 
-static float *dec_upload(rp_backend *be, const float *x, long rows, long cols)
-{
-    rp_tensor t = {.dtype = RP_DT_F32, .n_dims = 2, .shape = {rows, cols}, .data = x,
-                   .n_bytes = sizeof(float) * (size_t)rows * cols}, td;
-    rp_err err = {0};
-    return rp_backend_weight(be, &t, &td, &err) == RP_OK ? (float *)(uintptr_t)td.data : NULL;
-}
-
-/* Runs the step (and `reps` more attention calls for timing); returns the worst error. */
+/* The step on the exact reference, q three times as peaked as [-1, 1) gives (the split-key
+ * kernel's online softmax sees real maxima), `reps` more attention calls for timing. */
 static double dec_run(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int KVH, int D,
                       int window, int reps)
 {
-    enum { BT = 16, LAYERS = 2, LAYER = 1, MAXS = 64 };
-    if (n_seqs > MAXS)
-        return INFINITY;
-    int kvd = KVH * D, n_tok = 0, n_old = 0, n_blk = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        n_tok += ss[s].n_new;
-        n_old += ss[s].cached;
-        n_blk += (ss[s].cached + ss[s].n_new + BT - 1) / BT;
-    }
-    int n_all = n_tok + n_old;
-    float *k = rp_alloc(sizeof(float) * (size_t)n_all * kvd),
-          *v = rp_alloc(sizeof(float) * (size_t)n_all * kvd),
-          *q = rp_alloc(sizeof(float) * (size_t)n_tok * H * D),
-          *got = rp_alloc(sizeof(float) * (size_t)n_tok * H * D),
-          *kold = rp_alloc(sizeof(float) * (size_t)(n_old + 1) * kvd),
-          *vold = rp_alloc(sizeof(float) * (size_t)(n_old + 1) * kvd),
-          *knew = rp_alloc(sizeof(float) * (size_t)n_tok * kvd),
-          *vnew = rp_alloc(sizeof(float) * (size_t)n_tok * kvd);
-    int32_t *blocks = rp_alloc(sizeof(int32_t) * (size_t)n_blk);
-    rp_step_seq *st_old = rp_alloc(sizeof(rp_step_seq) * MAXS),
-                *st_new = rp_alloc(sizeof(rp_step_seq) * MAXS);
-    double worst = INFINITY;
-    if (!k || !v || !q || !got || !kold || !vold || !knew || !vnew || !blocks || !st_old ||
-        !st_new)
-        goto done;
-    for (long i = 0; i < (long)n_all * kvd; i++) {
-        k[i] = drand();
-        v[i] = drand();
-    }
-    for (long i = 0; i < (long)n_tok * H * D; i++)
-        q[i] = 3.0f * drand(); /* peakier softmax than [-1, 1) gives */
-    for (int b = 0; b < n_blk; b++) /* a permutation of 0..n_blk-1 */
-        blocks[b] = (int32_t)(((long)b * 7 + 3) % n_blk);
-    if (n_blk % 7 == 0)
-        for (int b = 0; b < n_blk; b++)
-            blocks[b] = n_blk - 1 - b;
-    int n_so = 0, to = 0, tn = 0, boff = 0, base = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        int nb = (ss[s].cached + ss[s].n_new + BT - 1) / BT;
-        for (int i = 0; i < ss[s].cached; i++) {
-            memcpy(kold + (size_t)(to + i) * kvd, k + (size_t)(base + i) * kvd, sizeof(float) * kvd);
-            memcpy(vold + (size_t)(to + i) * kvd, v + (size_t)(base + i) * kvd, sizeof(float) * kvd);
-        }
-        for (int i = 0; i < ss[s].n_new; i++) {
-            size_t src = (size_t)(base + ss[s].cached + i) * kvd;
-            memcpy(knew + (size_t)(tn + i) * kvd, k + src, sizeof(float) * kvd);
-            memcpy(vnew + (size_t)(tn + i) * kvd, v + src, sizeof(float) * kvd);
-        }
-        if (ss[s].cached)
-            st_old[n_so++] = (rp_step_seq){.blocks = blocks + boff, .n_blocks = nb, .t0 = to,
-                                           .n_tok = ss[s].cached, .pos0 = 0};
-        st_new[s] = (rp_step_seq){.blocks = blocks + boff, .n_blocks = nb, .t0 = tn,
-                                  .n_tok = ss[s].n_new, .pos0 = ss[s].cached};
-        to += ss[s].cached;
-        tn += ss[s].n_new;
-        boff += nb;
-        base += ss[s].cached + ss[s].n_new;
-    }
-    size_t half = (size_t)BT * kvd * sizeof(float);
-    rp_kv_layout L = {.dtype = RP_KV_F32, .block_tokens = BT, .n_layers = LAYERS,
-                      .n_kv_heads = KVH, .head_dim = D, .row_bytes = sizeof(float) * D,
-                      .half_bytes = half, .block_bytes = 2 * LAYERS * half};
-    L.base = rp_backend_buf_alloc(be, L.block_bytes * (size_t)n_blk, 0);
-    float *qd = dec_upload(be, q, n_tok, (long)H * D), *kn = dec_upload(be, knew, n_tok, kvd),
-          *vn = dec_upload(be, vnew, n_tok, kvd), *ko = dec_upload(be, kold, n_old + 1, kvd),
-          *vo = dec_upload(be, vold, n_old + 1, kvd);
-    float *od = rp_backend_buf_alloc(be, sizeof(float) * (size_t)n_tok * H * D, 0);
-    if (L.base && qd && kn && vn && ko && vo && od) {
-        float scale = 1.0f / sqrtf((float)D);
-        if (n_so) {
-            rp_op_step_begin(be, &L, st_old, n_so);
-            rp_op_kv_store(be, LAYER, ko, vo, kvd);
-        }
-        rp_op_step_begin(be, &L, st_new, n_seqs);
-        rp_op_kv_store(be, LAYER, kn, vn, kvd);
-        rp_step_attn a = {.q = qd, .out = od, .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
-                          .scale = scale, .window = window};
-        for (int r = 0; r <= reps; r++)
-            rp_op_attention_step(be, LAYER, &a);
-        rp_backend_to_host(be, got, od, sizeof(float) * (size_t)n_tok * H * D);
-        worst = 0;
-        double *p = rp_alloc(sizeof(double) * (size_t)n_all), *o = rp_alloc(sizeof(double) * D);
-        int t = 0;
-        base = 0;
-        for (int s = 0; p && o && s < n_seqs; s++) {
-            for (int i = 0; i < ss[s].n_new; i++, t++) {
-                int pos = ss[s].cached + i;
-                int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-                for (int h = 0; h < H; h++) {
-                    const float *qr = q + ((size_t)t * H + h) * D;
-                    int kh = h / (H / KVH);
-                    double mx = -INFINITY, l = 0;
-                    for (int j = lo; j <= pos; j++) {
-                        const float *kr = k + (size_t)(base + j) * kvd + (size_t)kh * D;
-                        double sc = 0;
-                        for (int e = 0; e < D; e++)
-                            sc += (double)qr[e] * kr[e];
-                        p[j] = sc * scale;
-                        mx = p[j] > mx ? p[j] : mx;
-                    }
-                    for (int e = 0; e < D; e++)
-                        o[e] = 0;
-                    for (int j = lo; j <= pos; j++) {
-                        double wt = exp(p[j] - mx);
-                        l += wt;
-                        const float *vr = v + (size_t)(base + j) * kvd + (size_t)kh * D;
-                        for (int e = 0; e < D; e++)
-                            o[e] += wt * vr[e];
-                    }
-                    for (int e = 0; e < D; e++) {
-                        double dd = fabs(o[e] / l - got[((size_t)t * H + h) * D + e]);
-                        worst = dd != dd ? INFINITY : dd > worst ? dd : worst;
-                    }
-                }
-            }
-            base += ss[s].cached + ss[s].n_new;
-        }
-        if (!p || !o)
-            worst = INFINITY;
-        rp_free(p);
-        rp_free(o);
-    }
-    rp_backend_buf_free(be, L.base);
-    rp_backend_buf_free(be, od);
-done:
-    rp_free(k);
-    rp_free(v);
-    rp_free(q);
-    rp_free(got);
-    rp_free(kold);
-    rp_free(vold);
-    rp_free(knew);
-    rp_free(vnew);
-    rp_free(blocks);
-    rp_free(st_old);
-    rp_free(st_new);
-    return worst;
+    return gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, reps);
 }
 
 static void dec_check(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int KVH, int D,
