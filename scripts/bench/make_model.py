@@ -39,18 +39,7 @@ def main():
     if dtype in ("mlx4", "mlx8"):
         return main_mlx(out, SHAPES[shape], int(dtype[3:]), gs)
     c = SHAPES[shape]
-    d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    hd = d // c["num_attention_heads"]
-    qd, kvd = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-    tensors = [("model.embed_tokens.weight", (v, d)), ("model.norm.weight", (d,)),
-               ("lm_head.weight", (v, d))]
-    for l in range(c["num_hidden_layers"]):
-        p = f"model.layers.{l}."
-        tensors += [(p + "input_layernorm.weight", (d,)), (p + "post_attention_layernorm.weight", (d,)),
-                    (p + "self_attn.q_proj.weight", (qd, d)), (p + "self_attn.k_proj.weight", (kvd, d)),
-                    (p + "self_attn.v_proj.weight", (kvd, d)), (p + "self_attn.o_proj.weight", (d, qd)),
-                    (p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d)),
-                    (p + "mlp.down_proj.weight", (d, f))]
+    tensors = layout(c)
     esize = 4 if dtype == "f32" else 2
     st_dtype = {"bf16": "BF16", "f16": "F16", "f32": "F32"}[dtype]
     header, off = {}, 0
