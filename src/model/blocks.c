@@ -140,6 +140,20 @@ float *rp_blk_act(rp_model *m, size_t n)
     return rp_backend_buf_alloc(m->be, (n ? n : 1) * sizeof(float), RP_TAG_MODEL);
 }
 
+void rp_blk_attn_acts(rp_model *m, size_t n, float **x, float **h, float **q, float **k,
+                      float **v, float **att)
+{
+    const rp_model_config *c = &m->cfg;
+    size_t D = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim,
+           kvd = (size_t)c->n_kv_heads * c->head_dim;
+    *x = rp_blk_act(m, n * D);
+    *h = rp_blk_act(m, n * (D > qd ? D : qd));
+    *q = rp_blk_act(m, n * qd);
+    *k = rp_blk_act(m, n * kvd);
+    *v = rp_blk_act(m, n * kvd);
+    *att = rp_blk_act(m, n * qd);
+}
+
 float *rp_blk_f32(const rp_tensor *t)
 {
     int64_t n = rp_blk_numel(t);

@@ -69,6 +69,11 @@ rp_status rp_blk_to_backend_n(rp_model *m, rp_blk_weights *ws, const rp_tensor *
 /* An activation buffer of n floats from the model's backend (rp_backend_buf_alloc); NULL
  * when out of memory. Free with rp_backend_buf_free. */
 float *rp_blk_act(rp_model *m, size_t n);
+/* The attention blocks' rows for n tokens (rp_blk_act each): x [dim], h [max(dim, q_dim)], q
+ * and att [q_dim], k and v [kv_dim], q_dim = n_heads * head_dim, kv_dim = n_kv_heads *
+ * head_dim. A member is NULL when out of memory (the caller checks, and frees each). */
+void rp_blk_attn_acts(rp_model *m, size_t n, float **x, float **h, float **q, float **k,
+                      float **v, float **att);
 
 /* The vocabulary logits of the last n_logits of n rows of the residual x ([n][dim]):
  * logits = head(rmsnorm(x, norm)) (add_one: the (1 + w) norm), normed into h; through the

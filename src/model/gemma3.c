@@ -158,12 +158,7 @@ static rp_status gemma3_init(rp_model *m, rp_err *err)
     if ((rc = rp_blk_to_backend_n(m, &s->weights, top, RP_ARRAY_LEN(top), err)))
         return rc;
     size_t n = RP_MAX_CHUNK;
-    s->x = rp_blk_act(m, n * dim);
-    s->h = rp_blk_act(m, n * (size_t)(dim > qd ? dim : qd));
-    s->q = rp_blk_act(m, n * qd);
-    s->k = rp_blk_act(m, n * kvd);
-    s->v = rp_blk_act(m, n * kvd);
-    s->att = rp_blk_act(m, n * qd);
+    rp_blk_attn_acts(m, n, &s->x, &s->h, &s->q, &s->k, &s->v, &s->att);
     s->ffa = rp_blk_act(m, n * ffn);
     s->ffb = rp_blk_act(m, n * ffn);
     int host = rp_backend_host_buffers(m->be);

@@ -171,15 +171,9 @@ static rp_status lfm2_init(rp_model *m, rp_err *err)
         (rc = rp_blk_lm_head(m, s->embed, &s->lm_head, err)) ||
         (rc = rp_rope_init(&s->rope, c, c->head_dim, err)) || (rc = to_backend(m, s, err)))
         return rc;
-    size_t n = RP_MAX_CHUNK, D = (size_t)c->dim, qd = (size_t)c->n_heads * c->head_dim,
-           kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t n = RP_MAX_CHUNK, D = (size_t)c->dim;
     int host = rp_backend_host_buffers(m->be);
-    s->x = rp_blk_act(m, n * D);
-    s->h = rp_blk_act(m, n * (D > qd ? D : qd));
-    s->q = rp_blk_act(m, n * qd);
-    s->k = rp_blk_act(m, n * kvd);
-    s->v = rp_blk_act(m, n * kvd);
-    s->att = rp_blk_act(m, n * qd);
+    rp_blk_attn_acts(m, n, &s->x, &s->h, &s->q, &s->k, &s->v, &s->att);
     s->bcx = rp_blk_act(m, n * 3 * D);
     s->cv = rp_blk_act(m, n * D);
     s->ffa = rp_blk_act(m, n * (size_t)s->ffn);

@@ -200,14 +200,8 @@ static rp_status llama_init(rp_model *m, rp_err *err)
         return rc;
     /* on the GPU, steps of up to RP_MAX_EVAL_CHUNK tokens (prompt chunks, engine batches) */
     m->eval_chunk = rp_backend_is_cuda(m->be) ? RP_MAX_EVAL_CHUNK : RP_MAX_CHUNK;
-    size_t n = (size_t)m->eval_chunk, qd = (size_t)c->n_heads * c->head_dim,
-           kvd = (size_t)c->n_kv_heads * c->head_dim;
-    s->x = rp_blk_act(m, n * c->dim);
-    s->h = rp_blk_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
-    s->q = rp_blk_act(m, n * qd);
-    s->k = rp_blk_act(m, n * kvd);
-    s->v = rp_blk_act(m, n * kvd);
-    s->att = rp_blk_act(m, n * qd);
+    size_t n = (size_t)m->eval_chunk;
+    rp_blk_attn_acts(m, n, &s->x, &s->h, &s->q, &s->k, &s->v, &s->att);
     s->gate = rp_blk_act(m, n * c->ffn_dim);
     s->up = rp_blk_act(m, n * c->ffn_dim);
     if (!rp_backend_host_buffers(m->be))

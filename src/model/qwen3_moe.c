@@ -199,16 +199,10 @@ static rp_status qmoe_init(rp_model *m, rp_err *err)
         return rc;
     if ((rc = to_backend(m, s, err)))
         return rc;
-    size_t n = RP_MAX_CHUNK, qd = (size_t)c->n_heads * c->head_dim,
-           kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t n = RP_MAX_CHUNK;
     size_t ff = (size_t)(c->ffn_dim > s->moe_ffn ? c->ffn_dim : s->moe_ffn);
     int host = rp_backend_host_buffers(m->be);
-    s->x = rp_blk_act(m, n * c->dim);
-    s->h = rp_blk_act(m, n * ((size_t)c->dim > qd ? (size_t)c->dim : qd));
-    s->q = rp_blk_act(m, n * qd);
-    s->k = rp_blk_act(m, n * kvd);
-    s->v = rp_blk_act(m, n * kvd);
-    s->att = rp_blk_act(m, n * qd);
+    rp_blk_attn_acts(m, n, &s->x, &s->h, &s->q, &s->k, &s->v, &s->att);
     s->logits = rp_blk_act(m, n * s->n_exp);
     s->xe = rp_blk_act(m, n * c->dim);
     s->ga = rp_blk_act(m, n * ff);
