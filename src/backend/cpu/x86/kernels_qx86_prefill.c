@@ -26,7 +26,6 @@
     64               /* k-steps per column chunk (2048 columns): the B tiles of one chunk          \
                         for 128 tokens (512 KB) stay in L2 while the row blocks go by */
 #define QX_MAX_TB 16 /* token blocks per group (256 tokens): a C spill of 32 KB */
-#define QX_KS 8      /* k-steps per sub-chunk: the A tiles every token-block pair reads */
 
 
 /* ---- prefill: dequantize to bf16, AMX-BF16 tiles --------------------------------------- */
@@ -306,12 +305,9 @@ QX_AI void qx_pf_step(qx_pf *pf, long n)
 }
 
 /* C tiles: 0, 1 = row tile 0 x token blocks tb, tb + 1; 2, 3 = row tile 1. A: 4, 5 (tile k
- * at a + 32 k, rows `as` bytes apart); B: 6, 7. k-steps [0, nk); pf_n prefetches a step. With
- * cp, each A tile is also stored at cp + 32 k (rows cps bytes apart): the in-place bf16 rows
- * are 2 cols bytes apart, a multiple of 4096, so they share one L1 set and would be read
- * from L2 again by every token-block pair; the later pairs read the copy from L1. */
+ * at a + 32 k, rows `as` bytes apart); B: 6, 7. k-steps [0, nk); pf_n prefetches a step. */
 QX_AI void qx_amx_pass(const uint16_t *a, long as, const uint16_t *b0, const uint16_t *b1, long nk,
-                       const int two, qx_pf *pf, long pf_n, uint16_t *cp, long cps)
+                       const int two, qx_pf *pf, long pf_n)
 {
     const uint16_t *a1 = a + 8 * as;
     for (long k = 0; k < nk; k++) {
@@ -321,10 +317,6 @@ QX_AI void qx_amx_pass(const uint16_t *a, long as, const uint16_t *b0, const uin
         _tile_dpbf16ps(0, 4, 6);
         _tile_loadd(5, a1 + 32 * k, as);
         _tile_dpbf16ps(2, 5, 6);
-        if (cp) {
-            _tile_stored(4, cp + 32 * k, cps);
-            _tile_stored(5, cp + 8 * cps + 32 * k, cps);
-        }
         if (two) {
             _tile_loadd(7, b1 + 512 * k, 64);
             _tile_dpbf16ps(1, 4, 7);
@@ -440,52 +432,26 @@ void rp_qx_prefill(const rp_tensor *w, const void *packed, long r0, long r1,
                                                         : qx_pf_of(w, pr, pn, pk0, pk1);
             long steps = kn * ((nb + 1) / 2);
             long per = (pf.lpr * pf.rows_left + steps - 1) / steps;
-            /* bf16 in place: the first token-block pair of each sub-chunk copies the A tiles
-             * into rowbuf (QX_KS k-steps, rows 64 QX_KS + 64 bytes apart) for the others */
-            int in_place = ab != a;
-            long cps = 64 * QX_KS + 64;
             for (long g0 = 0; g0 < nb; g0 += QX_MAX_TB) {
                 long g1 = g0 + QX_MAX_TB < nb ? g0 + QX_MAX_TB : nb;
-                /* sub-chunks of QX_KS k-steps: the 32 rows' A tiles of one (16 KB) stay in L1
-                 * while every token-block pair goes by; C goes through the spill in between */
-                for (long s0 = 0; s0 < kn; s0 += QX_KS) {
-                    long ns = kn - s0 < QX_KS ? kn - s0 : QX_KS;
-                    for (long tb = g0; tb < g1; tb += 2) {
-                        int two = tb + 1 < g1;
-                        float *c0 = cb[tb - g0], *c1 = cb[tb - g0 + two];
-                        if (s0 == 0) {
-                            _tile_zero(0);
-                            _tile_zero(1);
-                            _tile_zero(2);
-                            _tile_zero(3);
-                        } else {
-                            _tile_loadd(0, c0, 64);
-                            _tile_loadd(2, c0 + 256, 64);
-                            if (two) {
-                                _tile_loadd(1, c1, 64);
-                                _tile_loadd(3, c1 + 256, 64);
-                            }
-                        }
-                        const uint16_t *b0 = xb + 512 * (size_t)(tb * nk + k0 + s0);
-                        const uint16_t *b1 = b0 + 512 * (size_t)nk;
-                        const uint16_t *as0 = ab + 32 * s0;
-                        long asp = as;
-                        uint16_t *cp = NULL;
-                        if (in_place && tb > g0) {
-                            as0 = a, asp = cps;
-                        } else if (in_place && g1 - g0 > 2) {
-                            cp = a;
-                        }
-                        if (two)
-                            qx_amx_pass(as0, asp, b0, b1, ns, 1, &pf, per, cp, cps);
-                        else
-                            qx_amx_pass(as0, asp, b0, b1, ns, 0, &pf, per, cp, cps);
-                        _tile_stored(0, c0, 64);
-                        _tile_stored(2, c0 + 256, 64);
-                        if (two) {
-                            _tile_stored(1, c1, 64);
-                            _tile_stored(3, c1 + 256, 64);
-                        }
+                for (long tb = g0; tb < g1; tb += 2) {
+                    int two = tb + 1 < g1;
+                    float *c0 = cb[tb - g0], *c1 = cb[tb - g0 + two];
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    const uint16_t *b0 = xb + 512 * (size_t)(tb * nk + k0);
+                    const uint16_t *b1 = b0 + 512 * (size_t)nk;
+                    if (two)
+                        qx_amx_pass(ab, as, b0, b1, kn, 1, &pf, per);
+                    else
+                        qx_amx_pass(ab, as, b0, b1, kn, 0, &pf, per);
+                    _tile_stored(0, c0, 64);
+                    _tile_stored(2, c0 + 256, 64);
+                    if (two) {
+                        _tile_stored(1, c1, 64);
+                        _tile_stored(3, c1 + 256, 64);
                     }
                 }
                 for (long tb = g0; tb < g1; tb++)
