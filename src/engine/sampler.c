@@ -158,6 +158,55 @@ static void fill_logprobs(rp_sampler *s, const float *logits, int32_t chosen, in
     }
 }
 
+/* a before b in the candidates' order: higher p first, ties by the lower id (the order
+ * cmp_desc sorts into) */
+static inline int cand_before(const cand *a, const cand *b)
+{
+    return a->p > b->p || (a->p == b->p && a->id < b->id);
+}
+
+static inline void cand_swap(cand *a, cand *b)
+{
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Reorders c[0, n) so that c[0, t) holds its t first candidates in cand_before's order, in
+ * that order (the prefix a full sort would give), and the rest follow unordered: a
+ * quickselect (Hoare partitions around a median of three, expected O(n)) and a sort of the
+ * t. The bounds checks keep a NaN logit from running a scan off the array. */
+static void sort_prefix(cand *c, int n, int t)
+{
+    int lo = 0, hi = n - 1;
+    while (t < n && hi > lo) {
+        int mid = lo + (hi - lo) / 2;
+        if (cand_before(&c[mid], &c[lo]))
+            cand_swap(&c[mid], &c[lo]);
+        if (cand_before(&c[hi], &c[lo]))
+            cand_swap(&c[hi], &c[lo]);
+        if (cand_before(&c[hi], &c[mid]))
+            cand_swap(&c[hi], &c[mid]);
+        cand piv = c[mid];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (i <= hi && cand_before(&c[i], &piv))
+                i++;
+            while (j >= lo && cand_before(&piv, &c[j]))
+                j--;
+            if (i <= j)
+                cand_swap(&c[i++], &c[j--]);
+        }
+        if (t - 1 <= j)
+            hi = j; /* the t-th candidate is left of the split */
+        else if (t - 1 >= i)
+            lo = i;
+        else
+            break; /* between them: only pivot-equal candidates, already in place */
+    }
+    qsort(c, (size_t)t, sizeof *c, cmp_desc);
+}
+
 static int32_t draw(rp_sampler *s, const float *logits)
 {
     const rp_sampling *p = &s->prm;
@@ -169,27 +218,56 @@ static int32_t draw(rp_sampler *s, const float *logits)
         c[i].id = i;
     }
     int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    int need_sort = k < n || (p->top_p > 0 && p->top_p < 1);
-    if (need_sort)
-        qsort(c, (size_t)n, sizeof *c, cmp_desc);
+    int nucleus = p->top_p > 0 && p->top_p < 1;
+    int need_sort = k < n || nucleus;
     float mx = c[0].p;
-    if (!need_sort)
-        for (int i = 1; i < n; i++)
-            mx = c[i].p > mx ? c[i].p : mx;
+    for (int i = 1; i < n; i++)
+        mx = c[i].p > mx ? c[i].p : mx;
     double sum = 0.0;
-    for (int i = 0; i < k; i++) {
-        c[i].p = expf(c[i].p - mx);
-        sum += c[i].p;
-    }
     int m = k;
-    if (p->top_p > 0 && p->top_p < 1) { /* smallest prefix whose mass reaches top_p */
-        double cum = 0.0;
+    if (k < n) { /* the k best, sorted; the mass is theirs */
+        sort_prefix(c, n, k);
         for (int i = 0; i < k; i++) {
-            cum += c[i].p / sum;
-            if (cum >= p->top_p) {
-                m = i + 1;
-                break;
+            c[i].p = expf(c[i].p - mx);
+            sum += c[i].p;
+        }
+    } else if (nucleus) { /* the whole vocabulary's mass, its order left to the nucleus */
+        for (int i = 0; i < n; i++)
+            sum += expf(c[i].p - mx);
+    } else { /* no order needed: the probabilities in place */
+        for (int i = 0; i < n; i++) {
+            c[i].p = expf(c[i].p - mx);
+            sum += c[i].p;
+        }
+    }
+    if (nucleus) { /* smallest sorted prefix whose mass reaches top_p */
+        if (k < n) {
+            double cum = 0.0;
+            for (int i = 0; i < k; i++) {
+                cum += c[i].p / sum;
+                if (cum >= p->top_p) {
+                    m = i + 1;
+                    break;
+                }
             }
+        } else { /* sort a prefix of t, 8x longer until it holds the nucleus */
+            for (int t = n < 256 ? n : 256;; t = t < n / 8 ? t * 8 : n) {
+                sort_prefix(c, n, t);
+                double cum = 0.0;
+                int found = 0;
+                m = t;
+                for (int i = 0; i < t && !found; i++) {
+                    cum += expf(c[i].p - mx) / sum;
+                    if (cum >= p->top_p) {
+                        m = i + 1;
+                        found = 1;
+                    }
+                }
+                if (found || t == n)
+                    break;
+            }
+            for (int i = 0; i < m; i++)
+                c[i].p = expf(c[i].p - mx);
         }
     }
     if (p->min_p > 0) { /* drop tokens below min_p x the best probability */
