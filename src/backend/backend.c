@@ -202,6 +202,15 @@ void rp_op_attention_step(rp_backend *b, int layer, const rp_step_attn *a)
     b->vt->attention_step(b, layer, a);
 }
 
+int rp_op_sample_rows(rp_backend *b, const float *x, int n_rows, int n,
+                      const struct rp_sample_row *p, int32_t *out)
+{
+    if (!b->vt->sample_rows)
+        return 0;
+    b->vt->sample_rows(b, x, n_rows, n, p, out);
+    return 1;
+}
+
 void rp_op_argmax_rows(rp_backend *b, const float *x, int n_rows, int n, int32_t *out)
 {
     if (b->vt->argmax_rows) {

@@ -39,6 +39,9 @@ typedef struct rp_backend_vt {
     void (*attention_step)(rp_backend *b, int layer, const rp_step_attn *a);
     /* (optional) rp_op_argmax_rows; NULL: the plain loop over host buffers (backend.c) */
     void (*argmax_rows)(rp_backend *b, const float *x, int n_rows, int n, int32_t *out);
+    /* (optional) rp_op_sample_rows; NULL: the op returns 0 */
+    void (*sample_rows)(rp_backend *b, const float *x, int n_rows, int n,
+                        const struct rp_sample_row *p, int32_t *out);
     void (*gelu_mul)(rp_backend *b, float *out, const float *gate, const float *up, int64_t n);
     void (*swiglu_clamp)(rp_backend *b, float *out, const float *gate, const float *up, int64_t n,
                          float limit, float alpha);

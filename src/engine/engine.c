@@ -105,7 +105,9 @@ struct rp_engine {
     rp_kv **b_kv;
     uint8_t *b_want;
     slot **b_row_slot; /* slot of each logits row */
-    int32_t *b_greedy; /* argmax of each row, when every row is greedy (rp_batch.argmax) */
+    int32_t *b_greedy; /* each row's token, when the backend picks them (rp_batch.argmax) */
+    rp_sample_row *b_draw; /* each row's draw, when the backend makes it (rp_batch.sample) */
+    double *b_u;           /* and its uniform number, for a row the backend leaves to us */
     float *logits;     /* max_rows rows */
     int max_rows;      /* logits rows a step may ask for: a row per slot, plus drafts */
     int64_t spec_drafted, spec_accepted; /* engine thread; copied into stats under mu */
@@ -405,7 +407,9 @@ static int emit(rp_engine *e, slot *sl, rp_event *ev, int pos_after)
 
 /* After a step: sample each row's next token, emit it, retire finished sequences. A drafting
  * slot's rows are checked in order (note 7). */
-static void consume_rows(rp_engine *e, int n_rows, const int32_t *greedy)
+/* The rows' tokens: picked[r] where the backend picked it (>= 0), else drawn here from the
+ * logits, with u[r] when the draw's number was taken already (rp_batch.sample). */
+static void consume_rows(rp_engine *e, int n_rows, const int32_t *picked, const double *u)
 {
     size_t vocab = (size_t)rp_model_get_info(e->model)->vocab_size;
     for (int i = 0; i < n_rows;) {
@@ -418,9 +422,14 @@ static void consume_rows(rp_engine *e, int n_rows, const int32_t *greedy)
         int acc = 0; /* drafts accepted */
         rp_event ev = {.kind = RP_EV_TOKEN, .request_id = r->id};
         for (int j = 0; j <= nd; j++) {
-            tok[j] = greedy ? greedy[i + j]
-                            : rp_sampler_sample(sl->sampler, e->logits + (size_t)(i + j) * vocab,
-                                                n_top, &ev.logprob, ev.top_ids, ev.top_logprobs);
+            const float *row = e->logits + (size_t)(i + j) * vocab;
+            if (picked && picked[i + j] >= 0)
+                tok[j] = picked[i + j];
+            else if (u)
+                tok[j] = rp_sampler_sample_u(sl->sampler, row, u[i + j]);
+            else
+                tok[j] = rp_sampler_sample(sl->sampler, (float *)row, n_top, &ev.logprob,
+                                           ev.top_ids, ev.top_logprobs);
             if (j == nd || tok[j] != sl->draft[j])
                 break;
             acc++;
@@ -459,11 +468,24 @@ static int step(rp_engine *e)
     int n_rows, n = build_batch(e, &n_rows);
     if (n == 0)
         return 0;
-    int greedy = n_rows > 0; /* every row greedy, no logprobs: the argmax on the backend */
-    for (int i = 0; i < n_rows && greedy; i++)
-        greedy = e->b_row_slot[i]->req->n_top < 0 && rp_sampler_greedy(e->b_row_slot[i]->sampler);
+    /* every row greedy, no logprobs: the argmax on the backend; else every row a plain draw
+     * (no penalties, no logprobs, no drafts to verify): the draw on the backend, with the
+     * uniform numbers taken here in row order as the host's draws would take them */
+    int greedy = n_rows > 0, draw = n_rows > 0;
+    for (int i = 0; i < n_rows; i++) {
+        slot *sl = e->b_row_slot[i];
+        greedy = greedy && sl->req->n_top < 0 && rp_sampler_greedy(sl->sampler);
+        draw = draw && sl->req->n_top < 0 && rp_sampler_plain(sl->sampler) && sl->n_draft == 0;
+    }
+    draw = draw && !greedy;
+    for (int i = 0; i < n_rows && draw; i++) {
+        rp_sampler *sp = e->b_row_slot[i]->sampler;
+        e->b_u[i] = rp_sampler_next_u(sp);
+        e->b_draw[i] = rp_sampler_row(sp, e->b_u[i]);
+    }
     rp_batch b = {.n_tok = n, .ids = e->b_ids, .kv = e->b_kv, .want_logits = e->b_want,
-                  .argmax = greedy ? e->b_greedy : NULL};
+                  .argmax = greedy || draw ? e->b_greedy : NULL,
+                  .sample = draw ? e->b_draw : NULL};
     rp_err err = {0};
     if (rp_model_eval_batch(e->model, &b, e->logits, &err) != RP_OK) {
         RP_ERROR("forward step failed: %s", err.msg);
@@ -474,7 +496,7 @@ static int step(rp_engine *e)
             }
         return 1;
     }
-    consume_rows(e, n_rows, b.argmax);
+    consume_rows(e, n_rows, b.argmax, draw ? e->b_u : NULL);
     pthread_mutex_lock(&e->mu);
     e->stats.n_steps++;
     e->stats.spec_draft_tokens = e->spec_drafted;
@@ -558,11 +580,13 @@ static rp_status alloc_buffers(rp_engine *e, rp_err *err)
     e->b_want = rp_alloc((size_t)max);
     e->b_row_slot = rp_alloc(sizeof(slot *) * (size_t)max);
     e->b_greedy = rp_alloc(sizeof(int32_t) * (size_t)max);
+    e->b_draw = rp_alloc(sizeof(rp_sample_row) * (size_t)max);
+    e->b_u = rp_alloc(sizeof(double) * (size_t)max);
     e->max_rows = e->n_slots * (1 + e->cfg.spec_tokens);
     e->max_rows = e->max_rows < max ? e->max_rows : max;
     e->logits = rp_alloc_aligned(sizeof(float) * vocab * (size_t)e->max_rows, RP_TAG_MODEL);
     if (!e->slots || !e->b_ids || !e->b_kv || !e->b_want || !e->b_row_slot || !e->b_greedy ||
-        !e->logits)
+        !e->b_draw || !e->b_u || !e->logits)
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < e->n_slots && e->cfg.spec_tokens > 0; i++)
         if (!(e->slots[i].draft = rp_alloc(sizeof(int32_t) * (size_t)e->cfg.spec_tokens)))
@@ -656,6 +680,8 @@ void rp_engine_free(rp_engine *e)
     rp_free(e->b_want);
     rp_free(e->b_row_slot);
     rp_free(e->b_greedy);
+    rp_free(e->b_draw);
+    rp_free(e->b_u);
     rp_free_aligned(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

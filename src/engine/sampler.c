@@ -6,12 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/sample.h"
 #include "base/alloc.h"
-
-typedef struct cand {
-    float p; /* logit, then probability */
-    int32_t id;
-} cand;
 
 struct rp_sampler {
     int vocab;
@@ -19,7 +15,7 @@ struct rp_sampler {
     uint64_t rng[4];
     int32_t *count_gen;   /* generated occurrences per token */
     uint8_t *seen_any;    /* prompt or generated (repetition penalty) */
-    cand *cands;
+    rp_sample_cand *cands; /* rp_sample_draw's scratch */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -60,7 +56,7 @@ rp_sampler *rp_sampler_new(int vocab_size, const rp_sampling *params)
         s->rng[i] = splitmix64(&seed);
     s->count_gen = rp_calloc((size_t)vocab_size, sizeof(int32_t));
     s->seen_any = rp_calloc((size_t)vocab_size, 1);
-    s->cands = rp_alloc(sizeof(cand) * (size_t)vocab_size);
+    s->cands = rp_alloc(sizeof(rp_sample_cand) * (size_t)vocab_size);
     if (!s->count_gen || !s->seen_any || !s->cands) {
         rp_sampler_free(s);
         return NULL;
@@ -110,14 +106,6 @@ static void apply_penalties(rp_sampler *s, float *logits)
     }
 }
 
-static int cmp_desc(const void *a, const void *b)
-{
-    float x = ((const cand *)a)->p, y = ((const cand *)b)->p;
-    if (x != y)
-        return x < y ? 1 : -1;
-    return ((const cand *)a)->id - ((const cand *)b)->id; /* stable order for ties */
-}
-
 static int32_t argmax(const float *x, int n)
 {
     int32_t best = 0;
@@ -158,146 +146,37 @@ static void fill_logprobs(rp_sampler *s, const float *logits, int32_t chosen, in
     }
 }
 
-/* a before b in the candidates' order: higher p first, ties by the lower id (the order
- * cmp_desc sorts into) */
-static inline int cand_before(const cand *a, const cand *b)
-{
-    return a->p > b->p || (a->p == b->p && a->id < b->id);
-}
-
-static inline void cand_swap(cand *a, cand *b)
-{
-    cand t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Reorders c[0, n) so that c[0, t) holds its t first candidates in cand_before's order, in
- * that order (the prefix a full sort would give), and the rest follow unordered: a
- * quickselect (Hoare partitions around a median of three, expected O(n)) and a sort of the
- * t. The bounds checks keep a NaN logit from running a scan off the array. */
-static void sort_prefix(cand *c, int n, int t)
-{
-    int lo = 0, hi = n - 1;
-    while (t < n && hi > lo) {
-        int mid = lo + (hi - lo) / 2;
-        if (cand_before(&c[mid], &c[lo]))
-            cand_swap(&c[mid], &c[lo]);
-        if (cand_before(&c[hi], &c[lo]))
-            cand_swap(&c[hi], &c[lo]);
-        if (cand_before(&c[hi], &c[mid]))
-            cand_swap(&c[hi], &c[mid]);
-        cand piv = c[mid];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (i <= hi && cand_before(&c[i], &piv))
-                i++;
-            while (j >= lo && cand_before(&piv, &c[j]))
-                j--;
-            if (i <= j)
-                cand_swap(&c[i++], &c[j--]);
-        }
-        if (t - 1 <= j)
-            hi = j; /* the t-th candidate is left of the split */
-        else if (t - 1 >= i)
-            lo = i;
-        else
-            break; /* between them: only pivot-equal candidates, already in place */
-    }
-    qsort(c, (size_t)t, sizeof *c, cmp_desc);
-}
-
-static int32_t draw(rp_sampler *s, const float *logits)
+rp_sample_row rp_sampler_row(const rp_sampler *s, double u)
 {
     const rp_sampling *p = &s->prm;
-    int n = s->vocab;
-    cand *c = s->cands;
-    float inv_t = 1.0f / p->temperature;
-    for (int i = 0; i < n; i++) {
-        c[i].p = logits[i] * inv_t;
-        c[i].id = i;
-    }
-    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    int nucleus = p->top_p > 0 && p->top_p < 1;
-    int need_sort = k < n || nucleus;
-    float mx = c[0].p;
-    for (int i = 1; i < n; i++)
-        mx = c[i].p > mx ? c[i].p : mx;
-    double sum = 0.0;
-    int m = k;
-    if (k < n) { /* the k best, sorted; the mass is theirs */
-        sort_prefix(c, n, k);
-        for (int i = 0; i < k; i++) {
-            c[i].p = expf(c[i].p - mx);
-            sum += c[i].p;
-        }
-    } else if (nucleus) { /* the whole vocabulary's mass, its order left to the nucleus */
-        for (int i = 0; i < n; i++)
-            sum += expf(c[i].p - mx);
-    } else { /* no order needed: the probabilities in place */
-        for (int i = 0; i < n; i++) {
-            c[i].p = expf(c[i].p - mx);
-            sum += c[i].p;
-        }
-    }
-    if (nucleus) { /* smallest sorted prefix whose mass reaches top_p */
-        if (k < n) {
-            double cum = 0.0;
-            for (int i = 0; i < k; i++) {
-                cum += c[i].p / sum;
-                if (cum >= p->top_p) {
-                    m = i + 1;
-                    break;
-                }
-            }
-        } else { /* sort a prefix of t, 8x longer until it holds the nucleus */
-            for (int t = n < 256 ? n : 256;; t = t < n / 8 ? t * 8 : n) {
-                sort_prefix(c, n, t);
-                double cum = 0.0;
-                int found = 0;
-                m = t;
-                for (int i = 0; i < t && !found; i++) {
-                    cum += expf(c[i].p - mx) / sum;
-                    if (cum >= p->top_p) {
-                        m = i + 1;
-                        found = 1;
-                    }
-                }
-                if (found || t == n)
-                    break;
-            }
-            for (int i = 0; i < m; i++)
-                c[i].p = expf(c[i].p - mx);
-        }
-    }
-    if (p->min_p > 0) { /* drop tokens below min_p x the best probability */
-        float best = need_sort ? c[0].p : 0;
-        if (!need_sort)
-            for (int i = 0; i < m; i++)
-                best = c[i].p > best ? c[i].p : best;
-        int j = 0;
-        for (int i = 0; i < m; i++)
-            if (c[i].p >= p->min_p * best)
-                c[j++] = c[i];
-        m = j;
-    }
-    double total = 0.0;
-    for (int i = 0; i < m; i++)
-        total += c[i].p;
-    double r = next_unit(s->rng) * total;
-    for (int i = 0; i < m; i++) {
-        r -= c[i].p;
-        if (r < 0)
-            return c[i].id;
-    }
-    return c[m - 1].id;
+    return (rp_sample_row){.temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
+                           .top_k = p->top_k, .u = u};
+}
+
+double rp_sampler_next_u(rp_sampler *s)
+{
+    return s->prm.temperature > 0 ? next_unit(s->rng) : 0.0;
+}
+
+int rp_sampler_plain(const rp_sampler *s)
+{
+    const rp_sampling *p = &s->prm;
+    return !(p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) &&
+           p->presence_penalty == 0 && p->frequency_penalty == 0;
+}
+
+int32_t rp_sampler_sample_u(rp_sampler *s, const float *logits, double u)
+{
+    rp_sample_row row = rp_sampler_row(s, u);
+    return rp_sample_draw(logits, s->vocab, &row, s->cands);
 }
 
 int32_t rp_sampler_sample(rp_sampler *s, float *logits, int n_top, float *logprob,
                           int32_t *top_ids, float *top_logprobs)
 {
     apply_penalties(s, logits);
-    int32_t tok = s->prm.temperature <= 0 ? argmax(logits, s->vocab) : draw(s, logits);
+    int32_t tok = s->prm.temperature <= 0 ? argmax(logits, s->vocab)
+                                          : rp_sampler_sample_u(s, logits, next_unit(s->rng));
     if (n_top >= 0 && logprob)
         fill_logprobs(s, logits, tok, n_top, logprob, top_ids, top_logprobs);
     return tok;

@@ -278,11 +278,27 @@ static void mlp_block(rp_model *m, llama *s, int l, int n)
 }
 
 /* logits rows of the first n rows of s->x, into the caller's host array (or, with argmax,
- * only each row's argmax). */
-static void final_logits(rp_model *m, llama *s, int n, float *logits, int32_t *argmax)
+ * only each row's argmax; with sample too, each row's draw, rp_batch). */
+static void final_logits(rp_model *m, llama *s, int n, float *logits, int32_t *argmax,
+                         const struct rp_sample_row *sample)
 {
     rp_model_config *c = &m->cfg;
     rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n, c->dim, c->norm_eps, 0);
+    if (argmax && sample) {
+        int host = rp_backend_host_buffers(m->be);
+        float *dst = host ? logits : s->logits;
+        rp_op_matmul(m->be, s->lm_head, s->h, n, dst);
+        int ran = rp_op_sample_rows(m->be, dst, n, c->vocab_size, sample, argmax), all = ran;
+        for (int r = 0; r < n; r++) {
+            if (!ran)
+                argmax[r] = -1; /* no such op: every row is the caller's */
+            all = all && argmax[r] >= 0;
+        }
+        if (!all && !host) /* a row left to the caller: every row's logits */
+            rp_backend_to_host(m->be, logits, s->logits,
+                               sizeof(float) * (size_t)n * c->vocab_size);
+        return;
+    }
     if (argmax) {
         float *dst = rp_backend_host_buffers(m->be) ? logits : s->logits;
         rp_op_matmul(m->be, s->lm_head, s->h, n, dst);
@@ -331,7 +347,7 @@ static rp_status llama_forward_batch(rp_model *m, const rp_batch *b, float *logi
             rows[n_rows++] = t;
     if (n_rows > 0) {
         rp_op_gather_rows(m->be, s->x, s->x, rows, n_rows, c->dim);
-        final_logits(m, s, n_rows, logits, b->argmax);
+        final_logits(m, s, n_rows, logits, b->argmax, b->sample);
     }
     (void)err;
     return RP_OK;
@@ -353,7 +369,7 @@ static rp_status llama_forward(rp_model *m, rp_kv *kv, const int32_t *ids, int n
         rp_status rc = llama_forward_batch(m, &b, NULL, err);
         if (rc || !logits)
             return rc;
-        final_logits(m, s, n, logits, NULL);
+        final_logits(m, s, n, logits, NULL, NULL);
         return RP_OK;
     }
     if (logits && n_logits > 0)

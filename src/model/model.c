@@ -269,13 +269,18 @@ static rp_status check_batch(const rp_model *m, const rp_batch *b, rp_err *err)
     return RP_OK;
 }
 
-/* rp_batch.argmax from host logits rows, for the architectures that leave it to us. */
+/* rp_batch.argmax from host logits rows, for the architectures that leave it to us (-1
+ * with rp_batch.sample: the caller draws from the rows). */
 static void argmax_host(const rp_batch *b, const float *logits, size_t vocab)
 {
     int rows = 0;
     for (int i = 0; i < b->n_tok; i++)
         rows += b->want_logits && b->want_logits[i];
     for (int r = 0; r < rows; r++) {
+        if (b->sample) { /* draws are the caller's here: the logits are on the host */
+            b->argmax[r] = -1;
+            continue;
+        }
         const float *x = logits + (size_t)r * vocab;
         int32_t best = 0;
         for (size_t i = 1; i < vocab; i++)

@@ -120,6 +120,12 @@ typedef struct rp_batch {
      * and the logits array is scratch (its contents unspecified); on CUDA only the ids
      * leave the GPU. */
     int32_t *argmax;
+    /* (optional, with argmax) each row's draw (backend/sample.h): argmax[r] receives the
+     * token row r draws under sample[r] (temperature <= 0: its argmax), drawn where the
+     * logits are (on CUDA only the ids come back); a row left to the caller gets -1, and then
+     * the logits array holds every row's logits (every row is left to the caller where the
+     * backend has no such op or the architecture does not take it). */
+    const struct rp_sample_row *sample;
 } rp_batch;
 
 /* Largest n_tok rp_model_eval_batch takes. */

@@ -493,6 +493,12 @@ static void cuda_attention_step(rp_backend *bk, int layer, const rp_step_attn *a
                            a->n_kv_heads, a->head_dim, a->scale, a->window);
 }
 
+static void cuda_sample_rows(rp_backend *bk, const float *x, int n_rows, int n,
+                             const struct rp_sample_row *p, int32_t *out)
+{
+    rp_cuda_sample(CB(bk)->ctx, x, n_rows, n, p, out);
+}
+
 static void cuda_argmax_rows(rp_backend *bk, const float *x, int n_rows, int n, int32_t *out)
 {
     rp_cuda_argmax(CB(bk)->ctx, x, n_rows, n, out);
@@ -542,6 +548,7 @@ static const rp_backend_vt g_cuda_vt = {
     .kv_store = cuda_kv_store,
     .attention_step = cuda_attention_step,
     .argmax_rows = cuda_argmax_rows,
+    .sample_rows = cuda_sample_rows,
     .gelu_mul = cuda_gelu_mul,
     .swiglu_clamp = cuda_swiglu_clamp,
     .scale = cuda_scale,

@@ -60,6 +60,7 @@
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
+#include "backend/cuda/cuda_sample.h"
 
 extern "C" {
 #include "base/alloc.h"
@@ -1711,18 +1712,50 @@ __global__ void argmax_kernel(const float *__restrict__ x, long n, int vec, int3
     }
 }
 
+/* the id buffers hold n_rows */
+static void ids_reserve(rp_cuda_ctx *c, int n_rows)
+{
+    if (n_rows <= c->ids_cap)
+        return;
+    rec_break(c);
+    CK(cudaStreamSynchronize(c->stream));
+    cudaFreeHost(c->ids_host);
+    cudaFree(c->ids_dev);
+    c->ids_cap = n_rows < 1024 ? 1024 : n_rows;
+    CK(cudaMallocHost((void **)&c->ids_host, sizeof(int32_t) * c->ids_cap));
+    CK(cudaMalloc((void **)&c->ids_dev, sizeof(int32_t) * c->ids_cap));
+}
+
+/* The ids on the device back to out (synchronous), the recorded step replayed first. */
+static void ids_finish(rp_cuda_ctx *c, int n_rows, int32_t *out)
+{
+    rec_finish(c);
+    CK(cudaStreamSynchronize(c->stream));
+    memcpy(out, c->ids_host, sizeof(int32_t) * n_rows);
+    c->ring_off = 0;
+}
+
+extern "C" void rp_cuda_sample(rp_cuda_ctx *c, const float *x, int n_rows, long n,
+                               const rp_sample_row *p, int32_t *out)
+{
+    prof_scope ps(c, P_SAMPLE);
+    ids_reserve(c, n_rows);
+    /* the rows' parameters through the staging ring: the same device address for the same
+     * step, so a decode step with sampling stays one graph */
+    const rp_sample_row *pd = (const rp_sample_row *)stage(c, p, sizeof *p * (size_t)n_rows);
+    int32_t *d = c->ids_dev, *h = c->ids_host;
+    LAUNCH(c, {
+        rp_cuda_sample_launch(c->stream, x, n_rows, n, pd, d);
+        LAUNCHED();
+        CK(cudaMemcpyAsync(h, d, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, c->stream));
+    });
+    ids_finish(c, n_rows, out);
+}
+
 extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t *out)
 {
     prof_scope ps(c, P_SAMPLE);
-    if (n_rows > c->ids_cap) {
-        rec_break(c);
-        CK(cudaStreamSynchronize(c->stream));
-        cudaFreeHost(c->ids_host);
-        cudaFree(c->ids_dev);
-        c->ids_cap = n_rows < 1024 ? 1024 : n_rows;
-        CK(cudaMallocHost((void **)&c->ids_host, sizeof(int32_t) * c->ids_cap));
-        CK(cudaMalloc((void **)&c->ids_dev, sizeof(int32_t) * c->ids_cap));
-    }
+    ids_reserve(c, n_rows);
     int vec = n % 4 == 0 && (uintptr_t)x % 16 == 0;
     int32_t *d = c->ids_dev, *h = c->ids_host;
     LAUNCH(c, {
@@ -1730,10 +1763,7 @@ extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long 
         LAUNCHED();
         CK(cudaMemcpyAsync(h, d, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, c->stream));
     });
-    rec_finish(c);
-    CK(cudaStreamSynchronize(c->stream));
-    memcpy(out, c->ids_host, sizeof(int32_t) * n_rows);
-    c->ring_off = 0;
+    ids_finish(c, n_rows, out);
 }
 
 extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,

@@ -85,6 +85,12 @@ void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, in
 /* out[i] = argmax of row i of x [n_rows][n] (lowest index among equals); out is a host
  * array, filled when this returns (synchronous). */
 void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t *out);
+/* out[i] = rp_sample_draw of row i of x under p[i] (backend/sample.h), or -1 where the row
+ * needs more than RP_SAMPLE_MAX_SORTED sorted candidates (cuda_sample.cu); p and out are host
+ * arrays, out filled when this returns (synchronous). */
+struct rp_sample_row;
+void rp_cuda_sample(rp_cuda_ctx *c, const float *x, int n_rows, long n,
+                    const struct rp_sample_row *p, int32_t *out);
 /* out[i] = gelu_tanh(gate[i]) * up[i]; x[i] *= s; y[rows[i]] += w[i] * x[i] (rows and w on the
  * host, rows distinct). */
 void rp_cuda_gelu_mul(rp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n);

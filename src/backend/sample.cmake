@@ -1,0 +1,1 @@
+list(APPEND RP_SOURCES src/backend/sample.c)
