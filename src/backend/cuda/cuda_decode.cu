@@ -35,9 +35,14 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
     dec_attn_kernel(const rp_cuda_tok *__restrict__ toks, const int32_t *__restrict__ tbl,
                     rp_cuda_kv kv, int layer, const float *__restrict__ q,
                     float *__restrict__ out, float *__restrict__ part, int H, int KVH,
-                    float scale, int window, int n_split, int per_split)
+                    float scale, int window, int n_split, int per_split, unsigned *cnt)
 {
     typedef da_shape<D> S;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* the next kernel (the o projection's matvec) may launch and load its first weights; it
+     * waits (griddepcontrol.wait) for all of this grid before it reads out */
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     pdl_wait(); /* q and the pool are the previous kernels' */
     __shared__ float sm_acc[DA_WARPS][G][D];
     __shared__ float sm_m[DA_WARPS][G], sm_l[DA_WARPS][G];
@@ -196,6 +201,55 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
             pp[2 + e] = A;
         }
     }
+    if (n_split == 1 || !cnt)
+        return;
+    /* The last split of (head group, token) to finish merges them all, in split order, as
+     * dec_merge_kernel does; the counter goes back to 0 for the next launch. */
+    __shared__ int last;
+    __shared__ float wt[DA_MAX_SPLIT], red[DA_WARPS];
+    __threadfence();
+    __syncthreads();
+    unsigned *ctr = cnt + (long)t * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0)
+        last = atomicAdd(ctr, 1u) == (unsigned)n_split - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int g = 0; g < G; g++) {
+        const float *pp = part + ((long)t * H + h0 + g) * n_split * (D + 2);
+        float mm = -INFINITY;
+        for (int s = threadIdx.x; s < n_split; s += DA_WARPS * 32)
+            mm = fmaxf(mm, __ldcg(pp + (long)s * (D + 2)));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+        if (lane == 0)
+            red[w] = mm;
+        __syncthreads();
+        float M = red[0];
+#pragma unroll
+        for (int x = 1; x < DA_WARPS; x++)
+            M = fmaxf(M, red[x]);
+        for (int s = threadIdx.x; s < n_split; s += DA_WARPS * 32) {
+            float ms = __ldcg(pp + (long)s * (D + 2));
+            wt[s] = ms == -INFINITY ? 0.0f : expf(ms - M);
+        }
+        __syncthreads();
+        float L = 0.0f;
+        for (int s = 0; s < n_split; s++)
+            L = fmaf(wt[s], __ldcg(pp + (long)s * (D + 2) + 1), L);
+        float inv = 1.0f / L;
+        for (int e = threadIdx.x; e < D; e += DA_WARPS * 32) {
+            float a = 0.0f;
+            for (int s = 0; s < n_split; s++)
+                a = fmaf(wt[s], __ldcg(pp + (long)s * (D + 2) + 2 + e), a);
+            out[((long)t * H + h0 + g) * D + e] = a * inv;
+        }
+        __syncthreads(); /* wt and red are the next head's */
+    }
+    if (threadIdx.x == 0)
+        *ctr = 0;
 }
 
 /* Block (head, token): the splits' partials, in split order. */
@@ -271,34 +325,34 @@ void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *p
 template <int D, int G>
 static void da_go(cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks, const int32_t *tbl,
                   rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
-                  int KVH, float scale, int window, int n_split, int per_split)
+                  int KVH, float scale, int window, int n_split, int per_split, unsigned *cnt)
 {
     pdl_launch(pdl, dec_attn_kernel<D, G>, grid, dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q,
-               out, part, H, KVH, scale, window, n_split, per_split);
+               out, part, H, KVH, scale, window, n_split, per_split, cnt);
 }
 
 template <int D>
 static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks,
                     const int32_t *tbl, rp_cuda_kv kv, int layer, const float *q, float *out,
                     float *part, int H, int KVH, float scale, int window, int n_split,
-                    int per_split)
+                    int per_split, unsigned *cnt)
 {
     switch (G) {
     case 8:
         da_go<D, 8>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt);
         break;
     case 4:
         da_go<D, 4>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt);
         break;
     case 2:
         da_go<D, 2>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt);
         break;
     default:
         da_go<D, 1>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt);
         break;
     }
 }
@@ -306,13 +360,13 @@ static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_to
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split)
+                      int per_split, unsigned *cnt)
 {
     dim3 grid((unsigned)(H / G), (unsigned)n_tok, (unsigned)n_split);
 #define DA_CASE(DD)                                                                            \
     case DD:                                                                                   \
         da_go_g<DD>(G, st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,    \
-                    n_split, per_split);                                                       \
+                    n_split, per_split, cnt);                                                  \
         break;
     switch (D) {
         DA_CASE(8)
@@ -327,7 +381,7 @@ void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const i
     }
 #undef DA_CASE
     CK(cudaGetLastError());
-    if (n_split > 1) {
+    if (n_split > 1 && !cnt) {
         pdl_launch(pdl, dec_merge_kernel, dim3((unsigned)H, (unsigned)n_tok), dim3(128), st,
                    (const float *)part, out, H, D, n_split);
         CK(cudaGetLastError());
