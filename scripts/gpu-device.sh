@@ -179,9 +179,12 @@ if [[ $what == *" mv "* ]]; then
   echo "== mv (issue #12 one-token bf16: the mv1 matvec and its fusions, A/B; tg128 only) =="
   LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid_gpu_check" mvtime 2>&1 | tee -a "$out/mv.log"
   [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
-  for v in ${RAPID_MV_AB:-RAPID_CUDA_MV1=8 RAPID_CUDA_MV1=0 RAPID_CUDA_MV1=4 RAPID_CUDA_FUSE=0 RAPID_CUDA_DECMERGE=0}; do
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" --device cuda \
+    --prompt 512 --gen 128 --streams 16,64 2>&1 | grep -E "^prefill|^decode|^streams" |
+    sed "s|^|defaults: |" | tee -a "$out/mv.log"
+  for v in ${RAPID_MV_AB:-RAPID_CUDA_MV1=0 RAPID_CUDA_DECMERGE=0 RAPID_CUDA_DECPRE=0 RAPID_CUDA_MV1_GRID=0 RAPID_CUDA_MV1=8}; do
     env ${v//,/ } LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
-      --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode|tok/s" | head -3 | sed "s|^|$v: |" |
+      --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode" | sed "s|^|$v: |" |
       tee -a "$out/mv.log"
   done
   RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \

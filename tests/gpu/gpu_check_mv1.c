@@ -9,8 +9,9 @@
  * the matvec's output and the added residual are all compared (tolerance MV1_TOL = 1e-4 on
  * y and the residual, 1e-5 on the normalised x: f32 sums of up to 14336 products).
  * `rapid_gpu_check mvtime` times the one-token matvecs at the 8B shapes (50 calls each,
- * wall time over the queued calls) with the default kernel, RAPID_CUDA_MV1=4 and the old
- * matvec_kernel (RAPID_CUDA_MV1=0), and prints the read rate of each.
+ * wall time over the queued calls) with the default kernel (U by shape), RAPID_CUDA_MV1=4,
+ * =8, the old matvec_kernel (RAPID_CUDA_MV1=0) and the full grid (RAPID_CUDA_MV1_GRID=0),
+ * and prints the read rate of each.
  * Threading: single-threaded test program. Errors: a failed check is counted, never fatal.
  */
 #include <math.h>
@@ -243,14 +244,17 @@ void gpu_mv1_timing(void)
 {
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
                head[1] = {128256};
-    const char *knobs[] = {NULL, "4", "0"};
-    for (int k = 0; k < 3; k++) {
-        if (knobs[k])
+    const char *knobs[] = {NULL, "4", "8", "0", "grid"};
+    for (int k = 0; k < 5; k++) {
+        if (knobs[k] && k < 4)
             setenv("RAPID_CUDA_MV1", knobs[k], 1);
+        if (k == 4)
+            setenv("RAPID_CUDA_MV1_GRID", "0", 1);
         rp_backend *be = NULL;
         rp_err err = {0};
         rp_status rc = rp_backend_new_cuda(0, 0.5, &be, &err);
         unsetenv("RAPID_CUDA_MV1");
+        unsetenv("RAPID_CUDA_MV1_GRID");
         if (rc) {
             printf("mvtime: %s\n", err.msg);
             return;
@@ -258,8 +262,9 @@ void gpu_mv1_timing(void)
         double a = mv_rate(be, 3, qkv, 4096), b = mv_rate(be, 1, o, 4096),
                c = mv_rate(be, 2, gu, 4096), d = mv_rate(be, 1, o, 14336),
                e = mv_rate(be, 1, head, 4096);
-        printf("mvtime RAPID_CUDA_MV1=%s GB/s: qkv %.0f  o %.0f  gate/up %.0f  down %.0f  head %.0f\n",
-               knobs[k] ? knobs[k] : "(default)", a, b, c, d, e);
+        printf("mvtime %s GB/s: qkv %.0f  o %.0f  gate/up %.0f  down %.0f  head %.0f\n",
+               k == 0 ? "default" : k == 1 ? "RAPID_CUDA_MV1=4" : k == 2 ? "RAPID_CUDA_MV1=8"
+               : k == 3 ? "RAPID_CUDA_MV1=0" : "RAPID_CUDA_MV1_GRID=0", a, b, c, d, e);
         fflush(stdout);
         rp_backend_free(be);
     }

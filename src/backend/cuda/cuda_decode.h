@@ -33,10 +33,11 @@ int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv);
 void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *per_split);
 /* Launches the attention (and, for n_split > 1 without cnt, the merge) on st; pdl: as
  * programmatic dependent launches (each kernel waits for its predecessor before it reads
- * anything). */
+ * what it wrote). pre: every token is its sequence's only one in this step (the keys before
+ * each token's position were stored by earlier steps, so they may load before the wait). */
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split, unsigned *cnt);
+                      int per_split, unsigned *cnt, int pre);
 
 #endif

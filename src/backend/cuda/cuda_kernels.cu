@@ -169,6 +169,9 @@ struct rp_cuda_ctx {
     int dec_merge;          /* its splits merged by the last block (RAPID_CUDA_DECMERGE=0: by
                              * a second kernel) */
     unsigned *da_cnt;       /* ... with these counters (da_cnt_n of them, zero between launches) */
+    int dec_pre;            /* its first K / V loads before the programmatic-launch wait when
+                             * the step allows (RAPID_CUDA_DECPRE=0: after) */
+    int step_single;        /* this step: every token the only one of its sequence */
     size_t da_cnt_n;
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
@@ -189,8 +192,10 @@ struct rp_cuda_ctx {
     long g_hits, g_builds;
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8, 16 (default) */
     int mv1;       /* the one-token 16-bit matvec with fused prologue / epilogue (mv1_kernel):
-                    * loads per lane per chunk 4 or 8; 0: matvec_kernel (RAPID_CUDA_MV1=0) */
+                    * loads per lane per chunk 4 or 8 (RAPID_CUDA_MV1=4 / 8), 1: by shape (the
+                    * default), 0: matvec_kernel and no fusions into it (RAPID_CUDA_MV1=0) */
     int mv1_bps;   /* its blocks per SM (RAPID_CUDA_MV1_BPS; 0: as many as fit) */
+    int mv1_grid;  /* its grid: as many rows for every warp (RAPID_CUDA_MV1_GRID=0: every slot) */
     int mv1_occ[16]; /* blocks per SM each variant fits by registers (0: not asked yet) */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
@@ -204,6 +209,7 @@ struct rp_cuda_ctx {
     int ids_cap;
     cudaEvent_t *ev; /* RAPID_CUDA_PROFILE=2: event pairs around each op, summed at syncs */
     int *ev_kind, n_ev;
+    int prof_open; /* profile scopes open now (they nest through pend_flush) */
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
     void *qscr[6]; /* scratch of the quantized-weight kernels (cuda_quant.cu) */
@@ -249,16 +255,24 @@ struct prof_scope {
     rp_cuda_ctx *c;
     int kind, slot;
     double t0;
+    /* flush 1: launches the deferred op first; 0: only a deferred matvec, rmsnorm or
+     * silu_mul (the op may take in a held add or RoPE); 2: nothing (the op takes it in) */
     prof_scope(rp_cuda_ctx *ctx, int k, int flush = 1) : c(ctx), kind(k), slot(-1), t0(0)
     {
-        if (flush)
+        int pk = c->pend ? c->pend->kind : PEND_NONE;
+        if (flush == 1 || (flush == 0 && (pk == PEND_MV || pk == PEND_NORM || pk == PEND_SILU)))
             pend_flush(c);
         if (c->prof == 2) {
-            if (c->n_ev == EV_CAP)
+            /* a scope may open inside another (pend_flush): flush the events only when none
+             * is open, with room left for the nested ones */
+            if (c->n_ev >= EV_CAP - 8 && c->prof_open == 0)
                 ev_flush(c);
-            slot = c->n_ev++;
-            c->ev_kind[slot] = k;
-            CK(cudaEventRecord(c->ev[2 * slot], c->stream));
+            c->prof_open++;
+            if (c->n_ev < EV_CAP) {
+                slot = c->n_ev++;
+                c->ev_kind[slot] = k;
+                CK(cudaEventRecord(c->ev[2 * slot], c->stream));
+            }
         } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             t0 = now_s();
@@ -267,7 +281,9 @@ struct prof_scope {
     ~prof_scope()
     {
         if (c->prof == 2) {
-            CK(cudaEventRecord(c->ev[2 * slot + 1], c->stream));
+            c->prof_open--;
+            if (slot >= 0)
+                CK(cudaEventRecord(c->ev[2 * slot + 1], c->stream));
         } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             c->prof_s[kind] += now_s() - t0;
@@ -338,12 +354,14 @@ template <typename Make> static void launch_in(rp_cuda_ctx *c, const Make &make)
 
 static uint64_t log_sig(const rp_cuda_ctx *c)
 {
+    /* 8 bytes a step (a rec_op is a multiple of 8 and the log 8-aligned): each step a
+     * bijection of h, so logs that differ in one word never collide */
+    static_assert(sizeof(rec_op) % 8 == 0, "rec_op is hashed in 8-byte words");
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < c->n_log; i++) {
-        const unsigned char *p = (const unsigned char *)&c->log[i];
-        for (size_t k = 0; k < sizeof(rec_op); k++)
-            h = (h ^ p[k]) * 1099511628211ull;
-    }
+    const uint64_t *p = (const uint64_t *)c->log;
+    size_t n = (size_t)c->n_log * (sizeof(rec_op) / 8);
+    for (size_t k = 0; k < n; k++)
+        h = (((h << 29) | (h >> 35)) ^ p[k]) * 0x9e3779b97f4a7c15ull;
     return h;
 }
 
@@ -484,14 +502,19 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->dec_attn = !(da && strcmp(da, "0") == 0);
     const char *dm = getenv("RAPID_CUDA_DECMERGE");
     c->dec_merge = !(dm && strcmp(dm, "0") == 0);
+    const char *dp = getenv("RAPID_CUDA_DECPRE");
+    c->dec_pre = !(dp && strcmp(dp, "0") == 0);
     const char *mb = getenv("RAPID_CUDA_MVB");
     c->mvb = mb && mb[0] >= '1' && mb[0] <= '4' && !mb[1] ? mb[0] - '0' : 0; /* opt-in */
     const char *kr = getenv("RAPID_CUDA_KVROPE");
     c->kvrope = !(kr && strcmp(kr, "0") == 0);
     const char *m1 = getenv("RAPID_CUDA_MV1");
-    c->mv1 = m1 && strcmp(m1, "0") == 0 ? 0 : m1 && strcmp(m1, "4") == 0 ? 4 : 8;
+    c->mv1 = m1 && strcmp(m1, "0") == 0 ? 0 : m1 && strcmp(m1, "4") == 0 ? 4
+           : m1 && strcmp(m1, "8") == 0 ? 8 : 1; /* 1: by shape (mv1_launch) */
     const char *m1b = getenv("RAPID_CUDA_MV1_BPS");
     c->mv1_bps = m1b && *m1b ? atoi(m1b) : 0;
+    const char *m1g = getenv("RAPID_CUDA_MV1_GRID");
+    c->mv1_grid = !(m1g && strcmp(m1g, "0") == 0);
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
     c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
     const char *qe = getenv("RAPID_CUDA_QMM");
@@ -973,9 +996,18 @@ template <int DT, int U, int PRO> static void mv1_go(rp_cuda_ctx *c, const mv1_a
         bps = by_smem > 0 ? by_smem : 1;
     if (c->mv1_bps > 0 && c->mv1_bps < bps)
         bps = c->mv1_bps;
-    long blocks = bps * c->sms, need = (a.set.r0[3] + 1) / 2; /* at least two rows a block */
-    if (blocks > need)
-        blocks = need > 0 ? need : 1;
+    /* as many rows for every warp (k each): the fewest blocks that fit on the GPU at once
+     * with k = ceil(rows / warp slots); RAPID_CUDA_MV1_GRID=0: every slot, rows split
+     * evenly over the blocks (a block's warps then differ by a row) */
+    long slots = bps * c->sms, total = a.set.r0[3], blocks = slots;
+    if (c->mv1_grid) {
+        long k = (total + slots * MV_WARPS - 1) / (slots * MV_WARPS);
+        blocks = (total + k * MV_WARPS - 1) / (k * MV_WARPS);
+    } else if (blocks > (total + 1) / 2) {
+        blocks = (total + 1) / 2; /* at least two rows a block */
+    }
+    if (blocks < 1)
+        blocks = 1;
     int pdl = c->pdl;
     mv1_args args = a;
     LAUNCH(c, {
@@ -1004,12 +1036,16 @@ template <int DT, int U> static void mv1_pro(rp_cuda_ctx *c, const mv1_args &a)
         mv1_go<DT, U, MV1_COPY>(c, a);
 }
 
+/* U by shape (RAPID_CUDA_MV1=1, the default): 4 for rows of up to 8192 elements, 8 for longer
+ * ones (the H200, call 1 of session 5: q/k/v 3.30 / 3.29 TB/s with U 4 / 8, o 4.17 / 3.86,
+ * gate/up 4.12 / 4.05, down (14336) 2.87 / 3.65, head 4.36 / 4.40). */
 static void mv1_launch(rp_cuda_ctx *c, const mv1_args &a)
 {
+    int u = c->mv1 == 1 ? (a.cols <= 8192 ? 4 : 8) : c->mv1;
     if (a.dt == RP_CUDA_BF16)
-        c->mv1 == 4 ? mv1_pro<RP_CUDA_BF16, 4>(c, a) : mv1_pro<RP_CUDA_BF16, 8>(c, a);
+        u == 4 ? mv1_pro<RP_CUDA_BF16, 4>(c, a) : mv1_pro<RP_CUDA_BF16, 8>(c, a);
     else
-        c->mv1 == 4 ? mv1_pro<RP_CUDA_F16, 4>(c, a) : mv1_pro<RP_CUDA_F16, 8>(c, a);
+        u == 4 ? mv1_pro<RP_CUDA_F16, 4>(c, a) : mv1_pro<RP_CUDA_F16, 8>(c, a);
 }
 
 static int ranges_meet(const void *a, size_t na, const void *b, size_t nb)
@@ -2457,7 +2493,7 @@ static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
 {
     if (mv1_take_add(c, y, x, (long)n)) { /* into the deferred matvec's epilogue */
-        prof_scope ps(c, P_ELEM, 0);
+        prof_scope ps(c, P_ELEM, 2);
         return;
     }
     prof_scope ps(c, P_ELEM); /* flushes the deferred op */
@@ -2610,6 +2646,12 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, con
         c->max_pos = toks[t].pos > c->max_pos ? toks[t].pos : c->max_pos;
     }
     c->n_tok = n;
+    /* every token its sequence's only one this step (no two share a block table): the keys
+     * before each token's position were stored by earlier steps */
+    c->step_single = c->dec_pre && n <= 64;
+    for (int t = 0; t < n && c->step_single; t++)
+        for (int u = 0; u < t && c->step_single; u++)
+            c->step_single = toks[t].tbl != toks[u].tbl;
     CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
                        c->stream));
     c->n_fa = 0;
@@ -3083,10 +3125,10 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
             }
             cnt = c->da_cnt;
         }
-        int nt = c->n_tok, pdl = c->pdl_small;
+        int nt = c->n_tok, pdl = c->pdl_small, pre = c->step_single;
         LAUNCH(c, {
             rp_cuda_dec_attn(c->stream, pdl, td, tbl, kv, layer, q, out, part, H, KVH, D, G,
-                             scale, window, nt, n_split, per_split, cnt);
+                             scale, window, nt, n_split, per_split, cnt, pre);
         });
         return;
     }
