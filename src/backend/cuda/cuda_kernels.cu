@@ -1,7 +1,12 @@
 /* backend/cuda/cuda_kernels.cu - kernels and launchers of the CUDA backend (CUDA C++).
  *
  * Design notes:
- *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
+ *  1. Decode matmul. One token of 16-bit weights (cols a multiple of 8, <= 32768):
+ *     mv1_kernel, a persistent grid with as many rows for every warp, two chunks of 16-byte
+ *     streaming loads in flight per warp, x built in shared memory by every block; a held
+ *     rmsnorm or silu_mul whose output is x is computed in that prologue, and a residual add
+ *     of y right after it in the epilogue (note 5; RAPID_CUDA_MV1=0: none of it, the kernel
+ *     below). Otherwise (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
  *     x (f32) comes through the read-only cache. Opt-in for one token of 16-bit weights
  *     (RAPID_CUDA_MVB=1..4 blocks per SM): a streaming kernel (matvec_bulk_kernel: a
@@ -32,13 +37,18 @@
  *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
  *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off)
  *     and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode attention
- *     (RAPID_CUDA_PDL_SMALL=0: those off), and three deferred-op fusions: residual add + next
- *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v (RAPID_CUDA_FUSE=0: none;
- *     RAPID_CUDA_KVROPE=0: RoPE and KV store apart).
+ *     (RAPID_CUDA_PDL_SMALL=0: those off), and deferred-op fusions: residual add + next
+ *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v, a one-token rmsnorm or
+ *     silu_mul into the next matvec's x and a residual add into the matvec before it
+ *     (RAPID_CUDA_FUSE=0: none; RAPID_CUDA_KVROPE=0: RoPE and KV store apart). mv1_kernel,
+ *     the fused RoPE + KV store and the decode attention let their dependents launch early
+ *     (griddepcontrol.launch_dependents), so the next kernel's weight loads start under
+ *     their tail.
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
  * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N,
  * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
- * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
+ * RAPID_CUDA_MV1=0|4|8, RAPID_CUDA_MV1_GRID=0, RAPID_CUDA_MV1_BPS=N, RAPID_CUDA_DECMERGE=0,
+ * RAPID_CUDA_DECPRE=0 (NOTES.md, session 5), RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -2512,8 +2522,11 @@ extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
  * the add runs both in one kernel (add_rmsnorm4_kernel), and a RoPE right after a RoPE with
  * the same positions (q, then k) runs both in one launch; that pair is held again
  * (PEND_ROPE2) and a KV store of the rotated k right after it runs all three in one kernel
- * (rope_kv_kernel). Anything else launches the held op
- * first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
+ * (rope_kv_kernel). A one-token rmsnorm (PEND_NORM) or silu_mul (PEND_SILU) is held for the
+ * one-token matvec of its output (mv1_defer: computed in mv1_kernel's prologue), and such a
+ * matvec is held itself (PEND_MV) for a residual add of its output (mv1_take_add: its
+ * epilogue). Anything else launches the held op first (pend_flush), so the order of effects
+ * is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
 static void pend_flush(rp_cuda_ctx *c)
 {
     pend_op *pd = c->pend;
