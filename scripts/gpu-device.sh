@@ -22,6 +22,8 @@
 #            decode changes off (RAPID_CUDA_DECATTN=0 RAPID_CUDA_KVROPE=0 RAPID_CUDA_PDL_SMALL=0),
 #            with PDL_SMALL alone off, and with the opt-in streaming matvecs
 #            (RAPID_CUDA_MVB=3, RAPID_CUDA_QMVF=2)
+#   mv       the one-token bf16 matvec (rapid_gpu_check mvtime), tg128 bf16 with one knob each
+#            (RAPID_MV_AB overrides the list), a one-stream profile
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -172,6 +174,21 @@ if [[ $what == *" dec "* ]]; then
         sed "s|^|$(basename "$mm") $v: |" | tee -a "$out/dec.log"
     done
   done
+fi
+if [[ $what == *" mv "* ]]; then
+  echo "== mv (issue #12 one-token bf16: the mv1 matvec and its fusions, A/B; tg128 only) =="
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid_gpu_check" mvtime 2>&1 | tee -a "$out/mv.log"
+  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" --device cuda \
+    --prompt 512 --gen 128 --streams 16,64 2>&1 | grep -E "^prefill|^decode|^streams" |
+    sed "s|^|defaults: |" | tee -a "$out/mv.log"
+  for v in ${RAPID_MV_AB:-RAPID_CUDA_MV1=0 RAPID_CUDA_DECMERGE=0 RAPID_CUDA_DECPRE=0 RAPID_CUDA_MV1_GRID=0 RAPID_CUDA_MV1=8}; do
+    env ${v//,/ } LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode" | sed "s|^|$v: |" |
+      tee -a "$out/mv.log"
+  done
+  RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
+    --device cuda --prompt 16 --gen 64 2>&1 | tee "$out/mvprofile.log"
 fi
 if [[ $what == *" profile "* ]]; then
   echo "== profile =="

@@ -579,6 +579,7 @@ static void kernel_checks(int dense, int quant)
     gpu_gemm_kernel_checks();
     attention_checks();
     gpu_decode_checks();
+    gpu_mv1_checks();
 }
 
 float gpu_bf16_tol(float sensitivity)
@@ -618,6 +619,10 @@ int main(int argc, char **argv)
     int all = argc < 2;
     if (!all && strcmp(argv[1], "dectime") == 0) {
         gpu_decode_timing();
+        return 0;
+    }
+    if (!all && strcmp(argv[1], "mvtime") == 0) {
+        gpu_mv1_timing();
         return 0;
     }
     if (all || strcmp(argv[1], "kernels") == 0 || strcmp(argv[1], "qkernels") == 0)

@@ -51,5 +51,9 @@ void gpu_gguf_fixture(const char *name, float sensitivity);
  * runs of `rapid_gpu_check dectime`. */
 void gpu_decode_checks(void);
 void gpu_decode_timing(void);
+/* The one-token matvec with its fused norm / silu_mul / residual add (gpu_check_mv1.c) and
+ * the timing runs of `rapid_gpu_check mvtime`. */
+void gpu_mv1_checks(void);
+void gpu_mv1_timing(void);
 
 #endif

@@ -12,7 +12,7 @@
  * steps for timing (run it with RAPID_CUDA_PROFILE=2: the GPU time per op is printed when the
  * backend is freed; RAPID_CUDA_DECATTN=0 times the chunked kernel instead).
  *
- * The one-token bf16 matvec, the default kernel and the opt-in streaming one
+ * The one-token bf16 matvec, the default kernel (mv1_kernel) and the opt-in streaming one
  * (matvec_bulk_kernel, RAPID_CUDA_MVB=3: weights through shared memory): 1..3 stacked matrices at the 8B shapes (q/k/v, gate/up, down, a 65536-row head) and at
  * awkward ones (rows 1, 3, 5, 7 across matrices, 24 / 1000 / 1032 / 2056 columns: partial
  * chunks), against a double-precision reference on the same bf16 weights and f32 x

@@ -35,21 +35,55 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
     dec_attn_kernel(const rp_cuda_tok *__restrict__ toks, const int32_t *__restrict__ tbl,
                     rp_cuda_kv kv, int layer, const float *__restrict__ q,
                     float *__restrict__ out, float *__restrict__ part, int H, int KVH,
-                    float scale, int window, int n_split, int per_split)
+                    float scale, int window, int n_split, int per_split, unsigned *cnt,
+                    int pre)
 {
     typedef da_shape<D> S;
-    pdl_wait(); /* q and the pool are the previous kernels' */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* the next kernel (the o projection's matvec) may launch and load its first weights; it
+     * waits (griddepcontrol.wait) for all of this grid before it reads out */
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     __shared__ float sm_acc[DA_WARPS][G][D];
     __shared__ float sm_m[DA_WARPS][G], sm_l[DA_WARPS][G];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kg = lane / S::LG, li = lane % S::LG;
     const int h0 = blockIdx.x * G, t = blockIdx.y, sp = blockIdx.z;
     const int kvh = h0 / (H / KVH);
+    /* the token table and the block tables were copied before the step's first kernel */
     const rp_cuda_tok d = toks[t];
     const int pos = d.pos;
     const int j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     const int jb = j0 + sp * per_split, je = min(jb + per_split, pos + 1);
     const long kvd = (long)KVH * D;
+    const float *kbase = kv.base + (long)(2 * layer) * kv.half_floats + (long)kvh * D;
+    float4 kk[S::U][S::VPL], vv[S::U][S::VPL];
+    bool ok[S::U];
+    auto load_kv = [&](int it) {
+#pragma unroll
+        for (int u = 0; u < S::U; u++) {
+            int j = it + u * S::KPI + kg;
+            ok[u] = j < je;
+            const float *r = kbase;
+            if (ok[u])
+                r += (long)tbl[d.tbl + j / kv.block_tokens] * kv.block_floats +
+                     (long)(j % kv.block_tokens) * kvd;
+#pragma unroll
+            for (int v = 0; v < S::VPL; v++) {
+                int f = li + S::LG * v;
+                bool in = ok[u] && f < S::V4;
+                kk[u][v] = in ? *(const float4 *)(r + 4 * f) : f4_zero();
+                vv[u][v] = in ? *(const float4 *)(r + kv.half_floats + 4 * f) : f4_zero();
+            }
+        }
+    };
+    /* pre: each token is its sequence's only one this step, so keys before pos were stored
+     * by earlier steps: the warp's first keys load before the wait when all are below pos */
+    const int it0 = jb + w * S::KW;
+    const bool early = pre && it0 < je && it0 + S::KW <= pos;
+    if (early)
+        load_kv(it0);
+    pdl_wait(); /* q and the pool's new rows are the previous kernels' */
     float4 qr[G][S::VPL];
 #pragma unroll
     for (int g = 0; g < G; g++)
@@ -73,26 +107,9 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
         for (int v = 0; v < S::VPL; v++)
             acc[g][v] = f4_zero();
     }
-    const float *kbase = kv.base + (long)(2 * layer) * kv.half_floats + (long)kvh * D;
-    for (int it = jb + w * S::KW; it < je; it += S::KB) {
-        float4 kk[S::U][S::VPL], vv[S::U][S::VPL];
-        bool ok[S::U];
-#pragma unroll
-        for (int u = 0; u < S::U; u++) {
-            int j = it + u * S::KPI + kg;
-            ok[u] = j < je;
-            const float *r = kbase;
-            if (ok[u])
-                r += (long)tbl[d.tbl + j / kv.block_tokens] * kv.block_floats +
-                     (long)(j % kv.block_tokens) * kvd;
-#pragma unroll
-            for (int v = 0; v < S::VPL; v++) {
-                int f = li + S::LG * v;
-                bool in = ok[u] && f < S::V4;
-                kk[u][v] = in ? *(const float4 *)(r + 4 * f) : f4_zero();
-                vv[u][v] = in ? *(const float4 *)(r + kv.half_floats + 4 * f) : f4_zero();
-            }
-        }
+    for (int it = it0; it < je; it += S::KB) {
+        if (!early || it != it0)
+            load_kv(it);
         float s[S::U][G];
 #pragma unroll
         for (int u = 0; u < S::U; u++)
@@ -196,6 +213,48 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
             pp[2 + e] = A;
         }
     }
+    if (n_split == 1 || !cnt)
+        return;
+    /* The last split of (head group, token) to finish merges them all, in split order, with
+     * the arithmetic of dec_merge_kernel (every output of the G heads at once: their splits'
+     * max and sum staged in shared memory); the counter goes back to 0 for the next launch. */
+    __shared__ int last;
+    __shared__ float pm[G * DA_MAX_SPLIT], pl[G * DA_MAX_SPLIT];
+    __threadfence();
+    __syncthreads();
+    unsigned *ctr = cnt + (long)t * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0)
+        last = atomicAdd(ctr, 1u) == (unsigned)n_split - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const float *pb = part + ((long)t * H + h0) * n_split * (D + 2); /* head h0 + g, split s:
+                                                                      * (g * n_split + s) rows */
+    for (int i = threadIdx.x; i < G * n_split; i += DA_WARPS * 32) {
+        pm[i] = __ldcg(pb + (long)i * (D + 2));
+        pl[i] = __ldcg(pb + (long)i * (D + 2) + 1);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += DA_WARPS * 32) {
+        int g = i / D, e = i % D;
+        const float *sm = pm + g * n_split, *sl = pl + g * n_split;
+        float M = -INFINITY;
+        for (int x = 0; x < n_split; x++)
+            M = fmaxf(M, sm[x]);
+        const float *p = pb + (long)g * n_split * (D + 2) + 2 + e;
+        float L = 0.0f, acc = 0.0f;
+#pragma unroll 8
+        for (int x = 0; x < n_split; x++) {
+            float wv = sm[x] == -INFINITY ? 0.0f : expf(sm[x] - M);
+            L = fmaf(wv, sl[x], L);
+            acc = fmaf(wv, __ldcg(p + (long)x * (D + 2)), acc);
+        }
+        float inv = 1.0f / L;
+        out[((long)t * H + h0 + g) * D + e] = acc * inv;
+    }
+    if (threadIdx.x == 0)
+        *ctr = 0;
 }
 
 /* Block (head, token): the splits' partials, in split order. */
@@ -271,34 +330,35 @@ void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *p
 template <int D, int G>
 static void da_go(cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks, const int32_t *tbl,
                   rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
-                  int KVH, float scale, int window, int n_split, int per_split)
+                  int KVH, float scale, int window, int n_split, int per_split, unsigned *cnt,
+                  int pre)
 {
     pdl_launch(pdl, dec_attn_kernel<D, G>, grid, dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q,
-               out, part, H, KVH, scale, window, n_split, per_split);
+               out, part, H, KVH, scale, window, n_split, per_split, cnt, pre);
 }
 
 template <int D>
 static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks,
                     const int32_t *tbl, rp_cuda_kv kv, int layer, const float *q, float *out,
                     float *part, int H, int KVH, float scale, int window, int n_split,
-                    int per_split)
+                    int per_split, unsigned *cnt, int pre)
 {
     switch (G) {
     case 8:
         da_go<D, 8>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt, pre);
         break;
     case 4:
         da_go<D, 4>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt, pre);
         break;
     case 2:
         da_go<D, 2>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt, pre);
         break;
     default:
         da_go<D, 1>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split);
+                    n_split, per_split, cnt, pre);
         break;
     }
 }
@@ -306,13 +366,13 @@ static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_to
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split)
+                      int per_split, unsigned *cnt, int pre)
 {
     dim3 grid((unsigned)(H / G), (unsigned)n_tok, (unsigned)n_split);
 #define DA_CASE(DD)                                                                            \
     case DD:                                                                                   \
         da_go_g<DD>(G, st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,    \
-                    n_split, per_split);                                                       \
+                    n_split, per_split, cnt, pre);                                             \
         break;
     switch (D) {
         DA_CASE(8)
@@ -327,7 +387,7 @@ void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const i
     }
 #undef DA_CASE
     CK(cudaGetLastError());
-    if (n_split > 1) {
+    if (n_split > 1 && !cnt) {
         pdl_launch(pdl, dec_merge_kernel, dim3((unsigned)H, (unsigned)n_tok), dim3(128), st,
                    (const float *)part, out, H, D, n_split);
         CK(cudaGetLastError());

@@ -6,11 +6,14 @@
  * keys); each warp loads the K and V rows of 8 keys' worth of 16-byte pieces per lane at
  * once (lanes of a key group share one row: D / 4 pieces over the next power of two lanes),
  * keeps q (times the scale) in registers, and runs an online softmax in f32 (expf) over its
- * keys; the block's warps merge in shared memory, and with more than one split a second
- * kernel merges the splits' (max, sum, acc) partials in order (deterministic, no atomics).
+ * keys; the block's warps merge in shared memory, and with more than one split the splits'
+ * (max, sum, acc) partials are merged in split order (deterministic): by the last block of
+ * each (head group, token) to finish (an atomic counter per pair, cnt), or with cnt NULL by
+ * a second kernel.
  * Results are plain f32 (no rounding of q, K, V or P).
  *
- * Ownership: part is scratch the caller owns (n_tok * H * n_split * (D + 2) floats).
+ * Ownership: part is scratch the caller owns (n_tok * H * n_split * (D + 2) floats); so is
+ * cnt (n_tok * H / G counters, zero before the first launch; each launch leaves them zero).
  * Threading: the caller's stream. Errors: a failed launch aborts (CK); shapes the kernel
  * lacks are refused by rp_cuda_dec_ok (the caller keeps its own kernel for them).
  * CUDA C++ only (included by cuda_kernels.cu).
@@ -28,11 +31,13 @@ int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv);
 /* Splits for a step of n_tok tokens whose longest key span is span, with `units` = n_tok *
  * H / G blocks per split, on a GPU of sms multiprocessors. */
 void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *per_split);
-/* Launches the attention (and, for n_split > 1, the merge) on st; pdl: as programmatic
- * dependent launches (each kernel waits for its predecessor before it reads anything). */
+/* Launches the attention (and, for n_split > 1 without cnt, the merge) on st; pdl: as
+ * programmatic dependent launches (each kernel waits for its predecessor before it reads
+ * what it wrote). pre: every token is its sequence's only one in this step (the keys before
+ * each token's position were stored by earlier steps, so they may load before the wait). */
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split);
+                      int per_split, unsigned *cnt, int pre);
 
 #endif

@@ -1,7 +1,12 @@
 /* backend/cuda/cuda_kernels.cu - kernels and launchers of the CUDA backend (CUDA C++).
  *
  * Design notes:
- *  1. Decode matmul (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
+ *  1. Decode matmul. One token of 16-bit weights (cols a multiple of 8, <= 32768):
+ *     mv1_kernel, a persistent grid with as many rows for every warp, two chunks of 16-byte
+ *     streaming loads in flight per warp, x built in shared memory by every block; a held
+ *     rmsnorm or silu_mul whose output is x is computed in that prologue, and a residual add
+ *     of y right after it in the epilogue (note 5; RAPID_CUDA_MV1=0: none of it, the kernel
+ *     below). Otherwise (n_tok <= 4): one warp per weight row, 16-byte streaming loads, 16
  *     loads in flight per lane, every token of the batch served by the same weight read;
  *     x (f32) comes through the read-only cache. Opt-in for one token of 16-bit weights
  *     (RAPID_CUDA_MVB=1..4 blocks per SM): a streaming kernel (matvec_bulk_kernel: a
@@ -32,13 +37,18 @@
  *     graphs for decode steps" below; RAPID_CUDA_GRAPH=0 turns it off).
  *  5. Programmatic dependent launch for the matvec / GEMM kernels (RAPID_CUDA_PDL=0: off)
  *     and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode attention
- *     (RAPID_CUDA_PDL_SMALL=0: those off), and three deferred-op fusions: residual add + next
- *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v (RAPID_CUDA_FUSE=0: none;
- *     RAPID_CUDA_KVROPE=0: RoPE and KV store apart).
+ *     (RAPID_CUDA_PDL_SMALL=0: those off), and deferred-op fusions: residual add + next
+ *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v, a one-token rmsnorm or
+ *     silu_mul into the next matvec's x and a residual add into the matvec before it
+ *     (RAPID_CUDA_FUSE=0: none; RAPID_CUDA_KVROPE=0: RoPE and KV store apart). mv1_kernel,
+ *     the fused RoPE + KV store and the decode attention let their dependents launch early
+ *     (griddepcontrol.launch_dependents), so the next kernel's weight loads start under
+ *     their tail.
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
  * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N,
  * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
- * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
+ * RAPID_CUDA_MV1=0|4|8, RAPID_CUDA_MV1_GRID=0, RAPID_CUDA_MV1_BPS=N, RAPID_CUDA_DECMERGE=0,
+ * RAPID_CUDA_DECPRE=0 (NOTES.md, session 5), RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -94,7 +104,31 @@ enum { TC_WARPS = 4, TC_MAXN = 64 };
 /* flash prefill attention: query tokens per tile, keys per step, threads per block */
 enum { FA_BQ = 64, FA_BK = 64, FA_THREADS = 128 };
 
-enum { PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2 };
+/* Up to three matrices over the same x, rows stacked: global row r is row r - r0[m] of
+ * matrix m. */
+typedef struct mv_set {
+    const uint4 *w[3];
+    float *y[3];
+    long r0[4]; /* r0[3] = total rows; entries past the last matrix repeat it */
+} mv_set;
+
+/* The one-token 16-bit matvec with x staged in shared memory (mv1_kernel): its x comes as
+ * it is (MV1_COPY), as rmsnorm(x) * w (MV1_NORM: a deferred rmsnorm taken in) or as
+ * silu(x) * x2 (MV1_SILU: a deferred silu_mul taken in); res, when set, gets y added (a
+ * following residual add taken in). */
+enum { MV1_COPY, MV1_NORM, MV1_SILU };
+typedef struct mv1_args {
+    mv_set set;
+    long cols;
+    const float *x;  /* COPY: x; NORM: the norm's input; SILU: the gate */
+    const float *x2; /* NORM: the norm's weight (or NULL); SILU: the up projection */
+    float *out;      /* NORM / SILU: the op's own output (block 0 writes it too) */
+    float *res;      /* res[r] += y[r] (one matrix), or NULL */
+    float eps;
+    int add_one, pro, dt;
+} mv1_args;
+
+enum { PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2, PEND_MV, PEND_NORM, PEND_SILU };
 typedef struct pend_op {
     int kind, off; /* off: RAPID_CUDA_FUSE=0 */
     float *y;        /* add: y += x over n; rope: the tensor */
@@ -105,6 +139,11 @@ typedef struct pend_op {
     int heads, n_tok, head_dim, half, neox;
     const int32_t *pos;
     float attn_factor;
+    mv1_args mv; /* PEND_MV: the matvec; PEND_NORM / PEND_SILU use y (out), x, x2 (w / u), n
+                  * (dim), eps, add_one */
+    const float *x2;
+    float eps;
+    int add_one;
 } pend_op;
 
 typedef struct algo_entry {
@@ -138,6 +177,13 @@ struct rp_cuda_ctx {
     int kvrope;             /* RoPE of k fused into the KV store (RAPID_CUDA_KVROPE=0: off) */
     int dec_attn;           /* the split-key decode attention (cuda_decode.cu); 0: the
                              * chunked kernel below (RAPID_CUDA_DECATTN=0) */
+    int dec_merge;          /* its splits merged by the last block (RAPID_CUDA_DECMERGE=0: by
+                             * a second kernel) */
+    unsigned *da_cnt;       /* ... with these counters (da_cnt_n of them, zero between launches) */
+    int dec_pre;            /* its first K / V loads before the programmatic-launch wait when
+                             * the step allows (RAPID_CUDA_DECPRE=0: after) */
+    int step_single;        /* this step: every token the only one of its sequence */
+    size_t da_cnt_n;
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
     rp_cuda_kv kv;               /* the step's pool */
@@ -156,6 +202,12 @@ struct rp_cuda_ctx {
     uint64_t g_clock;
     long g_hits, g_builds;
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8, 16 (default) */
+    int mv1;       /* the one-token 16-bit matvec with fused prologue / epilogue (mv1_kernel):
+                    * loads per lane per chunk 4 or 8 (RAPID_CUDA_MV1=4 / 8), 1: by shape (the
+                    * default), 0: matvec_kernel and no fusions into it (RAPID_CUDA_MV1=0) */
+    int mv1_bps;   /* its blocks per SM (RAPID_CUDA_MV1_BPS; 0: as many as fit) */
+    int mv1_grid;  /* its grid: as many rows for every warp (RAPID_CUDA_MV1_GRID=0: every slot) */
+    int mv1_occ[16]; /* blocks per SM each variant fits by registers (0: not asked yet) */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
     int tc_mt, tc_u; /* the skinny GEMM's tiles per warp and chunks per iteration
                       * (RAPID_CUDA_TC=MT,U: 2,2 (default), 1,2, 2,4 or 1,4; bf16 only) */
@@ -168,6 +220,7 @@ struct rp_cuda_ctx {
     int ids_cap;
     cudaEvent_t *ev; /* RAPID_CUDA_PROFILE=2: event pairs around each op, summed at syncs */
     int *ev_kind, n_ev;
+    int prof_open; /* profile scopes open now (they nest through pend_flush) */
     double prof_s[P_COUNT];
     long prof_n[P_COUNT];
     void *qscr[6]; /* scratch of the quantized-weight kernels (cuda_quant.cu) */
@@ -213,16 +266,24 @@ struct prof_scope {
     rp_cuda_ctx *c;
     int kind, slot;
     double t0;
+    /* flush 1: launches the deferred op first; 0: only a deferred matvec, rmsnorm or
+     * silu_mul (the op may take in a held add or RoPE); 2: nothing (the op takes it in) */
     prof_scope(rp_cuda_ctx *ctx, int k, int flush = 1) : c(ctx), kind(k), slot(-1), t0(0)
     {
-        if (flush)
+        int pk = c->pend ? c->pend->kind : PEND_NONE;
+        if (flush == 1 || (flush == 0 && (pk == PEND_MV || pk == PEND_NORM || pk == PEND_SILU)))
             pend_flush(c);
         if (c->prof == 2) {
-            if (c->n_ev == EV_CAP)
+            /* a scope may open inside another (pend_flush): flush the events only when none
+             * is open, with room left for the nested ones */
+            if (c->n_ev >= EV_CAP - 8 && c->prof_open == 0)
                 ev_flush(c);
-            slot = c->n_ev++;
-            c->ev_kind[slot] = k;
-            CK(cudaEventRecord(c->ev[2 * slot], c->stream));
+            c->prof_open++;
+            if (c->n_ev < EV_CAP) {
+                slot = c->n_ev++;
+                c->ev_kind[slot] = k;
+                CK(cudaEventRecord(c->ev[2 * slot], c->stream));
+            }
         } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             t0 = now_s();
@@ -231,7 +292,9 @@ struct prof_scope {
     ~prof_scope()
     {
         if (c->prof == 2) {
-            CK(cudaEventRecord(c->ev[2 * slot + 1], c->stream));
+            c->prof_open--;
+            if (slot >= 0)
+                CK(cudaEventRecord(c->ev[2 * slot + 1], c->stream));
         } else if (c->prof) {
             CK(cudaStreamSynchronize(c->stream));
             c->prof_s[kind] += now_s() - t0;
@@ -302,12 +365,14 @@ template <typename Make> static void launch_in(rp_cuda_ctx *c, const Make &make)
 
 static uint64_t log_sig(const rp_cuda_ctx *c)
 {
+    /* 8 bytes a step (a rec_op is a multiple of 8 and the log 8-aligned): each step a
+     * bijection of h, so logs that differ in one word never collide */
+    static_assert(sizeof(rec_op) % 8 == 0, "rec_op is hashed in 8-byte words");
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < c->n_log; i++) {
-        const unsigned char *p = (const unsigned char *)&c->log[i];
-        for (size_t k = 0; k < sizeof(rec_op); k++)
-            h = (h ^ p[k]) * 1099511628211ull;
-    }
+    const uint64_t *p = (const uint64_t *)c->log;
+    size_t n = (size_t)c->n_log * (sizeof(rec_op) / 8);
+    for (size_t k = 0; k < n; k++)
+        h = (((h << 29) | (h >> 35)) ^ p[k]) * 0x9e3779b97f4a7c15ull;
     return h;
 }
 
@@ -446,10 +511,21 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->fa_min = fa && *fa ? atoi(fa) : 65;
     const char *da = getenv("RAPID_CUDA_DECATTN");
     c->dec_attn = !(da && strcmp(da, "0") == 0);
+    const char *dm = getenv("RAPID_CUDA_DECMERGE");
+    c->dec_merge = !(dm && strcmp(dm, "0") == 0);
+    const char *dp = getenv("RAPID_CUDA_DECPRE");
+    c->dec_pre = !(dp && strcmp(dp, "0") == 0);
     const char *mb = getenv("RAPID_CUDA_MVB");
     c->mvb = mb && mb[0] >= '1' && mb[0] <= '4' && !mb[1] ? mb[0] - '0' : 0; /* opt-in */
     const char *kr = getenv("RAPID_CUDA_KVROPE");
     c->kvrope = !(kr && strcmp(kr, "0") == 0);
+    const char *m1 = getenv("RAPID_CUDA_MV1");
+    c->mv1 = m1 && strcmp(m1, "0") == 0 ? 0 : m1 && strcmp(m1, "4") == 0 ? 4
+           : m1 && strcmp(m1, "8") == 0 ? 8 : 1; /* 1: by shape (mv1_launch) */
+    const char *m1b = getenv("RAPID_CUDA_MV1_BPS");
+    c->mv1_bps = m1b && *m1b ? atoi(m1b) : 0;
+    const char *m1g = getenv("RAPID_CUDA_MV1_GRID");
+    c->mv1_grid = !(m1g && strcmp(m1g, "0") == 0);
     const char *ue = getenv("RAPID_CUDA_MV_UNROLL"); /* a tuning knob, measured on the H200 */
     c->mv_unroll = ue && strcmp(ue, "4") == 0 ? 4 : ue && strcmp(ue, "8") == 0 ? 8 : 16;
     const char *qe = getenv("RAPID_CUDA_QMM");
@@ -524,6 +600,7 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     cudaFreeHost(c->ring_host);
     cudaFree(c->xh);
     cudaFree(c->part);
+    cudaFree(c->da_cnt);
     cudaFree(c->tbuf);
     cudaFreeHost(c->tok_host);
     cudaFreeHost(c->pin);
@@ -730,13 +807,6 @@ __device__ __forceinline__ void mv_fma(uint4 u, const float *__restrict__ x, lon
     }
 }
 
-/* Up to three matrices over the same x, rows stacked: global row r is row r - r0[m] of
- * matrix m. */
-typedef struct mv_set {
-    const uint4 *w[3];
-    float *y[3];
-    long r0[4]; /* r0[3] = total rows; entries past the last matrix repeat it */
-} mv_set;
 
 /* One warp per row; cols a multiple of EPV, rows of w and x 16-byte aligned. */
 template <int DT, int NT, int U>
@@ -782,6 +852,283 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         if (lane == 0)
             y[(long)t * rows + lr] = s;
     }
+}
+
+/* One token of 16-bit weights with x in shared memory (the default one-token path;
+ * RAPID_CUDA_MV1=0: matvec_kernel). A persistent grid (as many blocks as fit on every SM):
+ * block b owns rows [b * R / B, (b + 1) * R / B) of the stacked matrices, its warps take them
+ * in turn. A warp walks its rows in chunks of 32 x U 16-byte loads and keeps the next chunk's
+ * loads in flight while it multiplies the current one, across row ends; the first chunk goes
+ * out before the programmatic-launch wait (the weights are constant). x is built in shared
+ * memory by every block after the wait: copied, or rmsnorm'ed (the norm's weight multiplied
+ * in), or silu(g) * u, split into the first and the second four of every eight elements so
+ * that a warp's 16-byte reads are consecutive (no bank conflicts). Block 0 also writes the
+ * fused op's own output, which later ops may read. The epilogue can add y into a residual
+ * (res[r] += y[r]). */
+__device__ float block_sum(float v, float *red);
+
+/* Lets the stream's next kernel (a programmatic dependent) launch now: its blocks take what
+ * the SMs have free (as this grid's blocks exit) and issue their weight loads while this one
+ * runs; its griddepcontrol.wait still waits for all of this grid. */
+__device__ __forceinline__ void mv1_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+template <int DT, int U, int PRO>
+__global__ void __launch_bounds__(MV_WARPS * 32) mv1_kernel(mv1_args a)
+{
+    extern __shared__ float4 xs[]; /* 2 * nv: the low halves, then the high halves */
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long total = a.set.r0[3], nv = a.cols / 8;
+    const long rb = (long)blockIdx.x * total / gridDim.x;
+    const long re = (long)(blockIdx.x + 1) * total / gridDim.x;
+    const long n_mine = re - rb > warp ? (re - rb - warp + MV_WARPS - 1) / MV_WARPS : 0;
+    const int cpr = (int)((nv + 32 * U - 1) / (32 * U)); /* chunks per row */
+    const long items = n_mine * cpr;
+    auto load = [&](long it, uint4 (&u)[U]) {
+        long row = rb + warp + (it / cpr) * MV_WARPS;
+        int m = (row >= a.set.r0[1]) + (row >= a.set.r0[2]);
+        const uint4 *wr = a.set.w[m] + (row - a.set.r0[m]) * nv;
+        long b = (it % cpr) * 32 * U + lane;
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            u[k] = b + 32 * k < nv ? ld_stream(wr + b + 32 * k) : make_uint4(0, 0, 0, 0);
+    };
+    auto mul = [&](long it, const uint4 (&u)[U], float &acc) {
+        long b = (it % cpr) * 32 * U + lane;
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            long j = b + 32 * k;
+            if (j < nv) {
+                float f[8];
+                wtype<DT>::cvt(u[k], f);
+                float4 lo = xs[j], hi = xs[nv + j];
+                acc = fmaf(f[0], lo.x, acc);
+                acc = fmaf(f[1], lo.y, acc);
+                acc = fmaf(f[2], lo.z, acc);
+                acc = fmaf(f[3], lo.w, acc);
+                acc = fmaf(f[4], hi.x, acc);
+                acc = fmaf(f[5], hi.y, acc);
+                acc = fmaf(f[6], hi.z, acc);
+                acc = fmaf(f[7], hi.w, acc);
+            }
+        }
+    };
+    auto finish = [&](long it, float &acc) {
+        if ((int)(it % cpr) != cpr - 1)
+            return;
+        long row = rb + warp + (it / cpr) * MV_WARPS;
+        int m = (row >= a.set.r0[1]) + (row >= a.set.r0[2]);
+        float s = warp_sum(acc);
+        acc = 0.0f;
+        if (lane == 0) {
+            long lr = row - a.set.r0[m];
+            a.set.y[m][lr] = s;
+            if (a.res)
+                a.res[lr] += s;
+        }
+    };
+    mv1_trigger();
+    uint4 b0[U], b1[U];
+    if (items > 0)
+        load(0, b0);
+    if (items > 1)
+        load(1, b1);
+    pdl_wait(); /* x (and res) are the previous kernels' */
+    const float4 *x4 = (const float4 *)a.x, *g4 = (const float4 *)a.x2;
+    const int n4 = (int)(a.cols / 4);
+    float inv = 1.0f;
+    if (PRO == MV1_NORM) {
+        float ss = 0.0f;
+        for (int q = threadIdx.x; q < n4; q += blockDim.x) {
+            float4 v = x4[q];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        ss = block_sum(ss, red);
+        inv = 1.0f / sqrtf(ss / (float)a.cols + a.eps);
+    }
+    for (int q = threadIdx.x; q < n4; q += blockDim.x) {
+        float4 v = x4[q];
+        if (PRO == MV1_NORM) {
+            v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
+            if (g4) {
+                float4 g = g4[q];
+                if (a.add_one)
+                    g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
+                v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
+            }
+        } else if (PRO == MV1_SILU) {
+            float4 u = g4[q];
+            v.x = v.x / (1.0f + expf(-v.x)) * u.x;
+            v.y = v.y / (1.0f + expf(-v.y)) * u.y;
+            v.z = v.z / (1.0f + expf(-v.z)) * u.z;
+            v.w = v.w / (1.0f + expf(-v.w)) * u.w;
+        }
+        xs[(q & 1) * nv + (q >> 1)] = v;
+        if (PRO != MV1_COPY && blockIdx.x == 0)
+            ((float4 *)a.out)[q] = v;
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    for (long it = 0; it < items; it += 2) { /* two chunks in flight while one multiplies */
+        mul(it, b0, acc);
+        finish(it, acc);
+        if (it + 2 < items)
+            load(it + 2, b0);
+        if (it + 1 >= items)
+            break;
+        mul(it + 1, b1, acc);
+        finish(it + 1, acc);
+        if (it + 3 < items)
+            load(it + 3, b1);
+    }
+}
+
+enum { MV1_MAXC = 32768 };
+
+template <int DT, int U, int PRO> static void mv1_go(rp_cuda_ctx *c, const mv1_args &a)
+{
+    void (*k)(mv1_args) = mv1_kernel<DT, U, PRO>;
+    int vi = (DT == RP_CUDA_F16) * 8 + (U == 8) * 4 + PRO;
+    size_t smem = (size_t)a.cols * sizeof(float);
+    if (!c->mv1_occ[vi]) {
+        CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)(MV1_MAXC * sizeof(float))));
+        int nb = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, MV_WARPS * 32, 0));
+        c->mv1_occ[vi] = nb > 0 ? nb : 1;
+    }
+    long bps = c->mv1_occ[vi], by_smem = (long)(200 * 1024) / (long)(smem + 1024);
+    if (by_smem < bps)
+        bps = by_smem > 0 ? by_smem : 1;
+    if (c->mv1_bps > 0 && c->mv1_bps < bps)
+        bps = c->mv1_bps;
+    /* as many rows for every warp (k each): the fewest blocks that fit on the GPU at once
+     * with k = ceil(rows / warp slots); RAPID_CUDA_MV1_GRID=0: every slot, rows split
+     * evenly over the blocks (a block's warps then differ by a row) */
+    long slots = bps * c->sms, total = a.set.r0[3], blocks = slots;
+    if (c->mv1_grid) {
+        long k = (total + slots * MV_WARPS - 1) / (slots * MV_WARPS);
+        blocks = (total + k * MV_WARPS - 1) / (k * MV_WARPS);
+    } else if (blocks > (total + 1) / 2) {
+        blocks = (total + 1) / 2; /* at least two rows a block */
+    }
+    if (blocks < 1)
+        blocks = 1;
+    int pdl = c->pdl;
+    mv1_args args = a;
+    LAUNCH(c, {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)blocks);
+        cfg.blockDim = dim3(MV_WARPS * 32);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = c->stream;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = pdl ? 1 : 0;
+        CK(cudaLaunchKernelEx(&cfg, k, args));
+        LAUNCHED();
+    });
+}
+
+template <int DT, int U> static void mv1_pro(rp_cuda_ctx *c, const mv1_args &a)
+{
+    if (a.pro == MV1_NORM)
+        mv1_go<DT, U, MV1_NORM>(c, a);
+    else if (a.pro == MV1_SILU)
+        mv1_go<DT, U, MV1_SILU>(c, a);
+    else
+        mv1_go<DT, U, MV1_COPY>(c, a);
+}
+
+/* U by shape (RAPID_CUDA_MV1=1, the default): 4 for rows of up to 8192 elements, 8 for longer
+ * ones (the H200, call 1 of session 5: q/k/v 3.30 / 3.29 TB/s with U 4 / 8, o 4.17 / 3.86,
+ * gate/up 4.12 / 4.05, down (14336) 2.87 / 3.65, head 4.36 / 4.40). */
+static void mv1_launch(rp_cuda_ctx *c, const mv1_args &a)
+{
+    int u = c->mv1 == 1 ? (a.cols <= 8192 ? 4 : 8) : c->mv1;
+    if (a.dt == RP_CUDA_BF16)
+        u == 4 ? mv1_pro<RP_CUDA_BF16, 4>(c, a) : mv1_pro<RP_CUDA_BF16, 8>(c, a);
+    else
+        u == 4 ? mv1_pro<RP_CUDA_F16, 4>(c, a) : mv1_pro<RP_CUDA_F16, 8>(c, a);
+}
+
+static int ranges_meet(const void *a, size_t na, const void *b, size_t nb)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return a && b && x < y + nb && y < x + na;
+}
+
+/* A one-token 16-bit matvec that mv1_kernel can run: deferred (PEND_MV), taking in a
+ * deferred rmsnorm or silu_mul whose output is x; 0 when it is not one (the caller goes on). */
+static int mv1_defer(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const float *x)
+{
+    if (!c->mv1 || c->mvb > 0 || (dt != RP_CUDA_BF16 && dt != RP_CUDA_F16) || cols % 8 != 0 ||
+        cols > MV1_MAXC || (uintptr_t)x % 16 != 0 || set.r0[3] < 1)
+        return 0;
+    for (int m = 0; m < 3; m++)
+        if (set.r0[m + 1] > set.r0[m] && (uintptr_t)set.w[m] % 16 != 0)
+            return 0;
+    pend_op *pd = c->pend; /* (profiled when it launches: pend_flush) */
+    mv1_args a;
+    memset(&a, 0, sizeof a);
+    a.set = set;
+    a.cols = cols;
+    a.x = x;
+    a.dt = dt;
+    a.pro = MV1_COPY;
+    size_t xb = sizeof(float) * (size_t)cols; /* block 0 writes the op's output while the
+                                                * others read its inputs: they must not meet */
+    int apart = !ranges_meet(pd->y, xb, pd->x, xb) && !ranges_meet(pd->y, xb, pd->x2, xb);
+    if (!pd->off && pd->kind == PEND_NORM && pd->y == x && pd->n == cols && apart) {
+        a.pro = MV1_NORM;
+        a.x = pd->x;
+        a.x2 = pd->x2;
+        a.out = pd->y;
+        a.eps = pd->eps;
+        a.add_one = pd->add_one;
+        pd->kind = PEND_NONE;
+    } else if (!pd->off && pd->kind == PEND_SILU && pd->y == x && pd->n == cols && apart) {
+        a.pro = MV1_SILU;
+        a.x = pd->x;
+        a.x2 = pd->x2;
+        a.out = pd->y;
+        pd->kind = PEND_NONE;
+    } else {
+        pend_flush(c);
+    }
+    if (pd->off) {
+        prof_scope ps(c, P_MATVEC, 0);
+        mv1_launch(c, a);
+        return 1;
+    }
+    pd->kind = PEND_MV;
+    pd->mv = a;
+    return 1;
+}
+
+/* The residual add y += x taken into the deferred matvec that writes x. */
+static int mv1_take_add(rp_cuda_ctx *c, float *y, const float *x, long n)
+{
+    pend_op *pd = c->pend;
+    if (pd->off || pd->kind != PEND_MV)
+        return 0;
+    mv1_args *a = &pd->mv;
+    long rows = a->set.r0[1];
+    if (a->res || a->set.r0[3] != rows || x != a->set.y[0] || n != rows)
+        return 0;
+    size_t yb = sizeof(float) * (size_t)n, xb = sizeof(float) * (size_t)a->cols;
+    if (ranges_meet(y, yb, a->x, xb) || ranges_meet(y, yb, a->x2, xb) ||
+        ranges_meet(y, yb, a->out, xb) || ranges_meet(y, yb, x, yb))
+        return 0;
+    a->res = y;
+    return 1;
 }
 
 /* One token of 16-bit weights, streamed through shared memory by the bulk copy engine
@@ -1769,6 +2116,8 @@ extern "C" void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long 
 extern "C" void rp_cuda_matmul(rp_cuda_ctx *c, int dt, const void *w, long rows, long cols,
                                const float *x, int n, float *y)
 {
+    if (n == 1 && mv1_defer(c, dt, one_set(w, rows, y), cols, x))
+        return;
     int aligned = cols % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
     if (n > 4 && n <= TC_MAXN && tc_ok(dt, rows, cols, w) && (uintptr_t)y % 16 == 0) {
         prof_scope ps(c, P_TCGEMM);
@@ -1829,7 +2178,6 @@ extern "C" void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dt, const voi
             rp_cuda_matmul(c, dt[i], w[i], rows[i], cols, x, n_tok, y[i]);
         return;
     }
-    prof_scope ps(c, P_MATVEC);
     mv_set s;
     memset(&s, 0, sizeof s);
     long r = 0;
@@ -1844,6 +2192,9 @@ extern "C" void rp_cuda_matmul_n(rp_cuda_ctx *c, int n, const int *dt, const voi
     s.r0[3] = r;
     for (int i = n; i < 3; i++)
         s.r0[i] = r; /* empty matrices: no row maps to them */
+    if (n_tok == 1 && mv1_defer(c, dt[0], s, cols, x))
+        return;
+    prof_scope ps(c, P_MATVEC);
     matvec_launch(c, dt[0], s, cols, x, n_tok);
 }
 
@@ -1958,6 +2309,9 @@ __global__ void add_rmsnorm4_kernel(float *out, float *x, const float *a, const 
     }
 }
 
+static void norm_launch(rp_cuda_ctx *c, float *out, const float *x, const float *w, int n_rows,
+                        int dim, float eps, int add_one, int vec);
+
 extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, const float *w,
                                 int n_rows, int dim, float eps, int add_one)
 {
@@ -1982,6 +2336,23 @@ extern "C" void rp_cuda_rmsnorm(rp_cuda_ctx *c, float *out, const float *x, cons
         return;
     }
     pend_flush(c);
+    if (vec && n_rows == 1 && c->mv1 && !pd->off && dim % 8 == 0 && dim <= MV1_MAXC) {
+        pd->kind = PEND_NORM; /* a following one-token matvec of out takes it in (mv1_kernel) */
+        pd->y = out;
+        pd->x = x;
+        pd->x2 = w;
+        pd->n = dim;
+        pd->eps = eps;
+        pd->add_one = add_one;
+        return;
+    }
+    norm_launch(c, out, x, w, n_rows, dim, eps, add_one, vec);
+}
+
+static void norm_launch(rp_cuda_ctx *c, float *out, const float *x, const float *w, int n_rows,
+                        int dim, float eps, int add_one, int vec)
+{
+    int pdl = c->pdl_small;
     if (vec) {
         int n4 = dim / 4, threads = n4 >= 1024 ? 1024 : n4 >= 256 ? 256 : n4 >= 64 ? 64 : 32;
         LAUNCH(c, {
@@ -2123,10 +2494,26 @@ static int ew_blocks(rp_cuda_ctx *c, long n)
     return (int)(b < cap ? (b > 0 ? b : 1) : cap);
 }
 
+static void silu_launch(rp_cuda_ctx *c, float *out, const float *g, const float *u, long n);
+
 extern "C" void rp_cuda_silu_mul(rp_cuda_ctx *c, float *out, const float *g, const float *u,
                                  int64_t n)
 {
     prof_scope ps(c, P_ELEM);
+    if (c->mv1 && !c->pend->off && n % 8 == 0 && n <= MV1_MAXC && (uintptr_t)out % 16 == 0 &&
+        (uintptr_t)g % 16 == 0 && (uintptr_t)u % 16 == 0) {
+        c->pend->kind = PEND_SILU; /* a following one-token matvec of out takes it in */
+        c->pend->y = out;
+        c->pend->x = g;
+        c->pend->x2 = u;
+        c->pend->n = (long)n;
+        return;
+    }
+    silu_launch(c, out, g, u, (long)n);
+}
+
+static void silu_launch(rp_cuda_ctx *c, float *out, const float *g, const float *u, long n)
+{
     int nb = ew_blocks(c, n), pdl = c->pdl_small;
     LAUNCH(c, {
         pdl_launch(pdl, silu_mul_kernel, dim3(nb), dim3(256), c->stream, out, g, u, (long)n);
@@ -2145,6 +2532,10 @@ static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 
 extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
 {
+    if (mv1_take_add(c, y, x, (long)n)) { /* into the deferred matvec's epilogue */
+        prof_scope ps(c, P_ELEM, 2);
+        return;
+    }
     prof_scope ps(c, P_ELEM); /* flushes the deferred op */
     if (c->pend->off) {
         add_launch(c, y, x, n);
@@ -2161,8 +2552,11 @@ extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
  * the add runs both in one kernel (add_rmsnorm4_kernel), and a RoPE right after a RoPE with
  * the same positions (q, then k) runs both in one launch; that pair is held again
  * (PEND_ROPE2) and a KV store of the rotated k right after it runs all three in one kernel
- * (rope_kv_kernel). Anything else launches the held op
- * first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
+ * (rope_kv_kernel). A one-token rmsnorm (PEND_NORM) or silu_mul (PEND_SILU) is held for the
+ * one-token matvec of its output (mv1_defer: computed in mv1_kernel's prologue), and such a
+ * matvec is held itself (PEND_MV) for a residual add of its output (mv1_take_add: its
+ * epilogue). Anything else launches the held op first (pend_flush), so the order of effects
+ * is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
 static void pend_flush(rp_cuda_ctx *c)
 {
     pend_op *pd = c->pend;
@@ -2172,6 +2566,16 @@ static void pend_flush(rp_cuda_ctx *c)
     pd->kind = PEND_NONE;
     if (k == PEND_ADD)
         add_launch(c, pd->y, pd->x, pd->n);
+    else if (k == PEND_MV) {
+        prof_scope ps(c, P_MATVEC, 0);
+        mv1_launch(c, pd->mv);
+    } else if (k == PEND_NORM) {
+        prof_scope ps(c, P_NORM, 0);
+        norm_launch(c, pd->y, pd->x, pd->x2, 1, (int)pd->n, pd->eps, pd->add_one, 1);
+    } else if (k == PEND_SILU) {
+        prof_scope ps(c, P_ELEM, 0);
+        silu_launch(c, pd->y, pd->x, pd->x2, pd->n);
+    }
     else if (k == PEND_ROPE2)
         rope_launch(c, pd->y, pd->heads, pd->y2, pd->heads2, pd->n_tok, pd->head_dim, pd->half,
                     pd->pos, pd->attn_factor, pd->neox);
@@ -2285,6 +2689,12 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, con
         c->max_pos = toks[t].pos > c->max_pos ? toks[t].pos : c->max_pos;
     }
     c->n_tok = n;
+    /* every token its sequence's only one this step (no two share a block table): the keys
+     * before each token's position were stored by earlier steps */
+    c->step_single = c->dec_pre && n <= 64;
+    for (int t = 0; t < n && c->step_single; t++)
+        for (int u = 0; u < t && c->step_single; u++)
+            c->step_single = toks[t].tbl != toks[u].tbl;
     CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
                        c->stream));
     c->n_fa = 0;
@@ -2333,6 +2743,7 @@ __global__ void rope_kv_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_c
                                int head_dim, int half, const float *inv, float attn_factor,
                                int neox)
 {
+    mv1_trigger(); /* the decode attention may launch (it waits for this grid) */
     pdl_wait();
     int t = blockIdx.x;
     rp_cuda_tok d = toks[t];
@@ -2743,10 +3154,24 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
         const rp_cuda_tok *td = c->tok_dev;
         const int32_t *tbl = c->tbl_dev;
         rp_cuda_kv kv = c->kv;
-        int nt = c->n_tok, pdl = c->pdl_small;
+        unsigned *cnt = NULL;
+        if (n_split > 1 && c->dec_merge) {
+            size_t units = (size_t)c->n_tok * (H / G);
+            if (units > c->da_cnt_n) { /* zeroed once; every launch leaves them zero */
+                pend_flush(c);
+                rec_break(c);
+                CK(cudaStreamSynchronize(c->stream));
+                CK(cudaFree(c->da_cnt));
+                c->da_cnt_n = units + units / 2;
+                CK(cudaMalloc((void **)&c->da_cnt, sizeof(unsigned) * c->da_cnt_n));
+                CK(cudaMemset(c->da_cnt, 0, sizeof(unsigned) * c->da_cnt_n));
+            }
+            cnt = c->da_cnt;
+        }
+        int nt = c->n_tok, pdl = c->pdl_small, pre = c->step_single;
         LAUNCH(c, {
             rp_cuda_dec_attn(c->stream, pdl, td, tbl, kv, layer, q, out, part, H, KVH, D, G,
-                             scale, window, nt, n_split, per_split);
+                             scale, window, nt, n_split, per_split, cnt, pre);
         });
         return;
     }
