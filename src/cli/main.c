@@ -48,9 +48,11 @@ static const rp_cmd g_commands[] = {
      "rapid launch AGENT|list [--url URL] [--model NAME] [--dry-run] [--no-check]\n"
      "  AGENT: claude-code, codex, aider, opencode, continue"},
     {"bench", rp_cmd_bench, "benchmark a model in-process, or a running server",
-     "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--json]\n"
+     "rapid bench --model DIR [--prompt N] [--gen N] [--threads N] [--streams 1,4,16]\n"
+     "            [--temperature T] [--top-p P] [--prefix-cache N] [--json]\n"
      "  Reports prefill and decode tok/s and decode as a share of the memory-bandwidth bound\n"
-     "  (tok/s x bytes read per token / read bandwidth measured in the same run).\n"
+     "  (tok/s x bytes read per token / read bandwidth measured in the same run); --streams:\n"
+     "  aggregate decode of concurrent streams, greedy unless --temperature is given.\n"
      "rapid bench [--url URL] [--model NAME] [--prompt-tokens N] [--max-tokens N]\n"
      "            [--concurrency N] [--runs N] [--json]\n"
      "  Against a running server (default http://127.0.0.1:8000): TTFT, prefill and decode\n"

@@ -72,8 +72,10 @@ static void stream_cb(const rp_event *ev, void *user)
 }
 
 /* Aggregate decode: n_streams requests of a 16-token prompt and n_gen tokens each, submitted
- * together; tokens / wall time (the short prefills are included). */
-static double bench_streams(rp_model *m, int n_streams, int n_gen, rp_kv_dtype kvt, rp_err *err)
+ * together, sampled as smp says (seeded per stream); tokens / wall time (the short prefills
+ * are included). */
+static double bench_streams(rp_model *m, int n_streams, int n_gen, rp_kv_dtype kvt,
+                            const rp_sampling *smp, rp_err *err)
 {
     rp_engine_config ec = {.max_context = 16 + n_gen + 8, .max_num_seqs = n_streams,
                            .kv_dtype = kvt};
@@ -89,8 +91,9 @@ static double bench_streams(rp_model *m, int n_streams, int n_gen, rp_kv_dtype k
             prompt[i] = (int32_t)((s * 131 + i * 7919 + 13) % vocab);
         rp_gen_request r = {.prompt = prompt, .n_prompt = 16, .max_tokens = n_gen,
                             .ignore_eos = 1, .n_top_logprobs = -1};
-        rp_sampling_default(&r.sampling);
-        r.sampling.temperature = 0;
+        r.sampling = *smp;
+        r.sampling.seed = (uint64_t)s + 1;
+        r.sampling.has_seed = 1;
         if (rp_engine_submit(e, &r, stream_cb, &c, NULL, err)) {
             rp_engine_free(e);
             return -1;
@@ -176,15 +179,15 @@ static double cpu_seconds(void)
 int rp_model_bench_main(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt_s = "128", *gen_s = "32", *threads_s = NULL;
-    const char *streams_s = NULL, *prefix_s = NULL, *kvt_s = NULL;
+    const char *streams_s = NULL, *prefix_s = NULL, *kvt_s = NULL, *temp_s = NULL, *top_p_s = NULL;
     int json = 0;
     rp_device_args dev = {0};
     rp_opt opts[] = {RP_MODEL_DEVICE_OPTS(dev),
                      {"model", &model_dir, NULL},     {"prompt", &prompt_s, NULL},
                      {"gen", &gen_s, NULL},           {"threads", &threads_s, NULL},
                      {"streams", &streams_s, NULL},   {"prefix-cache", &prefix_s, NULL},
-                     {"kv-cache-dtype", &kvt_s, NULL},
-                     {"json", NULL, &json}};
+                     {"kv-cache-dtype", &kvt_s, NULL}, {"temperature", &temp_s, NULL},
+                     {"top-p", &top_p_s, NULL},       {"json", NULL, &json}};
     if (rp_args_parse(argc, argv, opts, RP_ARRAY_LEN(opts), NULL, 0, NULL))
         return 2;
     long n_prompt, n_gen, threads = 0;
@@ -193,10 +196,20 @@ int rp_model_bench_main(int argc, char **argv)
         fprintf(stderr, "rapid bench: --kv-cache-dtype must be f32, bf16, f16, int8 or int4\n");
         return 2;
     }
-    if (!model_dir || rp_args_int(prompt_s, &n_prompt) || rp_args_int(gen_s, &n_gen) ||
+    /* the streams' sampling: greedy unless --temperature (and --top-p) are given */
+    rp_sampling smp;
+    rp_sampling_default(&smp);
+    smp.temperature = 0;
+    double temp = 0, top_p = 1;
+    int bad_smp = (temp_s && (rp_args_float(temp_s, &temp) || temp < 0)) ||
+                  (top_p_s && (rp_args_float(top_p_s, &top_p) || top_p <= 0 || top_p > 1));
+    smp.temperature = (float)temp;
+    smp.top_p = (float)top_p;
+    if (bad_smp || !model_dir || rp_args_int(prompt_s, &n_prompt) || rp_args_int(gen_s, &n_gen) ||
         n_prompt < 1 || n_gen < 1 || (threads_s && rp_args_int(threads_s, &threads))) {
         fprintf(stderr, "usage: rapid bench --model DIR [--prompt N] [--gen N] [--threads N] "
-                        "[--streams 1,4,16] [--prefix-cache N] [--kv-cache-dtype T] [--json] "
+                        "[--streams 1,4,16] [--temperature T] [--top-p P] [--prefix-cache N] "
+                        "[--kv-cache-dtype T] [--json] "
                         "[--device cuda|cpu] "
                         "[--gpu-memory-fraction F]\n");
         return 2;
@@ -316,19 +329,20 @@ int rp_model_bench_main(int argc, char **argv)
         for (int i = 0; i < n_ns; i++) {
             /* CUDA: an untimed short run first, so cuBLASLt's per-shape tuning for this
              * batch size is not in the figure */
-            if (rp_backend_is_cuda(m->be) && bench_streams(m, ns[i], 4, kvt, &err) < 0) {
+            if (rp_backend_is_cuda(m->be) && bench_streams(m, ns[i], 4, kvt, &smp, &err) < 0) {
                 rp_free(ns);
                 goto out;
             }
-            double agg = bench_streams(m, ns[i], (int)n_gen, kvt, &err);
+            double agg = bench_streams(m, ns[i], (int)n_gen, kvt, &smp, &err);
             if (agg < 0) {
                 rp_free(ns);
                 goto out;
             }
             if (i == 0)
                 base = agg;
-            printf("streams %-4d aggregate decode %.2f tok/s (%.2fx the first)\n", ns[i], agg,
-                   base > 0 ? agg / base : 0.0);
+            printf("streams %-4d aggregate decode %.2f tok/s (%.2fx the first)%s\n", ns[i], agg,
+                   base > 0 ? agg / base : 0.0,
+                   smp.temperature > 0 ? " (sampled)" : "");
         }
         rp_free(ns);
     }

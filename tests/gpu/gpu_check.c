@@ -627,6 +627,8 @@ int main(int argc, char **argv)
     }
     if (all || strcmp(argv[1], "kernels") == 0 || strcmp(argv[1], "qkernels") == 0)
         kernel_checks(all || strcmp(argv[1], "kernels") == 0, 1);
+    if (all || strcmp(argv[1], "sample") == 0)
+        gpu_sample_checks();
     for (size_t i = 0; i < sizeof g_dense / sizeof *g_dense; i++) {
         if (all || strcmp(argv[1], g_dense[i]) == 0)
             run_fixture(g_dense[i]);

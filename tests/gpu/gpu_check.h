@@ -56,4 +56,7 @@ void gpu_decode_timing(void);
 void gpu_mv1_checks(void);
 void gpu_mv1_timing(void);
 
+/* The draw on the GPU against the host's, token for token (gpu_check_sample.c). */
+void gpu_sample_checks(void);
+
 #endif

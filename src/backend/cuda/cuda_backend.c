@@ -22,6 +22,7 @@
  *     are not written yet.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
@@ -47,6 +48,7 @@ typedef struct cuda_backend {
     void **bufs; /* live buffers and their sizes, for the budget */
     size_t *buf_bytes;
     int n_bufs, cap_bufs;
+    int no_sample; /* RAPID_CUDA_SAMPLE=0: draws left to the host, as before the GPU draw */
 } cuda_backend;
 
 #define CB(bk) ((cuda_backend *)(bk))
@@ -85,6 +87,8 @@ rp_status rp_backend_new_cuda(int device, double mem_fraction, rp_backend **out,
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory");
     }
     b->ctx = ctx;
+    const char *no_draw = getenv("RAPID_CUDA_SAMPLE");
+    b->no_sample = no_draw && strcmp(no_draw, "0") == 0;
     b->base.vt = &g_cuda_vt;
     b->base.n_threads = 1;
     b->base.is_cuda = 1;
@@ -496,6 +500,11 @@ static void cuda_attention_step(rp_backend *bk, int layer, const rp_step_attn *a
 static void cuda_sample_rows(rp_backend *bk, const float *x, int n_rows, int n,
                              const struct rp_sample_row *p, int32_t *out)
 {
+    if (CB(bk)->no_sample) {
+        for (int r = 0; r < n_rows; r++)
+            out[r] = -1;
+        return;
+    }
     rp_cuda_sample(CB(bk)->ctx, x, n_rows, n, p, out);
 }
 
