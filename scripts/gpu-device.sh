@@ -92,7 +92,7 @@ if [[ $what == *" qmv "* ]]; then
   for v in ${QMV_VARIANTS:-0 1 3}; do [ $SECONDS -lt 150 ] && tg $m4 mlx4 RAPID_CUDA_QMV2=$v; done
   if [ $SECONDS -lt 160 ] && { [ -f $m8/config.json ] || python3 scripts/bench/make_model.py $m8 \
        --shape llama-3-8b --dtype mlx8 >/dev/null 2>&1; }; then
-    tg $m8 mlx8 RAPID_CUDA_QMV2=2; [ $SECONDS -lt 200 ] && tg $m8 mlx8 RAPID_CUDA_QMV2=0
+    tg $m8 mlx8 RAPID_CUDA_QMV2=2; [ $SECONDS -lt 178 ] && tg $m8 mlx8 RAPID_CUDA_QMV2=0
   fi
 fi
 if [[ $what == *" variants4 "* ]]; then
