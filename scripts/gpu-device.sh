@@ -7,7 +7,8 @@
 #   bench4   scripts/bench-gpu.sh on the MLX 4-bit checkpoint (RAPID_BENCH_DTYPE=mlx4), then
 #            (with profile) a 4-bit profile (RAPID_CUDA_PROFILE=2, 1 and 64 streams)
 #   qmv      the one-token MLX matvec: rapid_gpu_check qmvtime (GB/s at the 8B shapes per
-#            RAPID_CUDA_QMV2 setting), tg128 MLX4 per setting ($QMV_VARIANTS, default 0 1 3),
+#            RAPID_CUDA_QMV2 setting, GPU time per call by RAPID_CUDA_PROFILE=2), tg128 MLX4 per
+#            setting ($QMV_VARIANTS, default 0 3 4 5),
 #            tg128 MLX8 (the checkpoint made here) with the default and with QMV2=0
 #   variants4 the MLX 4-bit kernels' knob (RAPID_CUDA_QMM=MT,F): their checks, then pp512 and
 #            64 streams on the 4-bit checkpoint in each (after bench4 made it); ncu of them
@@ -83,13 +84,14 @@ fi
 if [[ $what == *" qmv "* ]]; then
   echo "== qmv (one-token MLX matvec, RAPID_CUDA_QMV2) =="
   m4=/dev/shm/rapid-llama3-8b-mlx4 m8=/dev/shm/rapid-llama3-8b-mlx8
-  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" qmvtime 2>&1 | tee "$out/qmv.log"
+  RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" qmvtime 2>&1 |
+    grep -E "qmvtime|matvec" | tee "$out/qmv.log"
   tg() { # tg MODEL LABEL ENV... : tg128 after a 512-token prompt with the knobs set
     local m=$1 l=$2; shift 2
     env "$@" LD_LIBRARY_PATH="$RAPID_LIBS" timeout 40 "$B/bin/rapid" bench --model "$m" --device cuda \
       --prompt 512 --gen 128 2>&1 | grep -E "^decode " | sed "s/^/$l $*: /" | tee -a "$out/qmv.log"
   }
-  for v in ${QMV_VARIANTS:-0 1 3}; do [ $SECONDS -lt 150 ] && tg $m4 mlx4 RAPID_CUDA_QMV2=$v; done
+  for v in ${QMV_VARIANTS:-0 3 4 5}; do [ $SECONDS -lt 150 ] && tg $m4 mlx4 RAPID_CUDA_QMV2=$v; done
   if [ $SECONDS -lt 160 ] && { [ -f $m8/config.json ] || python3 scripts/bench/make_model.py $m8 \
        --shape llama-3-8b --dtype mlx8 >/dev/null 2>&1; }; then
     tg $m8 mlx8 RAPID_CUDA_QMV2=2; [ $SECONDS -lt 178 ] && tg $m8 mlx8 RAPID_CUDA_QMV2=0

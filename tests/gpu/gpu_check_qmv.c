@@ -18,7 +18,8 @@
 
 #include "gpu_check.h"
 
-/* A CUDA backend made with RAPID_CUDA_QMV2=val (NULL: unset, the default). */
+/* A CUDA backend with RAPID_CUDA_QMV2=val (NULL: unset, the default), which stays set until
+ * qmv_done: the knob is read at the backend's first quantized matvec. */
 static rp_backend *qmv_backend(const char *val)
 {
     if (val)
@@ -27,13 +28,18 @@ static rp_backend *qmv_backend(const char *val)
         unsetenv("RAPID_CUDA_QMV2");
     rp_backend *be = NULL;
     rp_err err = {0};
-    rp_status rc = rp_backend_new_cuda(0, 0.5, &be, &err);
-    unsetenv("RAPID_CUDA_QMV2");
-    if (rc) {
+    if (rp_backend_new_cuda(0, 0.5, &be, &err)) {
         gpu_check_report(0, "cuda backend", err.msg, 1, 0);
+        unsetenv("RAPID_CUDA_QMV2");
         return NULL;
     }
     return be;
+}
+
+static void qmv_done(rp_backend *be)
+{
+    rp_backend_free(be);
+    unsetenv("RAPID_CUDA_QMV2");
 }
 
 void gpu_qmv_checks(void)
@@ -53,7 +59,7 @@ void gpu_qmv_checks(void)
         gpu_qmm_check(be, 8, 32, RP_DT_F32, 1, o, 4096, 1);
         gpu_qmm_check(be, 8, 128, RP_DT_F16, 3, odd3, 14336, 1);
         gpu_qmm_check(be, 8, 64, RP_DT_BF16, 2, big2, 256, 1);
-        rp_backend_free(be);
+        qmv_done(be);
     }
     const char *vs[] = {"1", "3", "4", "5", "0"};
     for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) {
@@ -69,7 +75,7 @@ void gpu_qmv_checks(void)
             gpu_qmm_check(be, 8, 64, RP_DT_BF16, 1, down, 14336, 1);
             gpu_qmm_check(be, 4, 64, RP_DT_BF16, 2, big2, 256, 1);
         }
-        rp_backend_free(be);
+        qmv_done(be);
     }
 }
 
@@ -87,22 +93,28 @@ void gpu_qmv_timing(void)
               {"gate/up 28672x4096", 2, gu, 4096},
               {"down 4096x14336", 1, down, 14336},
               {"head 128256x4096", 1, head, 4096}};
-    const char *vs[] = {NULL, "0", "1", "3"};
-    for (size_t v = 0; v < sizeof vs / sizeof *vs; v++) {
-        rp_backend *be = qmv_backend(vs[v]);
-        if (!be)
-            return;
-        double probe = rp_backend_read_bandwidth(be, (size_t)1 << 30, 3);
+    const char *vs[] = {NULL, "0", "4", "5"};
+    double probe = 0;
+    for (size_t v = 0; v < sizeof vs / sizeof *vs; v++)
         for (int bits = 4; bits <= 8; bits += 4)
             for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
-                if (bits == 8 && i == 4)
-                    continue; /* 525 MB of host weights: the 4-bit head says enough */
+                if (i == 4 && (bits == 8 || v >= 2))
+                    continue; /* 525 MB of host weights; the forced tilings change nothing */
+                /* a backend each: under RAPID_CUDA_PROFILE=2 its "matvec" line (stderr, at
+                 * rp_backend_free) is this shape's GPU time per call */
+                rp_backend *be = qmv_backend(vs[v]);
+                if (!be)
+                    return;
+                if (probe == 0)
+                    probe = rp_backend_read_bandwidth(be, (size_t)1 << 30, 3);
                 double bytes = 0,
                        us = gpu_qmv_time(be, bits, sh[i].n, sh[i].rows, sh[i].cols, 200, &bytes);
-                printf("qmvtime QMV2=%s mlx%d %-20s %8.2f us  %7.0f GB/s  (probe %.0f GB/s)\n",
-                       vs[v] ? vs[v] : "default", bits, sh[i].what, us, bytes / us * 1e-3, probe);
+                printf("qmvtime QMV2=%s mlx%d %-20s host %8.2f us  %6.0f GB/s  (%.1f MB; probe "
+                       "%.0f GB/s)\n",
+                       vs[v] ? vs[v] : "default", bits, sh[i].what, us, bytes / us * 1e-3,
+                       bytes * 1e-6, probe);
                 fflush(stdout);
+                qmv_done(be);
+                fflush(stderr);
             }
-        rp_backend_free(be);
-    }
 }

@@ -454,16 +454,19 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  * latency with little in flight, a 6144-row q/k/v stack is 1.45 waves, and the x split is a
  * kernel of its own in front of every call (a launch and a dependent wait more). Here:
  *  - the x split is folded in: after the programmatic-launch wait each block splits all of x
- *    into shared memory exactly as qx_int8_kernel does (qx_split_smem; 72 bytes a run,
+ *    into shared memory as qx_int8_kernel does (qx_split_smem, q2 by a reciprocal; 72 bytes a run,
  *    [part word h][run] so lanes reading consecutive runs hit distinct banks);
- *  - a persistent grid (QV2_BPS blocks of QV2_WARPS warps per SM at most, never more warps
+ *  - a persistent grid (2 blocks of QV2_WARPS warps per SM at most, never more warps
  *    than tiles), warp w owning the tiles w, w + W, ... (W the grid's warps; tile counts per
  *    warp differ by at most one): a tile is R consecutive stacked rows (they may straddle
  *    the stacked matrices), an item a tile's next 32 U runs (lane i: runs i, i + 32, ...);
  *  - the next item's weights and (scale, bias) words (R U V 16-byte streaming loads per
  *    lane) are issued before the current item's math, the first item's before the wait;
- *  - R = 2 where every warp gets at least 2 two-row tiles (the rows share each x read from
- *    shared memory), else R = 1 (small matrices: more, shorter tiles fill the grid evenly).
+ *  - every item is 8 loads of 16 bytes per lane: R = 2 rows of U = 4 runs (4-bit; 2 runs of
+ *    32 bytes for 8-bit) where a row is at most 4 loads per lane (4-bit at 4096 columns: a
+ *    tile is one item, the rows share each x read from shared memory), else R = 1 row of 8
+ *    (4) runs (14336 columns: 2 items per row, where 4 runs an item made 4);
+ *  - the early programmatic-launch trigger is opt-in (RAPID_CUDA_QMV2=3: no gain measured).
  * Numerics: qmv_kernel's (the same two-part int8 x, dp4a per run and part, f32 scale / bias);
  * only the order of the per-lane f32 sums differs. */
 enum { QV2_WARPS = 8 };
@@ -524,11 +527,11 @@ __device__ __forceinline__ void pdl_trigger()
 #endif
 }
 
-template <int BITS, int R>
-__global__ void __launch_bounds__(QV2_WARPS * 32, R == 1 ? 3 : 2)
+template <int BITS, int R, int U>
+__global__ void __launch_bounds__(QV2_WARPS * 32, 2)
     qmv2_kernel(qmv_args a, const float *__restrict__ x, int perm, int trigger)
 {
-    constexpr int V = BITS / 4, U = BITS == 4 ? 4 : 2; /* uint4 per run, runs per lane and item */
+    constexpr int V = BITS / 4; /* uint4 per run; U runs per lane and item */
     extern __shared__ uint4 sm_v[];
     /* 32-bit offsets: every matrix is under 2^31 16-byte words (rp_cuda_qmatmul_n checks) */
     const int nr = (int)(a.cols / 32), rpg = a.gs / 32, ng = (int)(a.cols / a.gs);
@@ -1189,15 +1192,15 @@ static size_t qv2_smem(long cols) { return (size_t)cols / 32 * 72; }
 #define QV2_SMEM_MAX ((size_t)96 * 1024)
 
 /* RAPID_CUDA_QMV2, read once into the context's once-flags (bits 1..4): 0 off (qx_int8_kernel
- * + qmv_kernel), 1 one block per SM, 2 (the default) two (three for one-row tiles), 3 as 2
- * without the early programmatic-launch trigger, 4 / 5 as 2 with 1 / 2 rows per tile for
- * every shape, 6 as 2 with two blocks per SM for one-row tiles too. */
+ * + qmv_kernel), 1 one block per SM, 2 (the default) two, 3 as 2 with the early
+ * programmatic-launch trigger (griddepcontrol.launch_dependents once x is split), 4 / 5 as 2
+ * with the one-row / two-row tiles for every shape. */
 static int qmv2_knob(rp_cuda_ctx *c)
 {
     int *once = rp_cuda_hook_once(c);
     if (!(*once & 2)) {
         const char *e = getenv("RAPID_CUDA_QMV2");
-        int v = e && e[0] >= '0' && e[0] <= '6' && !e[1] ? e[0] - '0' : 2;
+        int v = e && e[0] >= '0' && e[0] <= '5' && !e[1] ? e[0] - '0' : 2;
         *once = (*once & ~(7 << 2)) | 2 | v << 2;
     }
     return (*once >> 2) & 7;
@@ -1266,8 +1269,9 @@ static void qmvb_go(const qmv_call *c, cudaStream_t s, int pdl)
 template <int BITS>
 static void qmv2_go(const qmv_call *c, cudaStream_t s, int pdl)
 {
-    void (*k)(qmv_args, const float *, int, int) =
-        (c->v2f & 15) == 2 ? qmv2_kernel<BITS, 2> : qmv2_kernel<BITS, 1>;
+    void (*k)(qmv_args, const float *, int, int) = (c->v2f & 15) == 2
+                                                       ? qmv2_kernel<BITS, 2, 4 / (BITS / 4)>
+                                                       : qmv2_kernel<BITS, 1, 8 / (BITS / 4)>;
     size_t smem = qv2_smem(c->a.cols);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)c->v2);
@@ -1285,10 +1289,10 @@ static void qmv2_go(const qmv_call *c, cudaStream_t s, int pdl)
 static void qmv2_attr(void)
 {
     int most = (int)QV2_SMEM_MAX;
-    CK(cudaFuncSetAttribute(qmv2_kernel<4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    CK(cudaFuncSetAttribute(qmv2_kernel<4, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    CK(cudaFuncSetAttribute(qmv2_kernel<8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    CK(cudaFuncSetAttribute(qmv2_kernel<8, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    CK(cudaFuncSetAttribute(qmv2_kernel<4, 1, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    CK(cudaFuncSetAttribute(qmv2_kernel<4, 2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    CK(cudaFuncSetAttribute(qmv2_kernel<8, 1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    CK(cudaFuncSetAttribute(qmv2_kernel<8, 2, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
 }
 
 static void qmv_run(const void *args, void *stream, int pdl)
@@ -1504,14 +1508,15 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             }
             int per_sm = v2 == 1 ? 1 : 2, rf = v2 == 4 ? 1 : v2 == 5 ? 2 : 0;
             long wmax = (long)per_sm * rp_cuda_hook_sms(c) * QV2_WARPS;
-            /* two-row tiles where every warp gets at least two of them; one-row tiles take
-             * 80 registers: three blocks per SM then (RAPID_CUDA_QMV2=6: two) */
-            int R = rf ? rf : (r + 1) / 2 >= 2 * wmax ? 2 : 1;
-            if (R == 1 && per_sm == 2 && v2 != 6)
-                wmax = wmax * 3 / 2;
+            /* 8 loads of 16 bytes per lane and item either way: two-row tiles of 4 runs
+             * (4-bit; 2 for 8-bit) where a row is at most 4 loads per lane (4-bit, 4096
+             * columns), else one-row tiles of 8 (4) runs: a 14336-column 4-bit row is 2
+             * items, not 4 */
+            long lpr = (cols / 32 * (w[0]->bits / 4) + 31) / 32;
+            int R = rf ? rf : lpr <= 4 ? 2 : 1;
             long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
             call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
-            call.v2f = R | (v2 == 3 ? 0 : 1) << 4;
+            call.v2f = R | (v2 == 3 ? 1 : 0) << 4;
         }
         rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
         return;
