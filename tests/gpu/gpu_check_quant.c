@@ -3,10 +3,12 @@
  * Kernel checks at the Llama-3-8B shapes: y = W x on the GPU against a double-precision host
  * reference on the same quantized weights. Decode (n <= 4) splits x into two int8 parts per
  * 32-element run as the kernel does, so the reference does too (then only the f32 summation
- * order differs: tolerance 1e-3, outputs of order 1); the error against the exact x is
- * printed as info. n > 4 rounds x to bf16 and dequantizes each weight to bf16, as the kernel
- * does (tolerance 2e-3, as the bf16 GEMM check). Also: group sizes 32 and 128, f32 and f16
- * scales, 8-bit weights, the embedding lookup.
+ * order differs, and one-token qmv2_kernel's q2 by a reciprocal, which moves an element by
+ * 1/32258 of its run's max where it rounds the other way: tolerance 1e-3, outputs of order
+ * 1); the error against the exact x is printed as info. n > 4 rounds x to bf16 and
+ * dequantizes each weight to bf16, as the kernel does (tolerance 2e-3, as the bf16 GEMM
+ * check). Also: group sizes 32 and 128, f32 and f16 scales, 8-bit weights, the embedding
+ * lookup.
  *
  * Fixture checks: every fixture quantized by rp_quantize_dir (`rapid quantize`) to
  * MLX 4-bit and 8-bit, group 64 (llama_gqa also group 32), run on the GPU and on the CPU's

@@ -13,6 +13,11 @@
  *     Opt-in for one token (RAPID_CUDA_QMVF=2..9 blocks per SM): qmvb_kernel (x split per
  *     block into shared memory, weights and scales streamed through shared memory by the
  *     bulk copy engine); correct, but slower in whole decode steps (NOTES.md, session 4).
+ *     One token, the default (RAPID_CUDA_QMV2=0: the two kernels above): qmv2_kernel, the x
+ *     split folded in (each block splits x into shared memory), a persistent grid of two
+ *     blocks per SM, each warp streaming its two-row tiles with the next item's 8 loads per
+ *     lane issued before the current item's math (see its section; 16-bit scales only, f32
+ *     scales keep qmv_kernel).
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
  *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
@@ -463,9 +468,9 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  *  - the next item's weights and (scale, bias) words (R U V 16-byte streaming loads per
  *    lane) are issued before the current item's math, the first item's before the wait;
  *  - every item is 8 loads of 16 bytes per lane: R = 2 rows of U = 4 runs (4-bit; 2 runs of
- *    32 bytes for 8-bit) where a row is at most 4 loads per lane (4-bit at 4096 columns: a
- *    tile is one item, the rows share each x read from shared memory), else R = 1 row of 8
- *    (4) runs (14336 columns: 2 items per row, where 4 runs an item made 4);
+ *    32 bytes for 8-bit; the rows share each x read from shared memory; 4-bit at 4096
+ *    columns: a tile is one item); RAPID_CUDA_QMV2=4: R = 1 row of 8 (4) runs (fewer items
+ *    per long row, but slower on the H200 in every shape measured, NOTES.md session 5);
  *  - the early programmatic-launch trigger is opt-in (RAPID_CUDA_QMV2=3: no gain measured).
  * Numerics: qmv_kernel's (the same two-part int8 x, dp4a per run and part, f32 scale / bias);
  * only the order of the per-lane f32 sums differs. */
@@ -1193,8 +1198,9 @@ static size_t qv2_smem(long cols) { return (size_t)cols / 32 * 72; }
 
 /* RAPID_CUDA_QMV2, read once into the context's once-flags (bits 1..4): 0 off (qx_int8_kernel
  * + qmv_kernel), 1 one block per SM, 2 (the default) two, 3 as 2 with the early
- * programmatic-launch trigger (griddepcontrol.launch_dependents once x is split), 4 / 5 as 2
- * with the one-row / two-row tiles for every shape. */
+ * programmatic-launch trigger (griddepcontrol.launch_dependents once x is split), 4 as 2 with
+ * one-row tiles, 5 as 2 (two-row tiles, as the default; the forced setting of session 5's
+ * measurements). */
 static int qmv2_knob(rp_cuda_ctx *c)
 {
     int *once = rp_cuda_hook_once(c);
@@ -1509,11 +1515,9 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             int per_sm = v2 == 1 ? 1 : 2, rf = v2 == 4 ? 1 : v2 == 5 ? 2 : 0;
             long wmax = (long)per_sm * rp_cuda_hook_sms(c) * QV2_WARPS;
             /* 8 loads of 16 bytes per lane and item either way: two-row tiles of 4 runs
-             * (4-bit; 2 for 8-bit) where a row is at most 4 loads per lane (4-bit, 4096
-             * columns), else one-row tiles of 8 (4) runs: a 14336-column 4-bit row is 2
-             * items, not 4 */
-            long lpr = (cols / 32 * (w[0]->bits / 4) + 31) / 32;
-            int R = rf ? rf : lpr <= 4 ? 2 : 1;
+             * (4-bit; 2 for 8-bit), or (RAPID_CUDA_QMV2=4) one-row tiles of 8 (4) runs,
+             * which were slower on the H200 also for 14336-column rows (NOTES.md, session 5) */
+            int R = rf == 1 ? 1 : 2;
             long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
             call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
             call.v2f = R | (v2 == 3 ? 1 : 0) << 4;
