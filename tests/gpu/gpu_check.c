@@ -551,6 +551,7 @@ static void kernel_checks(int dense, int quant)
     if (quant) {
         gpu_quant_kernel_checks(be);
         gpu_gguf_kernel_checks(be);
+        gpu_qmv_checks();
     }
     if (!dense) {
         rp_backend_free(be);
@@ -617,6 +618,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int all = argc < 2;
+    if (!all && strcmp(argv[1], "qmvtime") == 0) {
+        gpu_qmv_timing();
+        return 0;
+    }
     if (!all && strcmp(argv[1], "dectime") == 0) {
         gpu_decode_timing();
         return 0;

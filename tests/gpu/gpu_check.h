@@ -33,6 +33,16 @@ void gpu_quant_kernel_checks(rp_backend *be);
 /* One MLX GEMM check (gpu_check_quant.c): n_mat stacked matrices over n tokens. */
 void gpu_qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, const long *rows,
                    long cols, int n);
+/* Host wall time per one-token call (us, best of 3 passes of reps calls, synchronised at
+ * each pass's end) of n_mat stacked random MLX matrices (group 64, bf16 scales) on be; *bytes:
+ * the weight and (scale, bias) bytes one call reads (gpu_check_quant.c). */
+double gpu_qmv_time(rp_backend *be, int bits, int n_mat, const long *rows, long cols, int reps,
+                    double *bytes);
+/* The one-token MLX matvec (qmv2_kernel) in each RAPID_CUDA_QMV2 setting against the host
+ * reference, and `rapid_gpu_check qmvtime`: its GB/s at the 8B shapes, each setting
+ * (gpu_check_qmv.c). */
+void gpu_qmv_checks(void);
+void gpu_qmv_timing(void);
 /* The staged skinny GEMM and the MLX dequantize path (gpu_check_gemm.c; own backends). */
 void gpu_gemm_kernel_checks(void);
 /* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens; the prefill

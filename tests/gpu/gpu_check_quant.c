@@ -3,10 +3,12 @@
  * Kernel checks at the Llama-3-8B shapes: y = W x on the GPU against a double-precision host
  * reference on the same quantized weights. Decode (n <= 4) splits x into two int8 parts per
  * 32-element run as the kernel does, so the reference does too (then only the f32 summation
- * order differs: tolerance 1e-3, outputs of order 1); the error against the exact x is
- * printed as info. n > 4 rounds x to bf16 and dequantizes each weight to bf16, as the kernel
- * does (tolerance 2e-3, as the bf16 GEMM check). Also: group sizes 32 and 128, f32 and f16
- * scales, 8-bit weights, the embedding lookup.
+ * order differs, and one-token qmv2_kernel's q2 by a reciprocal, which moves an element by
+ * 1/32258 of its run's max where it rounds the other way: tolerance 1e-3, outputs of order
+ * 1); the error against the exact x is printed as info. n > 4 rounds x to bf16 and
+ * dequantizes each weight to bf16, as the kernel does (tolerance 2e-3, as the bf16 GEMM
+ * check). Also: group sizes 32 and 128, f32 and f16 scales, 8-bit weights, the embedding
+ * lookup.
  *
  * Fixture checks: every fixture quantized by rp_quantize_dir (`rapid quantize`) to
  * MLX 4-bit and 8-bit, group 64 (llama_gqa also group 32), run on the GPU and on the CPU's
@@ -41,6 +43,7 @@
 
 #include "backend/backend.h"
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/half.h"
 #include "engine/engine.h"
 #include "fixture_util.h"
@@ -258,6 +261,54 @@ void gpu_qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, con
                    long cols, int n)
 {
     qmm_check(be, bits, gs, sd, n_mat, rows, cols, n);
+}
+
+double gpu_qmv_time(rp_backend *be, int bits, int n_mat, const long *rows, long cols, int reps,
+                    double *bytes)
+{
+    rp_err err = {0};
+    hq h[3];
+    memset(h, 0, sizeof h);
+    rp_tensor wd[3], xt, xd;
+    float *x = rp_alloc(sizeof(float) * (size_t)cols), *yd[3] = {0}, one;
+    for (long i = 0; i < cols; i++)
+        x[i] = qfrand();
+    xt = (rp_tensor){.dtype = RP_DT_F32,
+                     .n_dims = 2,
+                     .shape = {1, cols},
+                     .data = x,
+                     .n_bytes = sizeof(float) * (size_t)cols};
+    int ok = rp_backend_weight(be, &xt, &xd, &err) == RP_OK;
+    *bytes = 0;
+    for (int m = 0; m < n_mat && ok; m++) {
+        ok = hq_make(&h[m], bits, 64, RP_DT_BF16, rows[m], cols) == 0 &&
+             rp_backend_weight(be, &h[m].t, &wd[m], &err) == RP_OK;
+        yd[m] = rp_backend_buf_alloc(be, sizeof(float) * (size_t)rows[m], 0);
+        ok = ok && yd[m];
+        *bytes += (double)rows[m] * (double)cols * bits / 8 + (double)rows[m] * (cols / 64) * 4;
+    }
+    double us = INFINITY;
+    if (ok) {
+        const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
+        for (int pass = 0; pass < 3; pass++) { /* best of 3 passes of reps calls */
+            rp_op_matmul_n(be, n_mat, wp, xd.data, 1, yd);
+            rp_backend_to_host(be, &one, yd[0], sizeof one);
+            double t0 = rp_now_s();
+            for (int i = 0; i < reps; i++)
+                rp_op_matmul_n(be, n_mat, wp, xd.data, 1, yd);
+            rp_backend_to_host(be, &one, yd[0], sizeof one);
+            double t = (rp_now_s() - t0) * 1e6 / reps;
+            us = t < us ? t : us;
+        }
+    } else {
+        printf("      setup: %s\n", err.msg);
+    }
+    for (int m = 0; m < n_mat; m++) {
+        hq_free(&h[m]);
+        rp_backend_buf_free(be, yd[m]);
+    }
+    rp_free(x);
+    return us;
 }
 
 static void qembed_check(rp_backend *be, int bits)

@@ -13,6 +13,11 @@
  *     Opt-in for one token (RAPID_CUDA_QMVF=2..9 blocks per SM): qmvb_kernel (x split per
  *     block into shared memory, weights and scales streamed through shared memory by the
  *     bulk copy engine); correct, but slower in whole decode steps (NOTES.md, session 4).
+ *     One token, the default (RAPID_CUDA_QMV2=0: the two kernels above): qmv2_kernel, the x
+ *     split folded in (each block splits x into shared memory), a persistent grid of two
+ *     blocks per SM, each warp streaming its two-row tiles with the next item's 8 loads per
+ *     lane issued before the current item's math (see its section; 16-bit scales only, f32
+ *     scales keep qmv_kernel).
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
  *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
@@ -443,6 +448,194 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
                     a.y[m][row - a.r0[m]] = v;
                 acc[r] = 0.0f;
             }
+        }
+    }
+}
+
+/* ---- one token, persistent: qmv2_kernel (the default; RAPID_CUDA_QMV2=0 restores qmv_kernel) --
+ *
+ * Why: qmv_kernel gives each warp 2 rows and, at 4096 columns, exactly one batch of loads
+ * (4 runs of 16 bytes per row and lane), then exits: each wave of blocks waits out one HBM
+ * latency with little in flight, a 6144-row q/k/v stack is 1.45 waves, and the x split is a
+ * kernel of its own in front of every call (a launch and a dependent wait more). Here:
+ *  - the x split is folded in: after the programmatic-launch wait each block splits all of x
+ *    into shared memory as qx_int8_kernel does (qx_split_smem, q2 by a reciprocal; 72 bytes a run,
+ *    [part word h][run] so lanes reading consecutive runs hit distinct banks);
+ *  - a persistent grid (2 blocks of QV2_WARPS warps per SM at most, never more warps
+ *    than tiles), warp w owning the tiles w, w + W, ... (W the grid's warps; tile counts per
+ *    warp differ by at most one): a tile is R consecutive stacked rows (they may straddle
+ *    the stacked matrices), an item a tile's next 32 U runs (lane i: runs i, i + 32, ...);
+ *  - the next item's weights and (scale, bias) words (R U V 16-byte streaming loads per
+ *    lane) are issued before the current item's math, the first item's before the wait;
+ *  - every item is 8 loads of 16 bytes per lane: R = 2 rows of U = 4 runs (4-bit; 2 runs of
+ *    32 bytes for 8-bit; the rows share each x read from shared memory; 4-bit at 4096
+ *    columns: a tile is one item); RAPID_CUDA_QMV2=4: R = 1 row of 8 (4) runs (fewer items
+ *    per long row, but slower on the H200 in every shape measured, NOTES.md session 5);
+ *  - the early programmatic-launch trigger is opt-in (RAPID_CUDA_QMV2=3: no gain measured).
+ * Numerics: qmv_kernel's (the same two-part int8 x, dp4a per run and part, f32 scale / bias);
+ * only the order of the per-lane f32 sums differs. */
+enum { QV2_WARPS = 8 };
+
+/* x [cols] split into sx ([4][nr] uint4: q1's two 16-byte words, then q2's) and sd ([nr]
+ * (d, sum)), all threads of the block, as qx_int8_kernel but for q2 = rint(r * (1 / d2)) in
+ * place of rint(r / d2) (one division per 8 elements, not 8, for every block repeats the
+ * split): the two differ by one only where r / d2 lies within an ulp or so of a half, which
+ * moves that element by d2 = 1/32258 of its run's max |x|. */
+__device__ __forceinline__ void qx_split_smem(const float *__restrict__ x, long cols, int perm,
+                                              uint4 *sx, float2 *sd)
+{
+    const long n_q = cols / 8, nr = cols / 32;
+    for (long base = 0; base < n_q; base += blockDim.x) {
+        long i = base + threadIdx.x;
+        bool live = i < n_q;
+        long ic = live ? i : n_q - 1;
+        const float4 *src = (const float4 *)(x + ic * 8);
+        float4 f0 = __ldg(src), f1 = __ldg(src + 1);
+        float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+        float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            sum += v[k];
+            amax = fmaxf(amax, fabsf(v[k]));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (!live)
+            continue;
+        float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f, d2 = d / 254.0f;
+        float id2 = d2 > 0 ? 1.0f / d2 : 0.0f;
+        uint32_t w1[2] = {0, 0}, w2[2] = {0, 0};
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
+            float q1 = rintf(__fmul_rn(v[e], id));
+            float r = fmaf(-q1, d, v[e]);
+            float q2 = fminf(fmaxf(rintf(__fmul_rn(r, id2)), -127.0f), 127.0f);
+            w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
+            w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
+        }
+        long run = i / 4;
+        int q = (int)(i % 4);
+        ((uint2 *)&sx[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
+        ((uint2 *)&sx[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
+        if (q == 0)
+            sd[run] = make_float2(d, sum);
+    }
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <int BITS, int R, int U>
+__global__ void __launch_bounds__(QV2_WARPS * 32, 2)
+    qmv2_kernel(qmv_args a, const float *__restrict__ x, int perm, int trigger)
+{
+    constexpr int V = BITS / 4; /* uint4 per run; U runs per lane and item */
+    extern __shared__ uint4 sm_v[];
+    /* 32-bit offsets: every matrix is under 2^31 16-byte words (rp_cuda_qmatmul_n checks) */
+    const int nr = (int)(a.cols / 32), rpg = a.gs / 32, ng = (int)(a.cols / a.gs);
+    const int total = (int)a.r0[3], n_tiles = (total + R - 1) / R;
+    const int nch = (nr + 32 * U - 1) / (32 * U);
+    const int lane = threadIdx.x % 32, sf = a.sf;
+    const int W = gridDim.x * QV2_WARPS, w0 = blockIdx.x * QV2_WARPS + threadIdx.x / 32;
+    const int n_own = w0 < n_tiles ? (n_tiles - w0 + W - 1) / W : 0, n_items = n_own * nch;
+    const int r1 = (int)a.r0[1], r2 = (int)a.r0[2];
+    uint4 *sx = sm_v;
+    float2 *sd = (float2 *)(sx + 4 * nr);
+    uint4 wn[U][R][V];
+    uint32_t sn[U][R];
+    /* the next item to load: tile lt (R rows from lt R), runs lc 32 U + lane + 32 u */
+    int lt = w0, lc = 0;
+    auto load = [&]() {
+        const int k0 = lc * 32 * U + lane;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int row = lt * R + r;
+            row = row < total ? row : total - 1;
+            int m = (row >= r1) + (row >= r2);
+            int lr = row - (m == 0 ? 0 : m == 1 ? r1 : r2);
+            const uint4 *wr = (const uint4 *)a.q[m] + (unsigned)lr * (unsigned)(nr * V);
+            const unsigned *sr = (const unsigned *)a.sb[m] + (unsigned)lr * (unsigned)ng;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int kk = k0 + 32 * u;
+                bool in = kk < nr;
+#pragma unroll
+                for (int h = 0; h < V; h++)
+                    wn[u][r][h] = in ? ld_stream(wr + kk * V + h) : make_uint4(0, 0, 0, 0);
+                sn[u][r] = in ? __ldg(sr + kk / rpg) : 0u;
+            }
+        }
+        if (++lc == nch) {
+            lc = 0;
+            lt += W;
+        }
+    };
+    if (n_items > 0)
+        load();
+    pdl_wait(); /* x is the previous kernel's; the weights never change */
+    qx_split_smem(x, a.cols, perm, sx, sd);
+    __syncthreads();
+    if (trigger)
+        pdl_trigger();
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = 0.0f;
+    int ct = w0, cc = 0; /* the item being multiplied */
+    for (int i = 0; i < n_items; i++) {
+        uint4 w[U][R][V];
+        uint32_t sc[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                sc[u][r] = sn[u][r];
+#pragma unroll
+                for (int h = 0; h < V; h++)
+                    w[u][r][h] = wn[u][r][h];
+            }
+        if (i + 1 < n_items)
+            load();
+        const int k0 = cc * 32 * U + lane;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int kk = k0 + 32 * u;
+            if (kk < nr) {
+                uint4 p0 = sx[kk], p1 = sx[nr + kk], p2 = sx[2 * nr + kk], p3 = sx[3 * nr + kk];
+                uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
+                float2 d = sd[kk];
+                float dd2 = d.x / 254.0f;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    int i1 = 0, i2 = 0;
+                    run_dots<BITS>(w[u][r], x1, x2, i1, i2);
+                    float2 s = sb_of(make_uint2(sc[u][r], 0u), sf);
+                    float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
+                    acc[r] = fmaf(s.x, dot, fmaf(s.y, d.y, acc[r]));
+                }
+            }
+        }
+        if (++cc == nch) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v = q_warp_sum(acc[r]);
+                int row = ct * R + r;
+                if (lane == 0 && row < total) {
+                    int m = (row >= r1) + (row >= r2);
+                    a.y[m][row - (m == 0 ? 0 : m == 1 ? r1 : r2)] = v;
+                }
+                acc[r] = 0.0f;
+            }
+            cc = 0;
+            ct += W;
         }
     }
 }
@@ -999,11 +1192,32 @@ __global__ void qembed_kernel(const uint32_t *__restrict__ q, const void *__rest
 
 /* ---- launchers (through the context's hooks: graphs, profiling, PDL) ----------------------- */
 
+/* qmv2_kernel's shared memory: x's two int8 parts and (d, sum), 72 bytes a 32-element run */
+static size_t qv2_smem(long cols) { return (size_t)cols / 32 * 72; }
+#define QV2_SMEM_MAX ((size_t)96 * 1024)
+
+/* RAPID_CUDA_QMV2, read once into the context's once-flags (bits 1..4): 0 off (qx_int8_kernel
+ * + qmv_kernel), 1 one block per SM, 2 (the default) two, 3 as 2 with the early
+ * programmatic-launch trigger (griddepcontrol.launch_dependents once x is split), 4 as 2 with
+ * one-row tiles, 5 as 2 (two-row tiles, as the default; the forced setting of session 5's
+ * measurements). */
+static int qmv2_knob(rp_cuda_ctx *c)
+{
+    int *once = rp_cuda_hook_once(c);
+    if (!(*once & 2)) {
+        const char *e = getenv("RAPID_CUDA_QMV2");
+        int v = e && e[0] >= '0' && e[0] <= '5' && !e[1] ? e[0] - '0' : 2;
+        *once = (*once & ~(7 << 2)) | 2 | v << 2;
+    }
+    return (*once >> 2) & 7;
+}
+
 typedef struct qmv_call {
     qmv_args a;
     const float *x;
     int bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
     int fblocks;         /* > 0: the streaming kernel (qmvb_kernel) on this many blocks */
+    int v2, v2f;         /* > 0: qmv2_kernel on v2 blocks; v2f: rows per tile | trigger << 4 */
 } qmv_call;
 
 typedef struct qmm_call {
@@ -1058,10 +1272,47 @@ static void qmvb_go(const qmv_call *c, cudaStream_t s, int pdl)
     CK(cudaLaunchKernelEx(&cfg, k, c->a, c->x, BITS == 4 ? 1 : 0));
 }
 
+template <int BITS>
+static void qmv2_go(const qmv_call *c, cudaStream_t s, int pdl)
+{
+    void (*k)(qmv_args, const float *, int, int) = (c->v2f & 15) == 2
+                                                       ? qmv2_kernel<BITS, 2, 4 / (BITS / 4)>
+                                                       : qmv2_kernel<BITS, 1, 8 / (BITS / 4)>;
+    size_t smem = qv2_smem(c->a.cols);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)c->v2);
+    cfg.blockDim = dim3(QV2_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k, c->a, c->x, BITS == 4 ? 1 : 0, c->v2f >> 4));
+}
+
+static void qmv2_attr(void)
+{
+    int most = (int)QV2_SMEM_MAX;
+    CK(cudaFuncSetAttribute(qmv2_kernel<4, 1, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    CK(cudaFuncSetAttribute(qmv2_kernel<4, 2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    CK(cudaFuncSetAttribute(qmv2_kernel<8, 1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    CK(cudaFuncSetAttribute(qmv2_kernel<8, 2, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+}
+
 static void qmv_run(const void *args, void *stream, int pdl)
 {
     const qmv_call *c = (const qmv_call *)args;
     cudaStream_t s = (cudaStream_t)stream;
+    if (c->v2 > 0) {
+        if (c->bits == 4)
+            qmv2_go<4>(c, s, pdl);
+        else
+            qmv2_go<8>(c, s, pdl);
+        CK(cudaGetLastError());
+        return;
+    }
     if (c->fblocks > 0) {
         if (c->bits == 4)
             qmvb_go<4>(c, s, pdl);
@@ -1248,6 +1499,28 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             long need = ((r + 1) / 2 + QB_WARPS - 1) / QB_WARPS,
                  most = (long)per_sm * rp_cuda_hook_sms(c);
             call.fblocks = (int)(need < most ? need : most);
+        }
+        /* qmv2_kernel (RAPID_CUDA_QMV2, below) for one token unless qmvb was asked for */
+        int v2 = qmv2_knob(c);
+        int small = r < (1L << 30);
+        for (int i = 0; i < n; i++) /* qmv2_kernel's 32-bit offsets */
+            small = small && w[i]->rows * (cols * w[i]->bits / 128) < (1L << 31);
+        if (n_tok == 1 && v2 > 0 && call.fblocks == 0 && qv2_smem(cols) <= QV2_SMEM_MAX &&
+            w[0]->sf != RP_CUDA_SB_F32 && small) {
+            int *once = rp_cuda_hook_once(c);
+            if (!(*once & 32)) {
+                qmv2_attr();
+                *once |= 32;
+            }
+            int per_sm = v2 == 1 ? 1 : 2, rf = v2 == 4 ? 1 : v2 == 5 ? 2 : 0;
+            long wmax = (long)per_sm * rp_cuda_hook_sms(c) * QV2_WARPS;
+            /* 8 loads of 16 bytes per lane and item either way: two-row tiles of 4 runs
+             * (4-bit; 2 for 8-bit), or (RAPID_CUDA_QMV2=4) one-row tiles of 8 (4) runs,
+             * which were slower on the H200 also for 14336-column rows (NOTES.md, session 5) */
+            int R = rf == 1 ? 1 : 2;
+            long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
+            call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
+            call.v2f = R | (v2 == 3 ? 1 : 0) << 4;
         }
         rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
         return;

@@ -12,7 +12,10 @@
  *     element is at most d / 508, 1/64516 of the run's largest |x| (one int8 part, as the
  *     CPU's rp_qact, would leave d / 2); with it the run's f32 sum. One warp per 2 weight rows
  *     (1 token; 1 row for 2..4), 16-byte streaming loads, integer dot products (dp4a) per run
- *     and part, y += scale * (d dot1 + d / 254 dot2) + bias * sum in f32.
+ *     and part, y += scale * (d dot1 + d / 254 dot2) + bias * sum in f32. One token with
+ *     bf16 / f16 scales (qmv2_kernel, RAPID_CUDA_QMV2=0 for the path above): the same, with
+ *     the split made by every block into its shared memory and q2 = rint(r * (1 / (d / 254)))
+ *     by a reciprocal (differs by one from the division's only within an ulp of a half).
  *   n_tok > 4 (batched decode, prefill): x is rounded to bf16, each weight element is
  *     dequantized to bf16 in registers (scale * q + bias, one rounding; the fma in bf16 for
  *     bf16 scales, in f32 for f32 / f16 ones) and multiplied on the
