@@ -83,7 +83,7 @@ static double vocab_sum(const rp_sample_cand *c, int n, float mx, float keep_min
     return total;
 }
 
-static int32_t argmax(const float *x, int n)
+int32_t rp_sample_argmax(const float *x, int n)
 {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
@@ -123,7 +123,7 @@ static int32_t draw_unsorted(const rp_sample_cand *c, int n, float mx, const rp_
 int32_t rp_sample_draw(const float *logits, int n, const rp_sample_row *p, rp_sample_cand *c)
 {
     if (p->temperature <= 0)
-        return argmax(logits, n);
+        return rp_sample_argmax(logits, n);
     float inv_t = 1.0f / p->temperature;
     float mx = logits[0] * inv_t;
     for (int i = 0; i < n; i++) {

@@ -91,6 +91,9 @@ static inline RP_SAMPLE_HD int rp_sample_chunk(int n)
     return (n + RP_SAMPLE_CHUNKS - 1) / RP_SAMPLE_CHUNKS;
 }
 
+/* The greedy pick: the lowest index among equal maxima of x[0, n). */
+int32_t rp_sample_argmax(const float *x, int n);
+
 /* The draw above; scratch: n candidates. */
 int32_t rp_sample_draw(const float *logits, int n, const rp_sample_row *p,
                        rp_sample_cand *scratch);

@@ -106,19 +106,10 @@ static void apply_penalties(rp_sampler *s, float *logits)
     }
 }
 
-static int32_t argmax(const float *x, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 /* log-softmax facts of the (penalised) logits: the max and log of the partition sum. */
 static void logsumexp(const float *x, int n, float *mx, float *lse)
 {
-    float m = x[argmax(x, n)];
+    float m = x[rp_sample_argmax(x, n)];
     double sum = 0.0;
     for (int i = 0; i < n; i++)
         sum += exp((double)(x[i] - m));
@@ -175,7 +166,7 @@ int32_t rp_sampler_sample(rp_sampler *s, float *logits, int n_top, float *logpro
                           int32_t *top_ids, float *top_logprobs)
 {
     apply_penalties(s, logits);
-    int32_t tok = s->prm.temperature <= 0 ? argmax(logits, s->vocab)
+    int32_t tok = s->prm.temperature <= 0 ? rp_sample_argmax(logits, s->vocab)
                                           : rp_sampler_sample_u(s, logits, next_unit(s->rng));
     if (n_top >= 0 && logprob)
         fill_logprobs(s, logits, tok, n_top, logprob, top_ids, top_logprobs);
