@@ -285,9 +285,9 @@ void rp_op_gather_rows(rp_backend *b, float *dst, const float *src, const int32_
 void rp_op_argmax_rows(rp_backend *b, const float *x, int n_rows, int n, int32_t *out);
 
 /* out[i] = rp_sample_draw(row i of x [n_rows][n], &p[i]) (backend/sample.h), drawn where x
- * lives so that only the ids come back; -1 for a row the backend leaves to the caller (on
- * CUDA: top_k above RP_SAMPLE_MAX_SORTED, or a nucleus longer than it). Returns 0, out
- * untouched, when the backend has no such op (host buffers: the caller draws from x itself).
+ * lives so that only the ids come back (the CPU backend: rows shared over its pool); -1
+ * for a row the backend leaves to the caller (on CUDA: top_k above RP_SAMPLE_MAX_SORTED, or a
+ * nucleus longer than it). Returns 0, out untouched, when the backend has no such op.
  * p and out are host arrays; waits for the queued ops. */
 struct rp_sample_row;
 int rp_op_sample_rows(rp_backend *b, const float *x, int n_rows, int n,

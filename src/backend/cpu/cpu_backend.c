@@ -30,6 +30,7 @@
 
 #include "backend/backend_impl.h"
 #include "backend/quant.h"
+#include "backend/sample.h"
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -88,6 +89,8 @@ typedef struct cpu_backend {
     int n_slabs, slabs_cap;
     char *slab_cur; /* the free rest of the last slab, slab_left bytes */
     size_t slab_left;
+    rp_sample_cand **smp; /* per thread, smp_cap candidates: rp_sample_draw's scratch */
+    int smp_cap;
 } cpu_backend;
 
 /* A weight given to cpu_weight that the tile kernels can take, found again by its view's data
@@ -124,6 +127,10 @@ static void cpu_destroy(rp_backend *bk)
         for (int i = 0; i < b->n_threads; i++)
             rp_free_aligned(b->qx_rowbuf[i]);
     rp_free(b->qx_rowbuf);
+    if (b->smp)
+        for (int i = 0; i < b->n_threads; i++)
+            rp_free(b->smp[i]);
+    rp_free(b->smp);
     rp_free(b->packs);
     for (int i = 0; i < b->n_slabs; i++)
         rp_free_aligned(b->slabs[i]);
@@ -660,6 +667,48 @@ static double cpu_read_bandwidth(rp_backend *bk, size_t n_bytes, int reps)
     }
     rp_free_aligned(buf);
     return best;
+}
+
+/* ---- draws (rp_op_sample_rows): rows shared out through a counter ----------------------- */
+
+typedef struct sample_job {
+    const float *x;
+    int n, n_rows;
+    const rp_sample_row *p;
+    int32_t *out;
+    rp_sample_cand **scratch;
+    _Atomic int next;
+} sample_job;
+
+static void sample_part(void *ctx, int i, int n_threads)
+{
+    sample_job *j = ctx;
+    (void)n_threads;
+    for (int r; (r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_rows;)
+        j->out[r] = rp_sample_draw(j->x + (size_t)r * (size_t)j->n, j->n, &j->p[r], j->scratch[i]);
+}
+
+static void cpu_sample_rows(rp_backend *bk, const float *x, int n_rows, int n,
+                            const struct rp_sample_row *p, int32_t *out)
+{
+    cpu_backend *b = CPU(bk);
+    if (n > b->smp_cap) {
+        if (!b->smp) {
+            b->smp = rp_calloc((size_t)b->n_threads, sizeof *b->smp);
+            RP_ASSERT(b->smp);
+        }
+        for (int i = 0; i < b->n_threads; i++) {
+            rp_free(b->smp[i]);
+            b->smp[i] = rp_alloc(sizeof(rp_sample_cand) * (size_t)n);
+            RP_ASSERT(b->smp[i]); /* a vocabulary of 8-byte candidates: about a MB */
+        }
+        b->smp_cap = n;
+    }
+    sample_job j = {.x = x, .n = n, .n_rows = n_rows, .p = p, .out = out, .scratch = b->smp};
+    if (n_rows == 1)
+        sample_part(&j, 0, 1);
+    else
+        rp_pool_run_any(b->pool, sample_part, &j);
 }
 
 /* ---- tensors to f32 -------------------------------------------------------------------- */
@@ -1213,6 +1262,7 @@ static const rp_backend_vt g_cpu_vt = {
     .from_host = cpu_to_host, /* host memory both ways: a copy */
     .weight = cpu_weight,
     .read_bandwidth = cpu_read_bandwidth,
+    .sample_rows = cpu_sample_rows,
     .matmul = cpu_matmul,
     .matmul_n = cpu_matmul_n,
     .rmsnorm = cpu_rmsnorm,

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "backend/backend_impl.h"
+#include "backend/sample.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/half.h"
@@ -137,4 +138,33 @@ Test(ops, norm_rope_match_reference)
     }
     rp_backend_free(fast);
     rp_backend_free(ref);
+}
+
+/* rp_op_sample_rows on the CPU backend: each row's draw, shared out over the pool, equals
+ * rp_sample_draw of that row (greedy, temperature alone, top-k, top-p, min-p). */
+Test(ops, sample_rows_match_the_draw)
+{
+    enum { N_ROWS = 9, V = 3000 };
+    rp_backend *be = rp_backend_new(2, 0);
+    float *x = rp_alloc(sizeof(float) * N_ROWS * V);
+    rp_sample_cand *c = rp_alloc(sizeof(rp_sample_cand) * V);
+    uint32_t h = 12345;
+    for (int i = 0; i < N_ROWS * V; i++) {
+        h = h * 1664525u + 1013904223u;
+        x[i] = (float)(h >> 8) * 0x1p-24f * 8.0f - 4.0f;
+    }
+    rp_sample_row p[N_ROWS];
+    int32_t out[N_ROWS];
+    for (int r = 0; r < N_ROWS; r++)
+        p[r] = (rp_sample_row){.temperature = r == 0 ? 0.0f : 0.5f + 0.1f * (float)r,
+                               .top_k = r % 3 == 1 ? 17 * r : 0,
+                               .top_p = r % 3 == 2 ? 0.6f : 1.0f,
+                               .min_p = r >= 6 ? 0.05f : 0.0f,
+                               .u = (double)r / N_ROWS + 0.01};
+    cr_assert_eq(rp_op_sample_rows(be, x, N_ROWS, V, p, out), 1, "the CPU backend draws");
+    for (int r = 0; r < N_ROWS; r++)
+        cr_assert_eq(out[r], rp_sample_draw(x + (size_t)r * V, V, &p[r], c), "row %d", r);
+    rp_free(x);
+    rp_free(c);
+    rp_backend_free(be);
 }
