@@ -199,7 +199,6 @@ int rp_model_bench_main(int argc, char **argv)
     /* the streams' sampling: greedy unless --temperature (and --top-p) are given */
     rp_sampling smp;
     rp_sampling_default(&smp);
-    smp.temperature = 0;
     double temp = 0, top_p = 1;
     int bad_smp = (temp_s && (rp_args_float(temp_s, &temp) || temp < 0)) ||
                   (top_p_s && (rp_args_float(top_p_s, &top_p) || top_p <= 0 || top_p > 1));

@@ -83,11 +83,16 @@ void rp_sampler_accept(rp_sampler *s, int32_t token, int generated)
         s->count_gen[token]++;
 }
 
-int rp_sampler_greedy(const rp_sampler *s)
+int rp_sampler_plain(const rp_sampler *s)
 {
     const rp_sampling *p = &s->prm;
-    return p->temperature <= 0 && !(p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) &&
+    return !(p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) &&
            p->presence_penalty == 0 && p->frequency_penalty == 0;
+}
+
+int rp_sampler_greedy(const rp_sampler *s)
+{
+    return s->prm.temperature <= 0 && rp_sampler_plain(s);
 }
 
 static void apply_penalties(rp_sampler *s, float *logits)
@@ -147,13 +152,6 @@ rp_sample_row rp_sampler_row(const rp_sampler *s, double u)
 double rp_sampler_next_u(rp_sampler *s)
 {
     return s->prm.temperature > 0 ? next_unit(s->rng) : 0.0;
-}
-
-int rp_sampler_plain(const rp_sampler *s)
-{
-    const rp_sampling *p = &s->prm;
-    return !(p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) &&
-           p->presence_penalty == 0 && p->frequency_penalty == 0;
 }
 
 int32_t rp_sampler_sample_u(rp_sampler *s, const float *logits, double u)

@@ -284,10 +284,14 @@ static void final_logits(rp_model *m, llama *s, int n, float *logits, int32_t *a
 {
     rp_model_config *c = &m->cfg;
     rp_op_rmsnorm(m->be, s->h, s->x, s->final_norm, n, c->dim, c->norm_eps, 0);
-    if (argmax && sample) {
+    if (argmax) {
         int host = rp_backend_host_buffers(m->be);
         float *dst = host ? logits : s->logits;
         rp_op_matmul(m->be, s->lm_head, s->h, n, dst);
+        if (!sample) {
+            rp_op_argmax_rows(m->be, dst, n, c->vocab_size, argmax);
+            return;
+        }
         int ran = rp_op_sample_rows(m->be, dst, n, c->vocab_size, sample, argmax), all = ran;
         for (int r = 0; r < n; r++) {
             if (!ran)
@@ -297,12 +301,6 @@ static void final_logits(rp_model *m, llama *s, int n, float *logits, int32_t *a
         if (!all && !host) /* a row left to the caller: every row's logits */
             rp_backend_to_host(m->be, logits, s->logits,
                                sizeof(float) * (size_t)n * c->vocab_size);
-        return;
-    }
-    if (argmax) {
-        float *dst = rp_backend_host_buffers(m->be) ? logits : s->logits;
-        rp_op_matmul(m->be, s->lm_head, s->h, n, dst);
-        rp_op_argmax_rows(m->be, dst, n, c->vocab_size, argmax);
         return;
     }
     if (rp_backend_host_buffers(m->be)) {

@@ -100,9 +100,7 @@ __global__ void __launch_bounds__(ST) sample_kernel(const float *__restrict__ x,
         for (int i = t; i < n; i += ST)
             if (bi == INT_MAX || row[i] > best)
                 best = row[i], bi = i;
-        if (bi == INT_MAX)
-            best = -INFINITY;
-        block_max(sm, bi == INT_MAX ? -INFINITY : best, &bi);
+        block_max(sm, best, &bi);
         if (t == 0)
             out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
         return;
