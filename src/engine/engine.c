@@ -422,14 +422,14 @@ static void consume_rows(rp_engine *e, int n_rows, const int32_t *picked, const 
         int acc = 0; /* drafts accepted */
         rp_event ev = {.kind = RP_EV_TOKEN, .request_id = r->id};
         for (int j = 0; j <= nd; j++) {
-            const float *row = e->logits + (size_t)(i + j) * vocab;
+            float *row = e->logits + (size_t)(i + j) * vocab;
             if (picked && picked[i + j] >= 0)
                 tok[j] = picked[i + j];
             else if (u)
                 tok[j] = rp_sampler_sample_u(sl->sampler, row, u[i + j]);
             else
-                tok[j] = rp_sampler_sample(sl->sampler, (float *)row, n_top, &ev.logprob,
-                                           ev.top_ids, ev.top_logprobs);
+                tok[j] = rp_sampler_sample(sl->sampler, row, n_top, &ev.logprob, ev.top_ids,
+                                           ev.top_logprobs);
             if (j == nd || tok[j] != sl->draft[j])
                 break;
             acc++;
