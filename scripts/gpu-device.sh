@@ -33,6 +33,14 @@
 #            64 sampled streams (--temperature 0.8) with the draw on the GPU and with it on the
 #            host (RAPID_CUDA_SAMPLE=0). (Not top-p: a random checkpoint's logits are nearly flat,
 #            so its nucleus is most of the vocabulary, which the GPU leaves to the host.)
+#   host     the host's share of a decode step (issue #12): tg128 bf16 and 64 streams with every
+#            replayed graph launched once, twice and (tg) three times (RAPID_CUDA_REPLAY): the
+#            step time's growth per launch is the GPU's time for a step, the rest the host's;
+#            with the backend's own host timings ("cuda steps:")
+#   ncustep  Nsight Compute's duration and DRAM bytes of every kernel of a short one-stream bench
+#            (--prompt 16 --gen 3) of the bf16 and (if made) MLX4 checkpoints: the GPU time of a
+#            decode step kernel by kernel (ncustep-*.csv; ncu runs kernels one at a time, so
+#            the programmatic-launch overlap is not in these times)
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -232,6 +240,33 @@ if [[ $what == *" sample "* ]]; then
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" --device cuda \
       --prompt 16 --gen 64 --streams 64 --temperature 0.8 2>&1 | grep -E "^streams" |
       sed "s|^|$v: |" | tee -a "$out/sample.log"
+  done
+fi
+if [[ $what == *" host "* ]]; then
+  echo "== host (the host's share of a decode step: RAPID_CUDA_REPLAY) =="
+  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
+  for r in ${HOST_REPLAYS:-1 2 3}; do
+    RAPID_CUDA_REPLAY=$r LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode|^cuda steps" |
+      sed "s|^|tg REPLAY=$r: |" | tee -a "$out/host.log"
+  done
+  for r in 1 2; do
+    RAPID_CUDA_REPLAY=$r LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 16 --gen 64 --streams 64 2>&1 | grep -E "^streams|^cuda steps" |
+      sed "s|^|64 streams REPLAY=$r: |" | tee -a "$out/host.log"
+  done
+fi
+if [[ $what == *" ncustep "* ]]; then
+  echo "== ncustep (every kernel of a short one-stream bench under ncu) =="
+  nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
+  for m in "$model" /dev/shm/rapid-llama3-8b-mlx4; do
+    [ -f "$m/config.json" ] || continue
+    LD_LIBRARY_PATH="$RAPID_LIBS" timeout 150 "$nc" --clock-control none --csv --page raw \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+      "$B/bin/rapid" bench --model "$m" --device cuda --prompt 16 --gen 3 \
+      >"$out/ncustep-$(basename "$m").csv" 2>"$out/ncustep-$(basename "$m").err"
+    echo "ncu $(basename "$m") rc $? ($(wc -l <"$out/ncustep-$(basename "$m").csv") lines)"
   done
 fi
 if [[ $what == *" profile "* ]]; then

@@ -201,6 +201,14 @@ struct rp_cuda_ctx {
     struct graph_entry *gcache;
     uint64_t g_clock;
     long g_hits, g_builds;
+    /* host time of replayed decode steps (printed at the end with the graph counts): from
+     * rp_cuda_step to the graph's launch (the model's recording), the launch call, the wait
+     * for the ids, and from the ids' return to the next step (the engine and the model's set-up) */
+    double st_t0, st_t1, st_t2, st_end, st_rec, st_launch, st_wait, st_out;
+    long st_n;
+    int st_hit;    /* this step replayed a cached graph */
+    int replay;    /* RAPID_CUDA_REPLAY=N: each replayed graph launched N times (measurement:
+                    * the step time's growth per launch is the GPU's time for one step) */
     int mv_unroll; /* loads in flight per lane in the n_tok == 1 matvec: 4, 8, 16 (default) */
     int mv1;       /* the one-token 16-bit matvec with fused prologue / epilogue (mv1_kernel):
                     * loads per lane per chunk 4 or 8 (RAPID_CUDA_MV1=4 / 8), 1: by shape (the
@@ -410,10 +418,31 @@ static void rec_finish(rp_cuda_ctx *c)
         c->g_builds++;
     } else {
         c->g_hits++;
+        c->st_hit = 1;
     }
     c->n_log = 0;
     e->last = ++c->g_clock;
+    c->st_t1 = now_s();
     CK(cudaGraphLaunch(e->exec, c->stream));
+    for (int i = 1; c->st_hit && i < c->replay; i++) /* idempotent: the same inputs again */
+        CK(cudaGraphLaunch(e->exec, c->stream));
+    c->st_t2 = now_s();
+}
+
+/* After a step's results reached the host: its host times, when it replayed a graph. */
+static void step_timed(rp_cuda_ctx *c)
+{
+    if (!c->st_hit) {
+        c->st_end = 0;
+        return;
+    }
+    double t3 = now_s();
+    c->st_rec += c->st_t1 - c->st_t0;
+    c->st_launch += c->st_t2 - c->st_t1;
+    c->st_wait += t3 - c->st_t2;
+    c->st_end = t3;
+    c->st_n++;
+    c->st_hit = 0;
 }
 
 /* ---- context ----------------------------------------------------------------------------- */
@@ -498,6 +527,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     /* decode steps as CUDA graphs: on unless RAPID_CUDA_GRAPH=0 (or profiling) */
     const char *ge = getenv("RAPID_CUDA_GRAPH");
     c->graphs = !(ge && strcmp(ge, "0") == 0) && !c->prof;
+    const char *rr = getenv("RAPID_CUDA_REPLAY");
+    c->replay = rr && atoi(rr) > 1 ? atoi(rr) : 1;
     if (c->graphs) {
         c->log = (rec_op *)rp_alloc_aligned(sizeof(rec_op) * LOG_CAP, RP_TAG_MODEL);
         c->gcache = (graph_entry *)rp_calloc(G_CACHE, sizeof(graph_entry));
@@ -563,6 +594,13 @@ extern "C" void rp_cuda_ctx_free(rp_cuda_ctx *c)
     if (c->graphs)
         fprintf(stderr, "cuda graphs: %ld steps replayed, %ld graphs built\n", c->g_hits,
                 c->g_builds);
+    if (c->st_n > 0)
+        fprintf(stderr,
+                "cuda steps: %ld replayed, host us a step: %.1f recording, %.1f launching, "
+                "%.1f waiting, %.1f between steps%s\n",
+                c->st_n, 1e6 * c->st_rec / (double)c->st_n, 1e6 * c->st_launch / (double)c->st_n,
+                1e6 * c->st_wait / (double)c->st_n, 1e6 * c->st_out / (double)c->st_n,
+                c->replay > 1 ? " (graphs launched RAPID_CUDA_REPLAY times)" : "");
     for (int i = 0; c->gcache && i < G_CACHE; i++)
         if (c->gcache[i].exec)
             cudaGraphExecDestroy(c->gcache[i].exec);
@@ -676,6 +714,7 @@ extern "C" void rp_cuda_to_host(rp_cuda_ctx *c, void *dst, const void *src, size
         CK(cudaStreamSynchronize(c->stream));
     }
     c->ring_off = 0; /* everything staged has been consumed */
+    step_timed(c);
 }
 
 /* Copies n host bytes to device memory valid for the work queued after this call (until
@@ -2080,6 +2119,7 @@ static void ids_finish(rp_cuda_ctx *c, int n_rows, int32_t *out)
     CK(cudaStreamSynchronize(c->stream));
     memcpy(out, c->ids_host, sizeof(int32_t) * n_rows);
     c->ring_off = 0;
+    step_timed(c);
 }
 
 extern "C" void rp_cuda_sample(rp_cuda_ctx *c, const float *x, int n_rows, long n,
@@ -2645,6 +2685,11 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, con
                              int n_tbl, const rp_cuda_kv *kv)
 {
     prof_scope ps(c, P_STEP);
+    c->st_t0 = now_s();
+    if (c->st_end > 0) /* the previous step was a replay: the time since its ids returned */
+        c->st_out += c->st_t0 - c->st_end;
+    c->st_end = 0;
+    c->st_hit = 0;
     if (c->rec) { /* a step that copied no logits out: run it as it is */
         c->rec_dirty = 1;
         rec_finish(c);
