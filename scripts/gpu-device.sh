@@ -250,9 +250,9 @@ if [[ $what == *" host "* ]]; then
       --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode|^cuda steps" |
       sed "s|^|tg REPLAY=$r: |" | tee -a "$out/host.log"
   done
-  for r in 1 2; do
+  for r in ${HOST_STREAM_REPLAYS:-1 2}; do
     RAPID_CUDA_REPLAY=$r LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
-      --device cuda --prompt 16 --gen 64 --streams 64 2>&1 | grep -E "^streams|^cuda steps" |
+      --device cuda --prompt 16 --gen 128 --streams 64 2>&1 | grep -E "^streams|^cuda steps" |
       sed "s|^|64 streams REPLAY=$r: |" | tee -a "$out/host.log"
   done
 fi
