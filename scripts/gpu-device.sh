@@ -75,6 +75,10 @@ rapid() { LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" "$@"; }
   tee "$out/device.txt"
 model=${RAPID_BENCH_MODEL:-/dev/shm/rapid-llama3-8b-bf16}
 rc=0
+# WITH_MLX4=1: make the MLX 4-bit twin up front for the steps that use it when present
+if [ -n "${WITH_MLX4:-}" ] && [ ! -f /dev/shm/rapid-llama3-8b-mlx4/config.json ]; then
+  python3 scripts/bench/make_model.py /dev/shm/rapid-llama3-8b-mlx4 --shape llama-3-8b --dtype mlx4
+fi
 if [[ $what == *" check "* ]]; then
   echo "== check =="
   timeout 420 scripts/gpu-test.sh "$B/bin" 2>&1 | tee "$out/check.log"
@@ -251,6 +255,10 @@ if [[ $what == *" host "* ]]; then
       sed "s|^|tg REPLAY=$r: |" | tee -a "$out/host.log"
   done
   for r in ${HOST_STREAM_REPLAYS:-1 2}; do
+    [ -f /dev/shm/rapid-llama3-8b-mlx4/config.json ] &&
+      RAPID_CUDA_REPLAY=$r LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench \
+        --model /dev/shm/rapid-llama3-8b-mlx4 --device cuda --prompt 16 --gen 128 --streams 64 2>&1 |
+        grep -E "^streams|^cuda steps" | sed "s|^|mlx4 64 streams REPLAY=$r: |" | tee -a "$out/host.log"
     RAPID_CUDA_REPLAY=$r LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 16 --gen 128 --streams 64 2>&1 | grep -E "^streams|^cuda steps" |
       sed "s|^|64 streams REPLAY=$r: |" | tee -a "$out/host.log"
@@ -260,7 +268,8 @@ if [[ $what == *" ncustep "* ]]; then
   echo "== ncustep (every kernel of a short one-stream bench under ncu) =="
   nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
-  for m in "$model" /dev/shm/rapid-llama3-8b-mlx4; do
+  m4=/dev/shm/rapid-llama3-8b-mlx4
+  for m in "$model" $m4; do
     [ -f "$m/config.json" ] || continue
     LD_LIBRARY_PATH="$RAPID_LIBS" timeout 150 "$nc" --clock-control none --csv --page raw \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
