@@ -38,7 +38,8 @@
 #            step time's growth per launch is the GPU's time for a step, the rest the host's;
 #            with the backend's own host timings ("cuda steps:")
 #   ncustep  Nsight Compute's duration and DRAM bytes of every kernel of a short one-stream bench
-#            (--prompt 16 --gen 3) of the bf16 and (if made) MLX4 checkpoints: the GPU time of a
+#            (--prompt 16 --gen 3, NCU_STREAMS=64 adds --streams 64) of the bf16 and (if made)
+#            MLX4 checkpoints: the GPU time of a
 #            decode step kernel by kernel (ncustep-*.csv; ncu runs kernels one at a time, so
 #            the programmatic-launch overlap is not in these times)
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
@@ -273,7 +274,7 @@ if [[ $what == *" ncustep "* ]]; then
     [ -f "$m/config.json" ] || continue
     LD_LIBRARY_PATH="$RAPID_LIBS" timeout 150 "$nc" --clock-control none --csv --page raw \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
-      "$B/bin/rapid" bench --model "$m" --device cuda --prompt 16 --gen 3 \
+      "$B/bin/rapid" bench --model "$m" --device cuda --prompt 16 --gen 3 ${NCU_STREAMS:+--streams $NCU_STREAMS} \
       >"$out/ncustep-$(basename "$m").csv" 2>"$out/ncustep-$(basename "$m").err"
     echo "ncu $(basename "$m") rc $? ($(wc -l <"$out/ncustep-$(basename "$m").csv") lines)"
   done

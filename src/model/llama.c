@@ -44,6 +44,8 @@ typedef struct llama {
     rp_rope rope;
     /* activations for m->eval_chunk tokens (backend buffers) */
     float *x, *h, *q, *k, *v, *att, *gate, *up;
+    float *act; /* silu(gate) * up: apart from both, so a backend may fuse the product into
+                 * the down projection (CUDA's one-token matvecs refuse aliased buffers) */
     float *logits; /* eval_chunk rows, only when buffers are not host memory */
     int32_t pos[RP_MAX_EVAL_CHUNK];
 } llama;
@@ -139,7 +141,7 @@ static void llama_deinit(rp_model *m)
     rp_free(s->layers);
     rp_blk_weights_free(&s->weights);
     rp_rope_deinit(&s->rope);
-    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->gate, s->up, s->logits};
+    float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->gate, s->up, s->act, s->logits};
     for (size_t i = 0; i < RP_ARRAY_LEN(bufs); i++)
         rp_backend_buf_free(m->be, bufs[i]);
     rp_free(s);
@@ -204,9 +206,10 @@ static rp_status llama_init(rp_model *m, rp_err *err)
     rp_blk_attn_acts(m, n, &s->x, &s->h, &s->q, &s->k, &s->v, &s->att);
     s->gate = rp_blk_act(m, n * c->ffn_dim);
     s->up = rp_blk_act(m, n * c->ffn_dim);
+    s->act = rp_blk_act(m, n * c->ffn_dim);
     if (!rp_backend_host_buffers(m->be))
         s->logits = rp_blk_act(m, n * (size_t)c->vocab_size);
-    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up ||
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->act ||
         (!rp_backend_host_buffers(m->be) && !s->logits))
         return rp_err_set(err, RP_ERR_NOMEM, "out of memory for activations (%s)",
                           rp_backend_describe(m->be));
@@ -272,8 +275,8 @@ static void mlp_block(rp_model *m, llama *s, int l, int n)
     rp_op_matmul_n(be, 2, wgu, s->h, n, ygu);
     rp_op_add_bias(be, s->gate, L->b_gate, n, c->ffn_dim);
     rp_op_add_bias(be, s->up, L->b_up, n, c->ffn_dim);
-    rp_op_silu_mul(be, s->gate, s->gate, s->up, (int64_t)n * c->ffn_dim);
-    linear(be, L->w_down, L->b_down, s->gate, n, s->h);
+    rp_op_silu_mul(be, s->act, s->gate, s->up, (int64_t)n * c->ffn_dim);
+    linear(be, L->w_down, L->b_down, s->act, n, s->h);
     rp_op_add(be, s->x, s->h, (int64_t)n * c->dim);
 }
 
