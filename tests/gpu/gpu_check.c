@@ -344,8 +344,21 @@ static float *upload_f32(rp_backend *be, const float *x, long rows, long cols)
 
 static float bf16r(float x) { return rp_bf16_to_f32(rp_f32_to_bf16(x)); }
 
+/* RoPE of one head's row x (D values, r->rot_dim of them rotated) at pos, in double. */
+static void host_rope(float *x, int pos, const gpu_attn_rope *r, const float *inv)
+{
+    int half = r->rot_dim / 2;
+    for (int i = 0; i < half; i++) {
+        int ia = r->neox ? i : 2 * i, ib = r->neox ? i + half : 2 * i + 1;
+        double ang = (double)pos * inv[i], cs = cos(ang) * r->attn_factor,
+               sn = sin(ang) * r->attn_factor, a = x[ia], b = x[ib];
+        x[ia] = (float)(a * cs - b * sn);
+        x[ib] = (float)(b * cs + a * sn);
+    }
+}
+
 double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, int KVH, int D,
-                    int window, int rounded, float q_amp, int reps)
+                    int window, int rounded, float q_amp, int reps, const gpu_attn_rope *rope)
 {
     enum { BT = 16, LAYERS = 2, LAYER = 1, MAXS = 64 };
     if (n_seqs > MAXS)
@@ -357,6 +370,10 @@ double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, i
         n_blk += (ss[s].cached + ss[s].n_new + BT - 1) / BT;
     }
     int n_all = n_tok + n_old;
+    int32_t pos[MAXS * 64];
+    float inv[256];
+    if (rope && (n_tok > MAXS * 64 || rope->rot_dim / 2 > 256 || reps))
+        return INFINITY;
     /* K/V of every position of every sequence: rows [seq base + pos] */
     float *k = rp_alloc(sizeof(float) * (size_t)n_all * kvd),
           *v = rp_alloc(sizeof(float) * (size_t)n_all * kvd),
@@ -422,6 +439,24 @@ double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, i
             rp_op_kv_store(be, LAYER, ko, vo, kvd);
         }
         rp_op_step_begin(be, &L, st_new, n_seqs);
+        if (rope) { /* the GPU rotates its copies; the reference's arrays are rotated here */
+            for (int i = 0; i < rope->rot_dim / 2; i++)
+                inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)rope->rot_dim);
+            for (int s = 0, t = 0; s < n_seqs; s++)
+                for (int i = 0; i < ss[s].n_new; i++)
+                    pos[t++] = ss[s].cached + i;
+            rp_op_rope(be, qd, n_tok, H, D, rope->rot_dim, pos, inv, rope->attn_factor, rope->neox);
+            rp_op_rope(be, kn, n_tok, KVH, D, rope->rot_dim, pos, inv, rope->attn_factor,
+                       rope->neox);
+            for (int s = 0, t = 0, b0 = 0; s < n_seqs; b0 += ss[s].cached + ss[s].n_new, s++)
+                for (int i = 0; i < ss[s].n_new; i++, t++) {
+                    for (int h = 0; h < H; h++)
+                        host_rope(q + ((size_t)t * H + h) * D, pos[t], rope, inv);
+                    for (int h = 0; h < KVH; h++)
+                        host_rope(k + (size_t)(b0 + ss[s].cached + i) * kvd + (size_t)h * D,
+                                  pos[t], rope, inv);
+                }
+        }
         rp_op_kv_store(be, LAYER, kn, vn, kvd);
         rp_step_attn a = {.q = qd, .out = od, .n_heads = H, .n_kv_heads = KVH, .head_dim = D,
                           .scale = scale, .window = window};
@@ -495,7 +530,7 @@ static void attn_check(rp_backend *be, const char *kernel, const gpu_attn_seq *s
     int n = snprintf(what, sizeof what, "H%d/%d D%d%s", H, KVH, D, window ? " win" : "");
     for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
         n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
-    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, rounded, 1.0f, 0);
+    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, rounded, 1.0f, 0, NULL);
     gpu_check_report(d <= tol, kernel, what, d, tol);
 }
 

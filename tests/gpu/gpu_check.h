@@ -17,14 +17,23 @@ void gpu_check_report(int ok, const char *name, const char *what, double v, doub
 typedef struct gpu_attn_seq {
     int cached, n_new;
 } gpu_attn_seq;
+/* RoPE before an attention step: q and the new keys rotated by rp_op_rope (rot_dim of each
+ * head, neox or interleaved pairs, theta 10000 frequencies, cos / sin times attn_factor), as
+ * a model's layer does before its KV store. */
+typedef struct gpu_attn_rope {
+    int rot_dim, neox;
+    float attn_factor;
+} gpu_attn_rope;
 /* One attention step over ss (at most 64 sequences: their cached positions stored by a step
  * before, then every sequence's n_new tokens; random K/V in [-1, 1), q times q_amp) on cache
  * layer 1 of 2 of a pool whose blocks are handed out in a scrambled order, run 1 + reps
  * times (timing), against a double-precision host reference: on the inputs as they are, or
  * (rounded) with q * scale * log2(e), K and V rounded to bf16 as the flash kernel does.
- * Returns the worst error (INFINITY when anything failed). gpu_check.c. */
+ * With rope (reps 0), q and the new keys go through rp_op_rope first (the reference
+ * rotates them in double precision). Returns the worst error (INFINITY when anything
+ * failed). gpu_check.c. */
 double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, int KVH, int D,
-                    int window, int rounded, float q_amp, int reps);
+                    int window, int rounded, float q_amp, int reps, const gpu_attn_rope *rope);
 /* The bf16-vs-f32 logit tolerance of a fixture of this rounding sensitivity: BF16_TOL, or
  * the CPU's own bf16 distance plus BF16_GPU_EXTRA when that is more (gpu_check.c). */
 float gpu_bf16_tol(float sensitivity);

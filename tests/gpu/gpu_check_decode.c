@@ -8,7 +8,10 @@
  * [-1, 1]). Cases: the Llama-3-8B shape (32 / 8 heads of 128) at 1, 17, 80, 600, 1000 and 4097
  * positions, 16 and 64 sequences at uneven positions, a mixed step (one 40-token chunk after
  * 300 cached, three decode tokens), sliding windows, GQA groups 1 / 4 / 8, head sizes 8, 16,
- * 24, 32 (the fixtures'), 64, 128 and 256. `rapid_gpu_check dectime` repeats the 8B decode
+ * 24, 32 (the fixtures'), 64, 128 and 256; then q and the new keys through RoPE first (the
+ * RoPE + KV store apart, and folded into the attention with RAPID_CUDA_ROPEFOLD=1: full and
+ * partial rotary, neox and interleaved, two head groups a KV head, a window, D 256 and
+ * multi-token steps, which keep rope_kv_kernel). `rapid_gpu_check dectime` repeats the 8B decode
  * steps for timing (run it with RAPID_CUDA_PROFILE=2: the GPU time per op is printed when the
  * backend is freed; RAPID_CUDA_DECATTN=0 times the chunked kernel instead).
  *
@@ -47,7 +50,47 @@ static float drand(void) /* uniform in [-1, 1) */
 static double dec_run(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int KVH, int D,
                       int window, int reps)
 {
-    return gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, reps);
+    return gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, reps, NULL);
+}
+
+/* q and the new keys through rp_op_rope before the step (rot of each head's D, neox or
+ * interleaved): rope_kv_kernel, or with RAPID_CUDA_ROPEFOLD=1, where every token is its
+ * sequence's only one, the RoPE and the KV store folded into the decode attention. */
+static void rope_check(rp_backend *be, const char *kernel, const dec_seq *ss, int n_seqs, int H,
+                       int KVH, int D, int rot, int neox, float af, int window)
+{
+    char what[96];
+    int n = snprintf(what, sizeof what, "H%d/%d D%d rot %d%s%s", H, KVH, D, rot,
+                     neox ? "" : " interleaved", window ? " win" : "");
+    if (n_seqs > 3)
+        snprintf(what + n, sizeof what - (size_t)n, " %d seqs", n_seqs);
+    else
+        for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
+            n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
+    gpu_attn_rope r = {.rot_dim = rot, .neox = neox, .attn_factor = af};
+    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, 0, &r);
+    gpu_check_report(d <= DEC_TOL, kernel, what, d, DEC_TOL);
+}
+
+static void rope_checks(rp_backend *be, const char *kernel)
+{
+    const dec_seq p1[] = {{0, 1}}, p80[] = {{79, 1}}, p600[] = {{599, 1}}, p300[] = {{300, 1}},
+                  p40[] = {{40, 1}}, chunk[] = {{50, 5}}, mixed[] = {{7, 1}, {130, 1}, {20, 3}};
+    dec_seq s16[16];
+    for (int i = 0; i < 16; i++)
+        s16[i] = (dec_seq){(i * 97 + 13) % 700, 1};
+    rope_check(be, kernel, p1, 1, 32, 8, 128, 128, 1, 1.0f, 0);
+    rope_check(be, kernel, p600, 1, 32, 8, 128, 128, 1, 1.0f, 0);
+    rope_check(be, kernel, s16, 16, 32, 8, 128, 128, 1, 1.0f, 0);
+    rope_check(be, kernel, p80, 1, 32, 8, 128, 128, 0, 1.0f, 0);      /* interleaved */
+    rope_check(be, kernel, p300, 1, 32, 8, 128, 64, 1, 0.9f, 0);      /* partial, factor */
+    rope_check(be, kernel, p300, 1, 32, 8, 128, 96, 0, 1.0f, 0);      /* partial, interleaved */
+    rope_check(be, kernel, p600, 1, 32, 2, 64, 64, 1, 1.0f, 0);       /* 2 head groups a KV head */
+    rope_check(be, kernel, p300, 1, 8, 2, 32, 32, 1, 1.0f, 37);       /* window */
+    rope_check(be, kernel, p80, 1, 4, 2, 16, 16, 1, 1.0f, 4);         /* a fixture's head */
+    rope_check(be, kernel, p40, 1, 8, 2, 256, 256, 1, 1.0f, 0);       /* D 256: not folded */
+    rope_check(be, kernel, chunk, 1, 32, 8, 128, 128, 1, 1.0f, 0);    /* 5 tokens: not folded */
+    rope_check(be, kernel, mixed, 3, 32, 8, 128, 128, 1, 1.0f, 0);    /* one seq 3 tokens */
 }
 
 static void dec_check(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int KVH, int D,
@@ -185,8 +228,20 @@ void gpu_decode_checks(void)
     dec_check(be, p1000, 1, 4, 2, 32, 0);
     dec_check(be, two, 2, 4, 4, 16, 0);
     dec_check(be, s16, 16, 4, 2, 32, 0);
+    rope_checks(be, "rope + attn");
     matvec_checks(be, "matvec");
     rp_backend_free(be);
+    be = NULL;
+    setenv("RAPID_CUDA_ROPEFOLD", "1", 1); /* the same folded into the attention (opt-in) */
+    rp_status rf = rp_backend_new_cuda(0, 0.3, &be, &err);
+    if (rf) {
+        unsetenv("RAPID_CUDA_ROPEFOLD");
+        gpu_check_report(0, "rope + attn (folded)", err.msg, 1, 0);
+        return;
+    }
+    rope_checks(be, "rope + attn (folded)");
+    rp_backend_free(be);
+    unsetenv("RAPID_CUDA_ROPEFOLD");
     be = NULL;
     setenv("RAPID_CUDA_MVB", "3", 1); /* the opt-in streaming kernel */
     rp_status rc = rp_backend_new_cuda(0, 0.3, &be, &err);
