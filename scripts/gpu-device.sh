@@ -33,6 +33,10 @@
 #            64 sampled streams (--temperature 0.8) with the draw on the GPU and with it on the
 #            host (RAPID_CUDA_SAMPLE=0). (Not top-p: a random checkpoint's logits are nearly flat,
 #            so its nucleus is most of the vocabulary, which the GPU leaves to the host.)
+#   wg       (runs before check) the wgmma skinny GEMM: HGMMA in the SASS, rapid_gpu_check wg
+#            (its checks) and wgtime (GB/s at the 8B shapes, 8..64 tokens, RAPID_CUDA_WG on / 0),
+#            then 16 / 64 streams bf16 (--prompt 512 --gen 128) and a 64-stream profile, each
+#            with RAPID_CUDA_WG=5 and =0 (tc2_kernel)
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -67,6 +71,28 @@ rapid() { LD_LIBRARY_PATH="$RAPID_LIBS" "$B/bin/rapid" "$@"; }
   tee "$out/device.txt"
 model=${RAPID_BENCH_MODEL:-/dev/shm/rapid-llama3-8b-bf16}
 rc=0
+if [[ $what == *" wg "* ]]; then
+  echo "== wg (issue #12 batched decode on wgmma: RAPID_CUDA_WG on / off) =="
+  w=$out/wg.log
+  od=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+  echo "HGMMA in rapid_gpu_check's SASS: $("$od" --dump-sass "$B/bin/rapid_gpu_check" | grep -c HGMMA)" | tee "$w"
+  "$od" --dump-sass -fun _Z9wg_kernelILi2ELi8EEv10rp_wg_args "$B/bin/rapid_gpu_check" >"$out/wg_sass.txt" 2>&1
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid_gpu_check" wg 2>&1 | tee -a "$w" |
+    grep -E "^FAIL|first bad|worst:|differ|gpu_check:|wgmma checks|error"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" wgtime 2>&1 | tee -a "$w"
+  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
+  for v in RAPID_CUDA_WG=5 RAPID_CUDA_WG=0; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 512 --gen 128 --streams 16,64 2>&1 | grep -E "^prefill|^decode|^streams|rror" |
+      sed "s|^|$v: |" | tee -a "$w"
+  done
+  for v in RAPID_CUDA_WG=5 RAPID_CUDA_WG=0; do
+    env $v RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 40 "$B/bin/rapid" bench \
+      --model "$model" --device cuda --prompt 16 --gen 32 --streams 64 2>&1 |
+      grep -E "^streams|in ops|skinny|cuBLASLt|matvec|attention" | sed "s|^|profile $v: |" | tee -a "$w"
+  done
+fi
 if [[ $what == *" check "* ]]; then
   echo "== check =="
   timeout 420 scripts/gpu-test.sh "$B/bin" 2>&1 | tee "$out/check.log"

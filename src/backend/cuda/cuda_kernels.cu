@@ -14,7 +14,9 @@
  *     engine, 8 KB in flight per warp); correct, but slower in whole decode steps on the
  *     H200 (NOTES.md, session 4), so off by default. 5..64 tokens of 16-bit weights (batched
  *     decode) go to the staged tensor-core skinny GEMM below (tc2_kernel; RAPID_CUDA_TC2=N
- *     moves its lower bound, 0 keeps session 2's tc_gemm_kernel). Larger batches (prefill) go
+ *     moves its lower bound, 0 keeps session 2's tc_gemm_kernel); on sm_90 devices the wgmma
+ *     version of it (cuda_wgmma.cu) takes them first (RAPID_CUDA_WG=N: from N tokens, 0: off,
+ *     back to tc2_kernel). Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
@@ -45,7 +47,7 @@
  *     (griddepcontrol.launch_dependents), so the next kernel's weight loads start under
  *     their tail.
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
- * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N,
+ * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N, RAPID_CUDA_WG=N,
  * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
  * RAPID_CUDA_MV1=0|4|8, RAPID_CUDA_MV1_GRID=0, RAPID_CUDA_MV1_BPS=N, RAPID_CUDA_DECMERGE=0,
  * RAPID_CUDA_DECPRE=0 (NOTES.md, session 5), RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
@@ -71,6 +73,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
 #include "backend/cuda/cuda_sample.h"
+#include "backend/cuda/cuda_wgmma.h"
 
 extern "C" {
 #include "base/alloc.h"
@@ -228,6 +231,8 @@ struct rp_cuda_ctx {
     int qdq_min;   /* RAPID_CUDA_QDQ: tokens from which MLX weights go through a bf16 copy */
     int tc2_min;   /* RAPID_CUDA_TC2: tokens from which the staged skinny GEMM runs (0: never) */
     int tc2_attr;  /* its kernels' shared-memory limits raised */
+    int wg_min;    /* RAPID_CUDA_WG: tokens from which the wgmma GEMM runs (0: never; sm_90 only) */
+    int wg_attr;   /* its kernels' shared-memory limits raised */
     int qmm2_min;  /* RAPID_CUDA_QMM2: tokens from which the staged 4-bit kernel runs (0: never) */
     int qonce;     /* cuda_quant.cu's one-time set-ups done (rp_cuda_hook_once) */
     size_t qscr_bytes[6];
@@ -535,6 +540,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->qdq_min = qd && *qd ? atoi(qd) : 128;
     const char *t2 = getenv("RAPID_CUDA_TC2"); /* min tokens for the staged GEMM, 0 off */
     c->tc2_min = t2 && *t2 ? atoi(t2) : 5;
+    const char *wg = getenv("RAPID_CUDA_WG"); /* min tokens for the wgmma GEMM, 0 off */
+    c->wg_min = p.major == 9 && p.minor == 0 ? (wg && *wg ? atoi(wg) : 5) : 0; /* sm_90a code */
     const char *q2 = getenv("RAPID_CUDA_QMM2"); /* min tokens for the staged 4-bit GEMM, 0 off */
     c->qmm2_min = q2 && *q2 ? atoi(q2) : 5;
     const char *qv = getenv("RAPID_CUDA_QMV");
@@ -1943,13 +1950,8 @@ template <int DT> static void tc2_launch_dt(rp_cuda_ctx *c, const tc_args &a, di
 /* The staged kernel's grid: 128-row blocks, k split over a cluster (<= 8) only where the row
  * blocks leave more than half of the 2-blocks-per-SM slots empty, into whole 64-wide steps of
  * at least 4 each, never past one wave. */
-static void tc2_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
+static long tc2_split(const rp_cuda_ctx *c, tc_args &a)
 {
-    if (!c->tc2_attr) {
-        tc2_attr_dt<RP_CUDA_BF16>();
-        tc2_attr_dt<RP_CUDA_F16>();
-        c->tc2_attr = 1;
-    }
     long rb = (a.r0[3] + TC2_BM - 1) / TC2_BM, slots = 2L * c->sms;
     long s = 2 * rb <= slots ? slots / rb : 1;
     if (s > TC2_MAXSPLIT)
@@ -1960,11 +1962,48 @@ static void tc2_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
         s = 1;
     a.kspan = ((a.cols + s - 1) / s + TC2_BK - 1) / TC2_BK * TC2_BK;
     a.splits = (int)((a.cols + a.kspan - 1) / a.kspan);
-    dim3 grid((unsigned)rb, (unsigned)a.splits);
+    return rb;
+}
+
+static void tc2_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
+{
+    if (!c->tc2_attr) {
+        tc2_attr_dt<RP_CUDA_BF16>();
+        tc2_attr_dt<RP_CUDA_F16>();
+        c->tc2_attr = 1;
+    }
+    dim3 grid((unsigned)tc2_split(c, a), (unsigned)a.splits);
     if (dt == RP_CUDA_BF16)
         tc2_launch_dt<RP_CUDA_BF16>(c, a, grid);
     else
         tc2_launch_dt<RP_CUDA_F16>(c, a, grid);
+}
+
+/* The wgmma kernel (cuda_wgmma.cu, sm_90 only): tc2's blocks of 128 rows, grid and split k. */
+static void wg_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
+{
+    static_assert((int)RP_WG_BM == (int)TC2_BM && (int)RP_WG_BK == (int)TC2_BK &&
+                      (int)RP_WG_MAXSPLIT == (int)TC2_MAXSPLIT,
+                  "the wgmma kernel takes tc2's grid");
+    if (!c->wg_attr) {
+        rp_cuda_wg_setup();
+        c->wg_attr = 1;
+    }
+    unsigned rb = (unsigned)tc2_split(c, a), ns = (unsigned)a.splits;
+    rp_wg_args w;
+    memset(&w, 0, sizeof w);
+    for (int i = 0; i < 3; i++)
+        w.w[i] = a.w[i], w.y[i] = a.y[i];
+    memcpy(w.r0, a.r0, sizeof w.r0);
+    w.cols = a.cols;
+    w.x = a.x;
+    w.n = a.n;
+    w.kspan = a.kspan;
+    int pdl = c->pdl;
+    LAUNCH(c, {
+        rp_cuda_wg_launch(w, dt, rb, ns, pdl, c->stream);
+        LAUNCHED();
+    });
 }
 
 /* n matrices (n <= 3, stacked as in mv_set) over the same x: one conversion, one launch. */
@@ -1988,6 +2027,10 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     a.cols = cols;
     a.n = n;
     a.x = tc_round(c, dt, x, n, cols);
+    if (c->wg_min > 0 && n >= c->wg_min) {
+        wg_gemm(c, dt, a);
+        return;
+    }
     if (c->tc2_min > 0 && n >= c->tc2_min) {
         tc2_gemm(c, dt, a);
         return;
