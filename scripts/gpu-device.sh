@@ -34,9 +34,10 @@
 #            host (RAPID_CUDA_SAMPLE=0). (Not top-p: a random checkpoint's logits are nearly flat,
 #            so its nucleus is most of the vocabulary, which the GPU leaves to the host.)
 #   wg       (runs before check) the wgmma skinny GEMM: HGMMA in the SASS, rapid_gpu_check wg
-#            (its checks) and wgtime (GB/s at the 8B shapes, 8..64 tokens, RAPID_CUDA_WG on / 0),
-#            then 16 / 64 streams bf16 (--prompt 512 --gen 128) and a 64-stream profile, each
-#            with RAPID_CUDA_WG=5 and =0 (tc2_kernel)
+#            (its checks) and wgtime (GB/s at the 8B shapes, 8..64 tokens: the default, split
+#            rules RAPID_CUDA_WG_SPLIT=8 / 4, RAPID_CUDA_WG_BM=256, RAPID_CUDA_WG=0), then 16 / 64 streams bf16
+#            (--prompt 512 --gen 128) with RAPID_CUDA_WG=5, =0 (tc2_kernel),
+#            RAPID_CUDA_WG_SPLIT=8 and RAPID_CUDA_WG_BM=256, and a 64-stream profile with WG=5, =0
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -76,13 +77,14 @@ if [[ $what == *" wg "* ]]; then
   w=$out/wg.log
   od=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
   echo "HGMMA in rapid_gpu_check's SASS: $("$od" --dump-sass "$B/bin/rapid_gpu_check" | grep -c HGMMA)" | tee "$w"
-  "$od" --dump-sass -fun _Z9wg_kernelILi2ELi8EEv10rp_wg_args "$B/bin/rapid_gpu_check" >"$out/wg_sass.txt" 2>&1
+  "$od" --dump-sass -fun _Z9wg_kernelILi2ELi1ELi8EEv10rp_wg_args "$B/bin/rapid_gpu_check" >"$out/wg_sass.txt" 2>&1
   LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid_gpu_check" wg 2>&1 | tee -a "$w" |
     grep -E "^FAIL|first bad|worst:|differ|gpu_check:|wgmma checks|error"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" wgtime 2>&1 | tee -a "$w"
+  RAPID_CUDA_WG_LOG=1 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" wgtime 2>&1 |
+    grep -v "^cuda graphs" | awk '!/^wgmma GEMM/ || !seen[$0]++' | tee -a "$w"
   [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
-  for v in RAPID_CUDA_WG=5 RAPID_CUDA_WG=0; do
+  for v in RAPID_CUDA_WG=5 RAPID_CUDA_WG=0 RAPID_CUDA_WG_SPLIT=8 RAPID_CUDA_WG_BM=256; do
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 512 --gen 128 --streams 16,64 2>&1 | grep -E "^prefill|^decode|^streams|rror" |
       sed "s|^|$v: |" | tee -a "$w"

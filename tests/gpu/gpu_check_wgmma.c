@@ -13,7 +13,10 @@
  * runs twice and the two results must be equal bit for bit (the split-k sum has a fixed
  * order). A failure prints its first element past the tolerance (matrix, row, token, value,
  * reference) and the worst one.
- * Timing (`rapid_gpu_check wgtime`): per knob (on / RAPID_CUDA_WG=0), shape and token count
+ * Other split counts: RAPID_CUDA_WG_SPLIT=3 and =7 (tc2's split rule capped there); blocks
+ * of 256 rows (RAPID_CUDA_WG_BM=256) at the 8B shapes and the odd ones.
+ * Timing (`rapid_gpu_check wgtime`): per setting (the default; RAPID_CUDA_WG_SPLIT=8, i.e.
+ * tc2's split rule; =4; RAPID_CUDA_WG_BM=256; RAPID_CUDA_WG=0, tc2_kernel), shape and token count
  * (8, 16, 32, 64), the best of 3 passes of 30 back-to-back calls (host wall time, one sync
  * per pass; the x rounding kernel included), as GB/s of weights read.
  * Threading: single-threaded test program. Errors: a failed check is counted, never fatal.
@@ -135,6 +138,7 @@ static void wg_check(rp_backend *be, const char *tag, rp_dtype dt, int n_mat, co
     snprintf(what, sizeof what, "%s %s %d x %ldx%ld n=%d", tag, rp_dtype_name(dt), n_mat,
              rows[0], cols, n);
     gpu_check_report(worst <= tol && same, "gemm", what, worst, tol);
+    fflush(stdout); /* a crash later keeps this line */
     for (int m = 0; m < n_mat; m++) {
         rp_free(wh[m]);
         rp_free(y[m]);
@@ -144,28 +148,28 @@ static void wg_check(rp_backend *be, const char *tag, rp_dtype dt, int n_mat, co
     rp_free(x);
 }
 
-/* A CUDA backend with RAPID_CUDA_WG set to val (NULL: the default); the knobs are read at
- * creation. */
-static rp_backend *wg_backend(const char *val)
+/* A CUDA backend with env var `var` set to val (NULL: unset, the default); the knobs are
+ * read at creation. */
+static rp_backend *wg_backend(const char *var, const char *val)
 {
-    const char *old = getenv("RAPID_CUDA_WG");
+    const char *old = getenv(var);
     char keep[64] = "";
     if (old)
         snprintf(keep, sizeof keep, "%s", old);
     if (val)
-        setenv("RAPID_CUDA_WG", val, 1);
+        setenv(var, val, 1);
     else
-        unsetenv("RAPID_CUDA_WG");
+        unsetenv(var);
     rp_backend *be = NULL;
     rp_err err = {0};
     if (rp_backend_new_cuda(0, 0.5, &be, &err)) {
-        gpu_check_report(0, "cuda backend", "RAPID_CUDA_WG", 0, 0);
+        gpu_check_report(0, "cuda backend", var, 0, 0);
         be = NULL;
     }
     if (old)
-        setenv("RAPID_CUDA_WG", keep, 1);
+        setenv(var, keep, 1);
     else
-        unsetenv("RAPID_CUDA_WG");
+        unsetenv(var);
     return be;
 }
 
@@ -174,7 +178,7 @@ void gpu_wg_checks(void)
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
                down[1] = {4096}, head[1] = {128256}, odd3[3] = {1040, 272, 48},
                odd1[1] = {1040}, r16[1] = {16}, r4112[1] = {4112};
-    rp_backend *be = wg_backend(NULL);
+    rp_backend *be = wg_backend("RAPID_CUDA_WG", NULL);
     if (be) {
         const char *d = rp_backend_describe(be);
         printf("wgmma checks on %s: %s\n", d,
@@ -202,7 +206,38 @@ void gpu_wg_checks(void)
         wg_check(be, "wg", RP_DT_F16, 3, qkv, 4096, 64);
         rp_backend_free(be);
     }
-    be = wg_backend("0"); /* control: tc2_kernel */
+    /* other split counts (the default picks them by the GPU's cluster occupancy): tc2's
+     * rule with at most 3 (q/k/v, o, down: 3 splits, the last one shorter) and 7 */
+    be = wg_backend("RAPID_CUDA_WG_SPLIT", "3");
+    if (be) {
+        wg_check(be, "wg split<=3", RP_DT_BF16, 3, qkv, 4096, 64);
+        wg_check(be, "wg split<=3", RP_DT_BF16, 1, down, 14336, 17);
+        wg_check(be, "wg split<=3", RP_DT_BF16, 3, odd3, 4096, 40);
+        rp_backend_free(be);
+    }
+    be = wg_backend("RAPID_CUDA_WG_SPLIT", "7");
+    if (be) {
+        wg_check(be, "wg split<=7", RP_DT_BF16, 1, o, 4096, 64);
+        wg_check(be, "wg split<=7", RP_DT_BF16, 1, down, 14336, 9);
+        rp_backend_free(be);
+    }
+    /* blocks of 256 rows (two warpgroups sharing each x tile) */
+    be = wg_backend("RAPID_CUDA_WG_BM", "256");
+    if (be) {
+        const int n2[] = {5, 17, 64};
+        for (size_t i = 0; i < sizeof n2 / sizeof *n2; i++)
+            wg_check(be, "wg bm256", RP_DT_BF16, 3, qkv, 4096, n2[i]);
+        wg_check(be, "wg bm256", RP_DT_BF16, 3, odd3, 4096, 33);
+        wg_check(be, "wg bm256", RP_DT_BF16, 1, o, 4096, 64);
+        wg_check(be, "wg bm256", RP_DT_BF16, 2, gu, 4096, 64);
+        wg_check(be, "wg bm256", RP_DT_BF16, 1, down, 14336, 64);
+        wg_check(be, "wg bm256", RP_DT_BF16, 1, r4112, 4096, 64); /* last block: 16 rows */
+        wg_check(be, "wg bm256", RP_DT_BF16, 1, odd1, 4096, 9);
+        wg_check(be, "wg bm256", RP_DT_BF16, 1, r16, 256, 33);
+        wg_check(be, "wg bm256", RP_DT_F16, 3, qkv, 4096, 40);
+        rp_backend_free(be);
+    }
+    be = wg_backend("RAPID_CUDA_WG", "0"); /* control: tc2_kernel */
     if (be) {
         wg_check(be, "wg off (tc2)", RP_DT_BF16, 3, qkv, 4096, 64);
         wg_check(be, "wg off (tc2)", RP_DT_BF16, 3, odd3, 4096, 33);
@@ -279,8 +314,14 @@ void gpu_wg_timing(void)
                head[1] = {128256};
     const int ns[WT_NS] = {8, 16, 32, 64};
     const char *names[WT_SHAPES] = {"qkv", "o", "gate/up", "down", "head"};
-    for (int k = 0; k < 2; k++) {
-        rp_backend *be = wg_backend(k == 0 ? NULL : "0");
+    /* the default (split by cluster occupancy), tc2's split rule with at most 8 / 4 splits,
+     * tc2_kernel */
+    const char *var[5] = {"RAPID_CUDA_WG", "RAPID_CUDA_WG_SPLIT", "RAPID_CUDA_WG_SPLIT",
+                          "RAPID_CUDA_WG_BM", "RAPID_CUDA_WG"},
+               *val[5] = {NULL, "8", "4", "256", "0"},
+               *label[5] = {"WG on   ", "SPLIT=8 ", "SPLIT=4 ", "BM=256  ", "WG=0    "};
+    for (int k = 0; k < 5; k++) {
+        rp_backend *be = wg_backend(var[k], val[k]);
         if (!be)
             return;
         double g[WT_SHAPES][WT_NS];
@@ -290,7 +331,7 @@ void gpu_wg_timing(void)
         wt_rates(be, 1, o, 14336, ns, g[3]);
         wt_rates(be, 1, head, 4096, ns, g[4]);
         for (int j = 0; j < WT_NS; j++) {
-            printf("wgtime %s n=%d GB/s:", k == 0 ? "WG on " : "WG=0  ", ns[j]);
+            printf("wgtime %s n=%d GB/s:", label[k], ns[j]);
             for (int s = 0; s < WT_SHAPES; s++)
                 printf("  %s %.0f", names[s], g[s][j]);
             printf("\n");

@@ -157,17 +157,35 @@ __device__ __forceinline__ void skinny_epilogue(const float (*acc)[NT][4], const
             continue;
         int m = (row >= r0[1]) + (row >= r0[2]);
         float *dst = y[m] + (long)tok * (r0[m + 1] - r0[m]) + row - r0[m];
+        /* up to 8 ranks' loads in flight at once (not one remote latency each), then summed
+         * in rank order */
         if (VEC == 4) {
             float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int j = 0; j < ns; j++) {
-                const float4 v = *(const float4 *)(cl.map_shared_rank(red, j) + tok * RS + rl);
-                s4.x += v.x, s4.y += v.y, s4.z += v.z, s4.w += v.w;
+            for (int j0 = 0; j0 < ns; j0 += 8) {
+                float4 v[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        v[j] = *(const float4 *)(cl.map_shared_rank(red, j0 + j) + tok * RS + rl);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        s4.x += v[j].x, s4.y += v[j].y, s4.z += v[j].z, s4.w += v[j].w;
             }
             *(float4 *)dst = s4;
         } else {
             float s1 = 0.0f;
-            for (int j = 0; j < ns; j++)
-                s1 += cl.map_shared_rank(red, j)[tok * RS + rl];
+            for (int j0 = 0; j0 < ns; j0 += 8) {
+                float v[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        v[j] = cl.map_shared_rank(red, j0 + j)[tok * RS + rl];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        s1 += v[j];
+            }
             *dst = s1;
         }
     }

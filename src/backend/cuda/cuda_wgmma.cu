@@ -38,6 +38,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_wgmma.h"
@@ -48,14 +50,16 @@
 #define WG_ON 0
 #endif
 
-enum { WG_THREADS = 128, WG_WB = RP_WG_BM * 128, WG_RS = RP_WG_BM + 4 };
-
-/* shared memory of the NT variant: stages of the weight tile plus 8 NT rows of x */
-template <int NT> struct wg_cfg {
-    static constexpr int SB = WG_WB + NT * 1024;
-    static constexpr int S0 = (110 * 1024) / SB;
+/* the kernel of G warpgroups (G = 1: 128 rows, 2 blocks per SM; G = 2: 256 rows sharing
+ * each x tile, 1 block per SM) for 8 NT tokens: threads, rows, the weight tile's bytes, the
+ * epilogue's row stride, the stage (weights plus 8 NT rows of x), stages in 110 (G = 2: 220)
+ * KB, shared memory with the 1024-byte alignment */
+template <int G, int NT> struct wg_cfg {
+    static constexpr int THREADS = 128 * G, BM = RP_WG_BM * G, WB = BM * 128, RS = BM + 4;
+    static constexpr int SB = WB + NT * 1024;
+    static constexpr int S0 = (110 * 1024 * G) / SB;
     static constexpr int STAGES = S0 > 8 ? 8 : S0;
-    static constexpr int SMEM = STAGES * SB + 1024; /* + the 1024-byte alignment */
+    static constexpr int SMEM = STAGES * SB + 1024;
 };
 
 __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, int bytes)
@@ -264,26 +268,27 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db)
                      : "memory");
 }
 
-template <int DT, int NT>
-__global__ void __launch_bounds__(WG_THREADS, 2) wg_kernel(const rp_wg_args a)
+template <int DT, int G, int NT>
+__global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
 {
 #if WG_ON
     extern __shared__ __align__(1024) unsigned char wg_sm[];
-    using C = wg_cfg<NT>;
-    constexpr int S = C::STAGES, SB = C::SB, XR = NT * 8, XI = (XR + 15) / 16;
+    using C = wg_cfg<G, NT>;
+    constexpr int S = C::STAGES, SB = C::SB, WB = C::WB, XR = NT * 8, LR = 16 * G,
+                  XI = (XR + LR - 1) / LR;
     /* the dynamic shared memory's start, rounded up to the swizzle's 1024-byte period (the
      * same offset in every block of the cluster: the epilogue's tiles line up) */
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wg_sm);
     unsigned char *smp = wg_sm + ((1024u - (raw & 1023u)) & 1023u);
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smp);
     const int tid = threadIdx.x, lc = tid & 7, lr = tid >> 3;
-    const long R = a.r0[3], cols = a.cols, row0 = (long)blockIdx.x * RP_WG_BM;
-    /* loader: thread tid copies chunk lc of rows lr + 16 i (weights) and of tokens lr + 16 i */
+    const long R = a.r0[3], cols = a.cols, row0 = (long)blockIdx.x * C::BM;
+    /* loader: thread tid copies chunk lc of rows lr + LR i (weights) and of tokens lr + LR i */
     const uint16_t *wsrc[8];
     int wbytes[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        long r = row0 + lr + 16 * i, rr = r < R ? r : R - 1;
+        long r = row0 + lr + LR * i, rr = r < R ? r : R - 1;
         int m = (rr >= a.r0[1]) + (rr >= a.r0[2]);
         wsrc[i] = a.w[m] + (rr - a.r0[m]) * cols + lc * 8;
         wbytes[i] = r < R ? 16 : 0; /* rows past the end: zeros */
@@ -291,7 +296,7 @@ __global__ void __launch_bounds__(WG_THREADS, 2) wg_kernel(const rp_wg_args a)
     const uint16_t *xsrc[XI];
 #pragma unroll
     for (int i = 0; i < XI; i++)
-        xsrc[i] = a.x + (long)min(lr + 16 * i, a.n - 1) * cols + lc * 8;
+        xsrc[i] = a.x + (long)min(lr + LR * i, a.n - 1) * cols + lc * 8;
     const long kb = (long)blockIdx.y * a.kspan, ke = min(kb + a.kspan, cols);
     const int nk = (int)((ke - kb) / RP_WG_BK);
 #define WG_LOAD_W(st, slot)                                                                    \
@@ -299,15 +304,15 @@ __global__ void __launch_bounds__(WG_THREADS, 2) wg_kernel(const rp_wg_args a)
         long k_ = kb + (long)(st) * RP_WG_BK;                                                  \
         uint32_t d_ = sb + (slot) * SB;                                                        \
         _Pragma("unroll") for (int i = 0; i < 8; i++)                                          \
-            wg_cp16(d_ + wg_off(lr + 16 * i, lc), wsrc[i] + k_, wbytes[i]);                    \
+            wg_cp16(d_ + wg_off(lr + LR * i, lc), wsrc[i] + k_, wbytes[i]);                    \
     } while (0)
 #define WG_LOAD_X(st, slot)                                                                    \
     do {                                                                                       \
         long k_ = kb + (long)(st) * RP_WG_BK;                                                  \
-        uint32_t d_ = sb + (slot) * SB + WG_WB;                                                \
+        uint32_t d_ = sb + (slot) * SB + WB;                                                   \
         _Pragma("unroll") for (int i = 0; i < XI; i++)                                         \
-            if (lr + 16 * i < XR)                                                              \
-                wg_cp16(d_ + wg_off(lr + 16 * i, lc), xsrc[i] + k_, 16);                       \
+            if (lr + LR * i < XR)                                                              \
+                wg_cp16(d_ + wg_off(lr + LR * i, lc), xsrc[i] + k_, 16);                       \
     } while (0)
 #pragma unroll
     for (int st = 0; st < S - 1; st++)
@@ -338,13 +343,14 @@ __global__ void __launch_bounds__(WG_THREADS, 2) wg_kernel(const rp_wg_args a)
             WG_LOAD_X(nx, nx % S);
         }
         wg_commit();
-        const uint32_t ws = sb + (it % S) * SB, xs = ws + WG_WB;
+        /* warpgroup g multiplies the 64-row halves g and g + G of the tile */
+        const uint32_t ws = sb + (it % S) * SB + (tid >> 7) * 8192, xs = sb + (it % S) * SB + WB;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < RP_WG_BK / 16; kk++)
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
-                wg_mma<DT, NT>(&acc[mi][0][0], wg_desc(ws + mi * (WG_WB / 2) + kk * 32),
+                wg_mma<DT, NT>(&acc[mi][0][0], wg_desc(ws + mi * G * 8192 + kk * 32),
                                wg_desc(xs + kk * 32));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -360,63 +366,110 @@ __global__ void __launch_bounds__(WG_THREADS, 2) wg_kernel(const rp_wg_args a)
 #undef WG_LOAD_W
 #undef WG_LOAD_X
     wg_cpwait<0>();
-    /* warp w, half mi: rows 64 mi + 16 w + g (+ 8) of the block */
-    skinny_epilogue<NT, RP_WG_BM, WG_RS, WG_THREADS, 4, 16, 64>(acc, a.r0, a.y, a.n, row0,
-                                                                (float *)smp);
+    /* warp w (of warpgroup w / 4), half mi: rows 64 G mi + 16 w + g (+ 8) of the block */
+    skinny_epilogue<NT, C::BM, C::RS, C::THREADS, 4, 16, 64 * G>(acc, a.r0, a.y, a.n, row0,
+                                                                 (float *)smp);
 #endif
 }
 
-template <int DT, int NT> static void wg_attr1()
+/* the limit raised; cl[s] = clusters of s blocks (s = 1: blocks) resident on the GPU at once,
+ * 0 where the query fails */
+template <int DT, int G, int NT> static void wg_attr1(int sms, int *cl)
 {
-    CK(cudaFuncSetAttribute(wg_kernel<DT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            wg_cfg<NT>::SMEM));
+    using C = wg_cfg<G, NT>;
+    CK(cudaFuncSetAttribute(wg_kernel<DT, G, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            C::SMEM));
+    if (!cl)
+        return;
+    int per_sm = 0;
+    cl[0] = 0;
+    cl[1] = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, wg_kernel<DT, G, NT>,
+                                                          C::THREADS, C::SMEM) == cudaSuccess
+                ? per_sm * sms
+                : 0;
+    for (int s = 2; s <= RP_WG_MAXSPLIT; s++) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1, s);
+        cfg.blockDim = dim3(C::THREADS);
+        cfg.dynamicSmemBytes = C::SMEM;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 1;
+        at[0].val.clusterDim.y = s;
+        at[0].val.clusterDim.z = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        int n = 0;
+        cl[s] = cudaOccupancyMaxActiveClusters(&n, wg_kernel<DT, G, NT>, &cfg) == cudaSuccess ? n : 0;
+    }
+    cudaGetLastError(); /* a failed query leaves no error behind */
 }
 
-template <int DT> static void wg_attr_dt()
+template <int DT, int G> static void wg_attr_dt(int sms, int (*cl)[RP_WG_MAXSPLIT + 1])
 {
-    wg_attr1<DT, 1>();
-    wg_attr1<DT, 2>();
-    wg_attr1<DT, 3>();
-    wg_attr1<DT, 4>();
-    wg_attr1<DT, 5>();
-    wg_attr1<DT, 6>();
-    wg_attr1<DT, 7>();
-    wg_attr1<DT, 8>();
+    wg_attr1<DT, G, 1>(sms, cl ? cl[0] : NULL);
+    wg_attr1<DT, G, 2>(sms, cl ? cl[1] : NULL);
+    wg_attr1<DT, G, 3>(sms, cl ? cl[2] : NULL);
+    wg_attr1<DT, G, 4>(sms, cl ? cl[3] : NULL);
+    wg_attr1<DT, G, 5>(sms, cl ? cl[4] : NULL);
+    wg_attr1<DT, G, 6>(sms, cl ? cl[5] : NULL);
+    wg_attr1<DT, G, 7>(sms, cl ? cl[6] : NULL);
+    wg_attr1<DT, G, 8>(sms, cl ? cl[7] : NULL);
 }
 
-void rp_cuda_wg_setup(void)
+void rp_cuda_wg_setup(int g, int sms, int (*cl)[RP_WG_MAXSPLIT + 1])
 {
-    wg_attr_dt<RP_CUDA_BF16>();
-    wg_attr_dt<RP_CUDA_F16>();
+    if (g == 2) {
+        wg_attr_dt<RP_CUDA_BF16, 2>(sms, cl); /* the f16 kernels take the same resources */
+        wg_attr_dt<RP_CUDA_F16, 2>(sms, NULL);
+    } else {
+        wg_attr_dt<RP_CUDA_BF16, 1>(sms, cl);
+        wg_attr_dt<RP_CUDA_F16, 1>(sms, NULL);
+    }
+    if (getenv("RAPID_CUDA_WG_LOG")) /* the table, for tuning */
+        for (int t = 0; t < 8; t++) {
+            fprintf(stderr, "wgmma GEMM %d rows, %2d tokens: clusters resident, sizes 1..8:",
+                    128 * g, 8 * t + 8);
+            for (int s = 1; s <= RP_WG_MAXSPLIT; s++)
+                fprintf(stderr, " %d", cl[t][s]);
+            fprintf(stderr, "\n");
+        }
 }
 
-template <int DT, int NT>
+template <int DT, int G, int NT>
 static void wg_go(int pdl, dim3 grid, cudaStream_t st, const rp_wg_args &a)
 {
-    cluster_launch(pdl, wg_kernel<DT, NT>, grid, dim3(WG_THREADS), wg_cfg<NT>::SMEM, st, a);
+    using C = wg_cfg<G, NT>;
+    cluster_launch(pdl, wg_kernel<DT, G, NT>, grid, dim3(C::THREADS), C::SMEM, st, a);
 }
 
-template <int DT>
+template <int DT, int G>
 static void wg_launch_dt(int pdl, dim3 grid, cudaStream_t st, const rp_wg_args &a)
 {
     switch ((a.n + 7) / 8) {
-    case 1: wg_go<DT, 1>(pdl, grid, st, a); break;
-    case 2: wg_go<DT, 2>(pdl, grid, st, a); break;
-    case 3: wg_go<DT, 3>(pdl, grid, st, a); break;
-    case 4: wg_go<DT, 4>(pdl, grid, st, a); break;
-    case 5: wg_go<DT, 5>(pdl, grid, st, a); break;
-    case 6: wg_go<DT, 6>(pdl, grid, st, a); break;
-    case 7: wg_go<DT, 7>(pdl, grid, st, a); break;
-    default: wg_go<DT, 8>(pdl, grid, st, a); break;
+    case 1: wg_go<DT, G, 1>(pdl, grid, st, a); break;
+    case 2: wg_go<DT, G, 2>(pdl, grid, st, a); break;
+    case 3: wg_go<DT, G, 3>(pdl, grid, st, a); break;
+    case 4: wg_go<DT, G, 4>(pdl, grid, st, a); break;
+    case 5: wg_go<DT, G, 5>(pdl, grid, st, a); break;
+    case 6: wg_go<DT, G, 6>(pdl, grid, st, a); break;
+    case 7: wg_go<DT, G, 7>(pdl, grid, st, a); break;
+    default: wg_go<DT, G, 8>(pdl, grid, st, a); break;
     }
 }
 
-void rp_cuda_wg_launch(const rp_wg_args &a, int dt, unsigned row_blocks, unsigned splits, int pdl,
-                       cudaStream_t st)
+void rp_cuda_wg_launch(const rp_wg_args &a, int dt, int g, unsigned row_blocks, unsigned splits,
+                       int pdl, cudaStream_t st)
 {
     dim3 grid(row_blocks, splits);
-    if (dt == RP_CUDA_BF16)
-        wg_launch_dt<RP_CUDA_BF16>(pdl, grid, st, a);
-    else
-        wg_launch_dt<RP_CUDA_F16>(pdl, grid, st, a);
+    if (g == 2) {
+        if (dt == RP_CUDA_BF16)
+            wg_launch_dt<RP_CUDA_BF16, 2>(pdl, grid, st, a);
+        else
+            wg_launch_dt<RP_CUDA_F16, 2>(pdl, grid, st, a);
+    } else if (dt == RP_CUDA_BF16) {
+        wg_launch_dt<RP_CUDA_BF16, 1>(pdl, grid, st, a);
+    } else {
+        wg_launch_dt<RP_CUDA_F16, 1>(pdl, grid, st, a);
+    }
 }
