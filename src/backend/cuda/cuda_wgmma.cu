@@ -24,11 +24,17 @@
  *     N x 16 product instead of the mma.sync kernel's ldmatrix + 8 MMAs per warp: the issue
  *     limit of tc2 at 64 tokens is gone.
  *  3. Stages by NT: as many 16 KB + NT KB stages as fit in 110 KB (at most 8; 4 at 64
- *     tokens, 6 at <= 16), 2 blocks per SM.
+ *     tokens, 6 at <= 16), 2 blocks per SM. G = 2 (RAPID_CUDA_WG_BM=256, opt-in): two
+ *     warpgroups share each stage's x tile over 256 rows (warpgroup g takes the halves g and
+ *     g + 2), stages in 220 KB, 1 block per SM; measured slower than G = 1 (NOTES.md,
+ *     session 6).
  *  4. Split k and the epilogue: cuda_common.cuh's skinny_epilogue (the same as tc2's; the
- *     wgmma accumulator of warp w, half h holds rows 64 h + 16 w + g, + 8, in the m16n8
+ *     wgmma accumulator of warp w, half h holds rows 64 G h + 16 w + g, + 8, in the m16n8
  *     layout): one split stores y directly; a cluster of grid.y splits sums its tiles in rank
- *     order through distributed shared memory (deterministic).
+ *     order through distributed shared memory (deterministic). How many splits the caller
+ *     asks for (cuda_kernels.cu, wg_split) comes from the clusters that fit on the GPU at once
+ *     (rp_cuda_wg_setup's table: on the H200, 30 clusters of 8, 32 of 7, 47 of 5), so a split
+ *     never spills a few clusters into a second wave.
  *  5. The weights of the first STAGES - 1 steps are requested before the programmatic
  *     dependent launch wait, x's after it.
  * The compute_90 PTX pass (for newer GPUs) has no wgmma: there the kernels are empty and the
