@@ -35,15 +35,17 @@
 #            so its nucleus is most of the vocabulary, which the GPU leaves to the host.)
 #   wg       (runs before check) the wgmma skinny GEMM: HGMMA in the SASS, rapid_gpu_check wg
 #            (its checks) and wgtime (GB/s at the 8B shapes, 8..64 tokens: the default, split
-#            rules RAPID_CUDA_WG_SPLIT=8 / 4, RAPID_CUDA_WG_BM=256, RAPID_CUDA_WG=0), then 16 / 64 streams bf16
-#            (--prompt 512 --gen 128) with RAPID_CUDA_WG=5, =0 (tc2_kernel),
-#            RAPID_CUDA_WG_SPLIT=8 and RAPID_CUDA_WG_BM=256, and a 64-stream profile with WG=5, =0
+#            rules RAPID_CUDA_WG_SPLIT=8 / 4, RAPID_CUDA_WG_BM=256, RAPID_CUDA_WG=0), then
+#            16 / 64 streams bf16 (--prompt 512 --gen 128) with RAPID_CUDA_WG=5, =0 (tc2_kernel),
+#            RAPID_CUDA_WG_SPLIT=8 and RAPID_CUDA_WG_BM=256, and a 64-stream profile with WG=5
+#            and =0
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
 #            (plain and streaming) either way
 # usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [ab]
-#        [variants] [ncu] [profile] [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
+#        [variants] [ncu] [profile] [server] [wg] (default: check bench profile server).
+#        Logs go to $OUT (default /tmp/gpu-out).
 set -uo pipefail
 B=$(cd "$1" && pwd)
 shift

@@ -1989,10 +1989,11 @@ static void tc2_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
 }
 
 /* The wgmma kernel's split of k (its blocks: 128 rows, or 256 with RAPID_CUDA_WG_BM=256).
- * RAPID_CUDA_WG_SPLIT=S (1..8): tc2's rule with at most S splits. Default (0): by the clusters that fit on the GPU
- * at once (cudaOccupancyMaxActiveClusters per token tile and cluster size, read at the first
- * call): the split s of at most 8 (at least 4 k steps each) that minimises waves x k steps
- * per block, waves = ceil(row blocks / clusters resident at once), ties to the smaller s. */
+ * RAPID_CUDA_WG_SPLIT=S (1..8): tc2's rule with at most S splits. Default (0): by the
+ * clusters that fit on the GPU at once (cudaOccupancyMaxActiveClusters per token tile and
+ * cluster size, read at the first call): the split s of at most 8 (at least 4 k steps each)
+ * that minimises waves x k steps per block, waves = ceil(row blocks / clusters resident at
+ * once), ties to the smaller s. */
 static long wg_split(rp_cuda_ctx *c, tc_args &a)
 {
     long bm = (long)RP_WG_BM * c->wg_g, rb = (a.r0[3] + bm - 1) / bm, steps = a.cols / RP_WG_BK;

@@ -79,7 +79,10 @@ template <int N> __device__ __forceinline__ void wg_cpwait()
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 /* byte offset of 16-byte chunk ch of row r in a 128-byte-swizzled tile */
-__device__ __forceinline__ uint32_t wg_off(int r, int ch) { return r * 128 + ((ch ^ (r & 7)) << 4); }
+__device__ __forceinline__ uint32_t wg_off(int r, int ch)
+{
+    return r * 128 + ((ch ^ (r & 7)) << 4);
+}
 
 /* wgmma shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes
  * apart (stride byte offset 64 x 16), leading byte offset unused (1), base offset 0 */
@@ -406,7 +409,8 @@ template <int DT, int G, int NT> static void wg_attr1(int sms, int *cl)
         cfg.attrs = at;
         cfg.numAttrs = 1;
         int n = 0;
-        cl[s] = cudaOccupancyMaxActiveClusters(&n, wg_kernel<DT, G, NT>, &cfg) == cudaSuccess ? n : 0;
+        cudaError_t e = cudaOccupancyMaxActiveClusters(&n, wg_kernel<DT, G, NT>, &cfg);
+        cl[s] = e == cudaSuccess ? n : 0;
     }
     cudaGetLastError(); /* a failed query leaves no error behind */
 }

@@ -6,9 +6,9 @@
  * sm_90 devices (RAPID_CUDA_WG=0 restores tc2): x is the 16-bit copy [n][cols] the caller
  * rounded; y[m] is f32 [n][rows of m], written (not accumulated); every matrix's rows a
  * multiple of 16, cols a multiple of 64, weights 16-byte aligned. Blocks of RP_WG_BM (or twice
- * that) stacked rows; grid.y > 1 splits k into a thread block cluster of grid.y blocks (<= 8) that sums its
- * splits in rank order through distributed shared memory (deterministic: the same
- * summation order every call, no atomics).
+ * that) stacked rows; grid.y > 1 splits k into a thread block cluster of grid.y blocks (<= 8)
+ * that sums its splits in rank order through distributed shared memory (deterministic: the
+ * same summation order every call, no atomics).
  *
  * Ownership: nothing here owns memory. Threading: the caller's stream. Errors: a failed
  * launch aborts (CK). The kernels exist only in sm_90a machine code: call rp_cuda_wg_launch
