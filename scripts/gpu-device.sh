@@ -45,12 +45,19 @@
 #            MLX4 checkpoints: the GPU time of a
 #            decode step kernel by kernel (ncustep-*.csv; ncu runs kernels one at a time, so
 #            the programmatic-launch overlap is not in these times)
+#   wg       (runs before check) the wgmma skinny GEMM: HGMMA in the SASS, rapid_gpu_check wg
+#            (its checks) and wgtime (GB/s at the 8B shapes, 8..64 tokens: the default, split
+#            rules RAPID_CUDA_WG_SPLIT=8 / 4, RAPID_CUDA_WG_BM=256, RAPID_CUDA_WG=0), then
+#            16 / 64 streams bf16 (--prompt 512 --gen 128) with RAPID_CUDA_WG=5, =0 (tc2_kernel),
+#            RAPID_CUDA_WG_SPLIT=8 and RAPID_CUDA_WG_BM=256, and a 64-stream profile with WG=5
+#            and =0
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
 #            (plain and streaming) either way
 # usage (from the repository root): scripts/gpu-device.sh BUNDLE [check] [bench] [ab]
-#        [variants] [ncu] [profile] [server]   (default: all). Logs go to $OUT (default /tmp/gpu-out).
+#        [variants] [ncu] [profile] [server] [wg] (default: check bench profile server).
+#        Logs go to $OUT (default /tmp/gpu-out).
 set -uo pipefail
 B=$(cd "$1" && pwd)
 shift
@@ -82,6 +89,29 @@ rc=0
 # WITH_MLX4=1: make the MLX 4-bit twin up front for the steps that use it when present
 if [ -n "${WITH_MLX4:-}" ] && [ ! -f /dev/shm/rapid-llama3-8b-mlx4/config.json ]; then
   python3 scripts/bench/make_model.py /dev/shm/rapid-llama3-8b-mlx4 --shape llama-3-8b --dtype mlx4
+fi
+if [[ $what == *" wg "* ]]; then
+  echo "== wg (issue #12 batched decode on wgmma: RAPID_CUDA_WG on / off) =="
+  w=$out/wg.log
+  od=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+  echo "HGMMA in rapid_gpu_check's SASS: $("$od" --dump-sass "$B/bin/rapid_gpu_check" | grep -c HGMMA)" | tee "$w"
+  "$od" --dump-sass -fun _Z9wg_kernelILi2ELi1ELi8EEv10rp_wg_args "$B/bin/rapid_gpu_check" >"$out/wg_sass.txt" 2>&1
+  LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid_gpu_check" wg 2>&1 | tee -a "$w" |
+    grep -E "^FAIL|first bad|worst:|differ|gpu_check:|wgmma checks|error"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  RAPID_CUDA_WG_LOG=1 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" wgtime 2>&1 |
+    grep -v "^cuda graphs" | awk '!/^wgmma GEMM/ || !seen[$0]++' | tee -a "$w"
+  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
+  for v in RAPID_CUDA_WG=5 RAPID_CUDA_WG=0 RAPID_CUDA_WG_SPLIT=8 RAPID_CUDA_WG_BM=256; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 512 --gen 128 --streams 16,64 2>&1 | grep -E "^prefill|^decode|^streams|rror" |
+      sed "s|^|$v: |" | tee -a "$w"
+  done
+  for v in RAPID_CUDA_WG=5 RAPID_CUDA_WG=0; do
+    env $v RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 40 "$B/bin/rapid" bench \
+      --model "$model" --device cuda --prompt 16 --gen 32 --streams 64 2>&1 |
+      grep -E "^streams|in ops|skinny|cuBLASLt|matvec|attention" | sed "s|^|profile $v: |" | tee -a "$w"
+  done
 fi
 if [[ $what == *" check "* ]]; then
   echo "== check =="

@@ -16,7 +16,8 @@
  * the fixture's rounding sensitivity, which also scales the MLX prefill tolerance. MLX
  * 4/8-bit kernels and quantized fixtures: gpu_check_quant.c (arguments: "kernels", "qkernels", a fixture name,
  * "quant" for every quantized fixture, none for everything); GGUF weights: gpu_check_gguf.c
- * (with the quantized kernel checks, and "gguf" for every fixture's GGUF twins).
+ * (with the quantized kernel checks, and "gguf" for every fixture's GGUF twins); the wgmma
+ * skinny GEMM: gpu_check_wgmma.c ("wg" for its checks alone, "wgtime" for its timings).
  */
 #include <math.h>
 #include <stdio.h>
@@ -613,6 +614,7 @@ static void kernel_checks(int dense, int quant)
     argmax_check(be);
     rp_backend_free(be);
     gpu_gemm_kernel_checks();
+    gpu_wg_checks();
     attention_checks();
     gpu_decode_checks();
     gpu_mv1_checks();
@@ -664,6 +666,15 @@ int main(int argc, char **argv)
     if (!all && strcmp(argv[1], "mvtime") == 0) {
         gpu_mv1_timing();
         return 0;
+    }
+    if (!all && strcmp(argv[1], "wgtime") == 0) {
+        gpu_wg_timing();
+        return 0;
+    }
+    if (!all && strcmp(argv[1], "wg") == 0) { /* the wgmma GEMM's checks alone */
+        gpu_wg_checks();
+        printf("gpu_check: %d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
     }
     if (all || strcmp(argv[1], "kernels") == 0 || strcmp(argv[1], "qkernels") == 0)
         kernel_checks(all || strcmp(argv[1], "kernels") == 0, 1);

@@ -54,6 +54,9 @@ void gpu_qmv_checks(void);
 void gpu_qmv_timing(void);
 /* The staged skinny GEMM and the MLX dequantize path (gpu_check_gemm.c; own backends). */
 void gpu_gemm_kernel_checks(void);
+/* The wgmma skinny GEMM (gpu_check_wgmma.c; own backends) and `rapid_gpu_check wgtime`. */
+void gpu_wg_checks(void);
+void gpu_wg_timing(void);
 /* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens; the prefill
  * tolerance is scaled by the fixture's rounding sensitivity (>= 1, gpu_check.c). */
 void gpu_quant_fixture(const char *name, float sensitivity);

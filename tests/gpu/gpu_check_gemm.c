@@ -8,7 +8,8 @@
  * type as the kernel does (then only the f32 summation order differs: tolerance 2e-3 on
  * outputs of order 1, as the old kernel's check). Run on a backend made with
  * RAPID_CUDA_TC2=5 (every 5..64-token GEMM through the staged kernel); a few shapes also
- * with RAPID_CUDA_TC2=0 (the old kernel) as a control.
+ * with RAPID_CUDA_TC2=0 (the old kernel) as a control; both with RAPID_CUDA_WG=0 (else the
+ * wgmma kernel, checked in gpu_check_wgmma.c, would serve them on sm_90).
  * Staged 4-bit kernel (qmm2_kernel): a backend with RAPID_CUDA_QMM2=5, 5..64 tokens, the 8B
  * shapes, rows not a multiple of 16 or of its 256-row block, group sizes 32/64/128,
  * bf16/f16/f32 scales (gpu_qmm_check, tolerance 2e-3); RAPID_CUDA_QMM2=0 as a control.
@@ -144,6 +145,12 @@ void gpu_gemm_kernel_checks(void)
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
                down[1] = {4096}, head[1] = {65536}, odd3[3] = {1040, 272, 48}, odd1[1] = {1040},
                r16[1] = {16}, r4112[1] = {4112};
+    /* tc2_kernel itself: the wgmma kernel (sm_90; gpu_check_wgmma.c) would take these */
+    const char *wg = getenv("RAPID_CUDA_WG");
+    char wg_keep[64] = "";
+    if (wg)
+        snprintf(wg_keep, sizeof wg_keep, "%s", wg);
+    setenv("RAPID_CUDA_WG", "0", 1);
     rp_backend *be = backend_with("RAPID_CUDA_TC2", "5");
     if (be) {
         const int ns[] = {5, 9, 17, 33, 64};
@@ -171,6 +178,10 @@ void gpu_gemm_kernel_checks(void)
         tc2_check(be, "tc (old)", RP_DT_BF16, 3, odd3, 4096, 33);
         rp_backend_free(be);
     }
+    if (wg)
+        setenv("RAPID_CUDA_WG", wg_keep, 1);
+    else
+        unsetenv("RAPID_CUDA_WG");
     be = backend_with("RAPID_CUDA_QMM2", "5"); /* the staged 4-bit kernel from 5 tokens */
     if (be) {
         const long odd[1] = {1000};

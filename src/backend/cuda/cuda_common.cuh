@@ -1,7 +1,8 @@
 /* backend/cuda/cuda_common.cuh - what the CUDA translation units share (cuda_kernels.cu,
- * cuda_quant.cu): the CUDA error check, the streaming 16-byte load, and programmatic
- * dependent launch (pdl_launch / pdl_wait), the cluster launch and the epilogue of the staged
- * skinny GEMMs (cluster_launch, skinny_epilogue). Internal to src/backend/cuda; CUDA C++ only.
+ * cuda_quant.cu, cuda_wgmma.cu): the CUDA error check, the streaming 16-byte load, and
+ * programmatic dependent launch (pdl_launch / pdl_wait), the cluster launch and the epilogue
+ * of the staged skinny GEMMs (cluster_launch, skinny_epilogue). Internal to src/backend/cuda;
+ * CUDA C++ only.
  *
  * Programmatic dependent launch: a kernel launched through pdl_launch may start while the
  * previous kernel of the stream is still draining; it must call pdl_wait() before it reads
@@ -102,8 +103,11 @@ static void cluster_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, size
  * One split (gridDim.y == 1): stored straight. Split k over a cluster: every block leaves its
  * tile [tokens][BM] (row stride RS floats) in its shared memory red, then block q sums slice q
  * of all the tiles in rank order (deterministic) through distributed shared memory, VEC
- * consecutive rows at a time (4 needs every matrix's rows and row starts multiples of 4). */
-template <int NT, int BM, int RS, int THREADS, int VEC>
+ * consecutive rows at a time (4 needs every matrix's rows and row starts multiples of 4).
+ * WS / MS: the block rows of warp w's tile mi start at WS w + MS mi (mma.sync: 32 w + 16 mi;
+ * the wgmma kernel, cuda_wgmma.cu, whose warp w holds rows 16 w.. of each 64-row half: 16 w
+ * + 64 mi). */
+template <int NT, int BM, int RS, int THREADS, int VEC, int WS = 32, int MS = 16>
 __device__ __forceinline__ void skinny_epilogue(const float (*acc)[NT][4], const long *r0,
                                                 float *const *y, int n, long row0, float *red)
 {
@@ -114,7 +118,7 @@ __device__ __forceinline__ void skinny_epilogue(const float (*acc)[NT][4], const
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                long row = row0 + warp * 32 + mi * 16 + g + 8 * h;
+                long row = row0 + warp * WS + mi * MS + g + 8 * h;
                 if (row >= R)
                     continue;
                 int m = (row >= r0[1]) + (row >= r0[2]);
@@ -140,7 +144,7 @@ __device__ __forceinline__ void skinny_epilogue(const float (*acc)[NT][4], const
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                red[(nt * 8 + 2 * t + (e & 1)) * RS + warp * 32 + mi * 16 + g + 8 * (e >> 1)] =
+                red[(nt * 8 + 2 * t + (e & 1)) * RS + warp * WS + mi * MS + g + 8 * (e >> 1)] =
                     acc[mi][nt][e];
     cl.sync();
     const int ns = (int)gridDim.y, q = (int)cl.block_rank();
@@ -153,17 +157,35 @@ __device__ __forceinline__ void skinny_epilogue(const float (*acc)[NT][4], const
             continue;
         int m = (row >= r0[1]) + (row >= r0[2]);
         float *dst = y[m] + (long)tok * (r0[m + 1] - r0[m]) + row - r0[m];
+        /* up to 8 ranks' loads in flight at once (not one remote latency each), then summed
+         * in rank order */
         if (VEC == 4) {
             float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int j = 0; j < ns; j++) {
-                const float4 v = *(const float4 *)(cl.map_shared_rank(red, j) + tok * RS + rl);
-                s4.x += v.x, s4.y += v.y, s4.z += v.z, s4.w += v.w;
+            for (int j0 = 0; j0 < ns; j0 += 8) {
+                float4 v[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        v[j] = *(const float4 *)(cl.map_shared_rank(red, j0 + j) + tok * RS + rl);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        s4.x += v[j].x, s4.y += v[j].y, s4.z += v[j].z, s4.w += v[j].w;
             }
             *(float4 *)dst = s4;
         } else {
             float s1 = 0.0f;
-            for (int j = 0; j < ns; j++)
-                s1 += cl.map_shared_rank(red, j)[tok * RS + rl];
+            for (int j0 = 0; j0 < ns; j0 += 8) {
+                float v[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        v[j] = cl.map_shared_rank(red, j0 + j)[tok * RS + rl];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j0 + j < ns)
+                        s1 += v[j];
+            }
             *dst = s1;
         }
     }

@@ -14,7 +14,9 @@
  *     engine, 8 KB in flight per warp); correct, but slower in whole decode steps on the
  *     H200 (NOTES.md, session 4), so off by default. 5..64 tokens of 16-bit weights (batched
  *     decode) go to the staged tensor-core skinny GEMM below (tc2_kernel; RAPID_CUDA_TC2=N
- *     moves its lower bound, 0 keeps session 2's tc_gemm_kernel). Larger batches (prefill) go
+ *     moves its lower bound, 0 keeps session 2's tc_gemm_kernel); on sm_90 devices the wgmma
+ *     version of it (cuda_wgmma.cu) takes them first (RAPID_CUDA_WG=N: from N tokens, 0: off,
+ *     back to tc2_kernel). Larger batches (prefill) go
  *     to cuBLASLt: x is rounded to the weight's 16-bit type and multiplied with f32
  *     accumulation and output (f32 weights: a plain f32 GEMM). On a shape's first use the
  *     heuristic's picks for both operand orientations (y, or y transposed then transposed
@@ -47,7 +49,8 @@
  *     (griddepcontrol.launch_dependents), so the next kernel's weight loads start under
  *     their tail.
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
- * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N,
+ * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N, RAPID_CUDA_WG=N,
+ * RAPID_CUDA_WG_SPLIT=S, RAPID_CUDA_WG_BM=256,
  * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
  * RAPID_CUDA_MV1=0|4|8, RAPID_CUDA_MV1_GRID=0, RAPID_CUDA_MV1_BPS=N, RAPID_CUDA_MV1_SILU=0,
  * RAPID_CUDA_DECMERGE=0, RAPID_CUDA_DECPRE=0 (NOTES.md, session 5), RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
@@ -73,6 +76,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
 #include "backend/cuda/cuda_sample.h"
+#include "backend/cuda/cuda_wgmma.h"
 
 extern "C" {
 #include "base/alloc.h"
@@ -247,6 +251,11 @@ struct rp_cuda_ctx {
     int qdq_min;   /* RAPID_CUDA_QDQ: tokens from which MLX weights go through a bf16 copy */
     int tc2_min;   /* RAPID_CUDA_TC2: tokens from which the staged skinny GEMM runs (0: never) */
     int tc2_attr;  /* its kernels' shared-memory limits raised */
+    int wg_min;    /* RAPID_CUDA_WG: tokens from which the wgmma GEMM runs (0: never; sm_90 only) */
+    int wg_attr;   /* its kernels' shared-memory limits raised, wg_cl read */
+    int wg_split;  /* RAPID_CUDA_WG_SPLIT: at most that many splits by tc2's rule (0: by wg_cl) */
+    int wg_g;      /* RAPID_CUDA_WG_BM=256: 2 warpgroups (256 rows) per block, else 1 (128) */
+    int wg_cl[8][RP_WG_MAXSPLIT + 1]; /* [token tiles - 1][s]: clusters of s resident at once */
     int qmm2_min;  /* RAPID_CUDA_QMM2: tokens from which the staged 4-bit kernel runs (0: never) */
     int qonce;     /* cuda_quant.cu's one-time set-ups done (rp_cuda_hook_once) */
     size_t qscr_bytes[6];
@@ -581,6 +590,12 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->qdq_min = qd && *qd ? atoi(qd) : 128;
     const char *t2 = getenv("RAPID_CUDA_TC2"); /* min tokens for the staged GEMM, 0 off */
     c->tc2_min = t2 && *t2 ? atoi(t2) : 5;
+    const char *wg = getenv("RAPID_CUDA_WG"); /* min tokens for the wgmma GEMM, 0 off */
+    c->wg_min = p.major == 9 && p.minor == 0 ? (wg && *wg ? atoi(wg) : 5) : 0; /* sm_90a code */
+    const char *ws = getenv("RAPID_CUDA_WG_SPLIT");
+    c->wg_split = ws && *ws >= '1' && *ws <= '8' && !ws[1] ? *ws - '0' : 0;
+    const char *wb = getenv("RAPID_CUDA_WG_BM");
+    c->wg_g = wb && strcmp(wb, "256") == 0 ? 2 : 1;
     const char *q2 = getenv("RAPID_CUDA_QMM2"); /* min tokens for the staged 4-bit GEMM, 0 off */
     c->qmm2_min = q2 && *q2 ? atoi(q2) : 5;
     const char *qv = getenv("RAPID_CUDA_QMV");
@@ -1998,6 +2013,21 @@ template <int DT> static void tc2_launch_dt(rp_cuda_ctx *c, const tc_args &a, di
 /* The staged kernel's grid: 128-row blocks, k split over a cluster (<= 8) only where the row
  * blocks leave more than half of the 2-blocks-per-SM slots empty, into whole 64-wide steps of
  * at least 4 each, never past one wave. */
+static long tc2_split(const rp_cuda_ctx *c, tc_args &a, long smax = TC2_MAXSPLIT)
+{
+    long rb = (a.r0[3] + TC2_BM - 1) / TC2_BM, slots = 2L * c->sms;
+    long s = 2 * rb <= slots ? slots / rb : 1;
+    if (s > smax)
+        s = smax;
+    if (s > a.cols / (4 * TC2_BK))
+        s = a.cols / (4 * TC2_BK);
+    if (s < 1)
+        s = 1;
+    a.kspan = ((a.cols + s - 1) / s + TC2_BK - 1) / TC2_BK * TC2_BK;
+    a.splits = (int)((a.cols + a.kspan - 1) / a.kspan);
+    return rb;
+}
+
 static void tc2_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
 {
     if (!c->tc2_attr) {
@@ -2005,21 +2035,70 @@ static void tc2_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
         tc2_attr_dt<RP_CUDA_F16>();
         c->tc2_attr = 1;
     }
-    long rb = (a.r0[3] + TC2_BM - 1) / TC2_BM, slots = 2L * c->sms;
-    long s = 2 * rb <= slots ? slots / rb : 1;
-    if (s > TC2_MAXSPLIT)
-        s = TC2_MAXSPLIT;
-    if (s > a.cols / (4 * TC2_BK))
-        s = a.cols / (4 * TC2_BK);
-    if (s < 1)
-        s = 1;
-    a.kspan = ((a.cols + s - 1) / s + TC2_BK - 1) / TC2_BK * TC2_BK;
-    a.splits = (int)((a.cols + a.kspan - 1) / a.kspan);
-    dim3 grid((unsigned)rb, (unsigned)a.splits);
+    unsigned rb = (unsigned)tc2_split(c, a); /* sets a.splits: before the grid reads it */
+    dim3 grid(rb, (unsigned)a.splits);
     if (dt == RP_CUDA_BF16)
         tc2_launch_dt<RP_CUDA_BF16>(c, a, grid);
     else
         tc2_launch_dt<RP_CUDA_F16>(c, a, grid);
+}
+
+/* The wgmma kernel's split of k (its blocks: 128 rows, or 256 with RAPID_CUDA_WG_BM=256).
+ * RAPID_CUDA_WG_SPLIT=S (1..8): tc2's rule with at most S splits. Default (0): by the
+ * clusters that fit on the GPU at once (cudaOccupancyMaxActiveClusters per token tile and
+ * cluster size, read at the first call): the split s of at most 8 (at least 4 k steps each)
+ * that minimises waves x k steps per block, waves = ceil(row blocks / clusters resident at
+ * once), ties to the smaller s. */
+static long wg_split(rp_cuda_ctx *c, tc_args &a)
+{
+    long bm = (long)RP_WG_BM * c->wg_g, rb = (a.r0[3] + bm - 1) / bm, steps = a.cols / RP_WG_BK;
+    long slots = (3L - c->wg_g) * c->sms, best = 1; /* 2 blocks of 128 rows per SM, 1 of 256 */
+    if (c->wg_split > 0) { /* tc2's rule */
+        best = 2 * rb <= slots ? slots / rb : 1;
+        best = best > c->wg_split ? c->wg_split : best;
+        best = best > steps / 4 ? steps / 4 : best;
+        best = best < 1 ? 1 : best;
+    } else {
+        const int *cl = c->wg_cl[(a.n + 7) / 8 - 1];
+        long best_cost = -1;
+        for (long s = 1; s <= RP_WG_MAXSPLIT && (s == 1 || steps / s >= 4); s++) {
+            long cap = cl[s] > 0 ? cl[s] : slots / s; /* 0: the query failed */
+            long cost = (rb + cap - 1) / cap * ((steps + s - 1) / s);
+            if (best_cost < 0 || cost < best_cost)
+                best = s, best_cost = cost;
+        }
+    }
+    a.kspan = ((a.cols + best - 1) / best + RP_WG_BK - 1) / RP_WG_BK * RP_WG_BK;
+    a.splits = (int)((a.cols + a.kspan - 1) / a.kspan);
+    return rb;
+}
+
+/* The wgmma kernel (cuda_wgmma.cu, sm_90 only): tc2's blocks of 128 rows, split k above. */
+static void wg_gemm(rp_cuda_ctx *c, int dt, tc_args &a)
+{
+    static_assert((int)RP_WG_BM == (int)TC2_BM && (int)RP_WG_BK == (int)TC2_BK &&
+                      (int)RP_WG_MAXSPLIT == (int)TC2_MAXSPLIT,
+                  "the wgmma kernel takes tc2's grid");
+    if (!c->wg_attr) {
+        rp_cuda_wg_setup(c->wg_g, c->sms, c->wg_cl);
+        c->wg_attr = 1;
+    }
+    unsigned rb = (unsigned)wg_split(c, a), ns = (unsigned)a.splits;
+    int g = c->wg_g;
+    rp_wg_args w;
+    memset(&w, 0, sizeof w);
+    for (int i = 0; i < 3; i++)
+        w.w[i] = a.w[i], w.y[i] = a.y[i];
+    memcpy(w.r0, a.r0, sizeof w.r0);
+    w.cols = a.cols;
+    w.x = a.x;
+    w.n = a.n;
+    w.kspan = a.kspan;
+    int pdl = c->pdl;
+    LAUNCH(c, {
+        rp_cuda_wg_launch(w, dt, g, rb, ns, pdl, c->stream);
+        LAUNCHED();
+    });
 }
 
 /* n matrices (n <= 3, stacked as in mv_set) over the same x: one conversion, one launch. */
@@ -2043,6 +2122,10 @@ static void tc_gemm(rp_cuda_ctx *c, int dt, int n_mat, const void *const *w, con
     a.cols = cols;
     a.n = n;
     a.x = tc_round(c, dt, x, n, cols);
+    if (c->wg_min > 0 && n >= c->wg_min) {
+        wg_gemm(c, dt, a);
+        return;
+    }
     if (c->tc2_min > 0 && n >= c->tc2_min) {
         tc2_gemm(c, dt, a);
         return;
