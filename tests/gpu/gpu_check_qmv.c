@@ -7,13 +7,14 @@
  * straddle two-row tiles (odd row counts, R = 2 forced by RAPID_CUDA_QMV2=5), fewer runs than
  * lanes (96 and 256 columns), 14336 columns (a partial last item), every scale type and group
  * size, 8-bit weights; RAPID_CUDA_QMV2=0 (the old two-kernel path) as a control.
- * Session 6: split k for rows of more than 8192 elements (qmv2k_kernel) at odd shapes (the
- * last warp's slice short, rows not a multiple of the row group, 64 rows a block, 4 runs a
- * lane), and the fusions of the deferred-op machinery (gpu_qfused_check): a one-token
+ * Session 6: the fusions of the deferred-op machinery (gpu_qfused_check): a one-token
  * rmsnorm or silu_mul into the matvec of its output, the residual add of its output into its
- * epilogue, at the 8B layer's shapes in 4 and 8 bits and at odd ones; then the 8B layer's
- * fused checks with RAPID_CUDA_QMV2=7 (no fusions), 6 (no split k), 5 (session 5's kernel)
- * and RAPID_CUDA_FUSE=0 as controls.
+ * epilogue, at the 8B layer's shapes in 4 and 8 bits and at odd ones, on the default; the
+ * opt-in kernels with them: split k for rows of more than 8192 elements (RAPID_CUDA_QMV2=6,
+ * qmv2k_kernel) at odd shapes (the last warp's slice short, rows not a multiple of the row
+ * group, 64 rows a block, 4 runs a lane) and two items in flight (=7); then the 8B layer's
+ * fused checks with RAPID_CUDA_QMV2=5 (session 5's kernel, no fusions) and
+ * RAPID_CUDA_FUSE=0 as controls.
  * `rapid_gpu_check qmvtime`: per shape, bits and setting, the host wall time of 200 back-to-
  * back calls (no graph, so launch gaps count where a call is shorter than its launch) and the
  * GB/s of weights + (scale, bias) that makes, beside the backend's read-bandwidth probe.
@@ -100,9 +101,18 @@ void gpu_qmv_checks(void)
         gpu_qmm_check(be, 8, 32, RP_DT_F32, 1, o, 4096, 1);
         gpu_qmm_check(be, 8, 128, RP_DT_F16, 3, odd3, 14336, 1);
         gpu_qmm_check(be, 8, 64, RP_DT_BF16, 2, big2, 256, 1);
-        /* split k (qmv2k_kernel, rows of more than 8192 elements): slices of 33 runs (the
-         * last 26), rows not a multiple of the row group, 64 rows a block (QK_ROWS), 16416
-         * and 32768 columns (4 runs a lane), a stack straddling blocks */
+        qmv_fused_all(be);
+        qmv_done(be);
+    }
+    /* the opt-in kernels with the fusions: split k (RAPID_CUDA_QMV2=6, qmv2k_kernel for rows
+     * of more than 8192 elements: slices of 33 runs (the last 26), rows not a multiple of the
+     * row group, 64 rows a block (QK_ROWS), 16416 and 32768 columns (4 runs a lane), a stack
+     * straddling blocks) and two items in flight (=7) */
+    const char *os[] = {"6", "7"};
+    for (size_t i = 0; i < sizeof os / sizeof *os; i++) {
+        printf("info  qmv2               RAPID_CUDA_QMV2=%s (opt-in, fused)\n", os[i]);
+        if (!(be = qmv_backend(os[i])))
+            continue;
         gpu_qmm_check(be, 4, 32, RP_DT_BF16, 1, odd37, 8224, 1);
         gpu_qmm_check(be, 8, 32, RP_DT_BF16, 1, odd37, 8224, 1);
         gpu_qmm_check(be, 4, 64, RP_DT_BF16, 1, many, 8256, 1);
@@ -110,17 +120,16 @@ void gpu_qmv_checks(void)
         gpu_qmm_check(be, 4, 128, RP_DT_BF16, 1, odd1, 32768, 1);
         gpu_qmm_check(be, 8, 64, RP_DT_BF16, 1, odd1, 32768, 1);
         gpu_qmm_check(be, 4, 64, RP_DT_BF16, 3, qkv, 14336, 1);
+        gpu_qmm_check(be, 4, 64, RP_DT_BF16, 3, odd3, 4096, 1);
+        gpu_qmm_check(be, 8, 64, RP_DT_BF16, 2, big2, 256, 1);
         qmv_fused_all(be);
         qmv_done(be);
     }
-    /* the fusions and split k off, as controls: the same checks on the other paths */
-    const char *cs[] = {"7", "6", "5"};
-    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
-        printf("info  qmv2               RAPID_CUDA_QMV2=%s (fused checks)\n", cs[i]);
-        if ((be = qmv_backend(cs[i]))) {
-            qmv_fused_8b(be);
-            qmv_done(be);
-        }
+    /* the fusions off, as controls: session 5's kernel (=5), RAPID_CUDA_FUSE=0 */
+    printf("info  qmv2               RAPID_CUDA_QMV2=5 (fused checks)\n");
+    if ((be = qmv_backend("5"))) {
+        qmv_fused_8b(be);
+        qmv_done(be);
     }
     printf("info  qmv2               RAPID_CUDA_FUSE=0 (fused checks)\n");
     setenv("RAPID_CUDA_FUSE", "0", 1);
@@ -161,13 +170,13 @@ void gpu_qmv_timing(void)
               {"gate/up 28672x4096", 2, gu, 4096},
               {"down 4096x14336", 1, down, 14336},
               {"head 128256x4096", 1, head, 4096}};
-    const char *vs[] = {NULL, "0", "5", "6"};
+    const char *vs[] = {NULL, "5", "7", "6"};
     double probe = 0;
     for (size_t v = 0; v < sizeof vs / sizeof *vs; v++)
         for (int bits = 4; bits <= 8; bits += 4)
             for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
-                if (i == 4 && (bits == 8 || v >= 2))
-                    continue; /* 525 MB of host weights; the forced tilings change nothing */
+                if (i == 4 && (bits == 8 || v >= 1))
+                    continue; /* 525 MB of host weights */
                 if (v == 3 && i != 3)
                     continue; /* QMV2=6 differs from the default only in rows > 8192 long */
                 /* a backend each: under RAPID_CUDA_PROFILE=2 its "matvec" line (stderr, at

@@ -17,7 +17,10 @@
  *     split folded in (each block splits x into shared memory), a persistent grid of two
  *     blocks per SM, each warp streaming its two-row tiles with the next item's 8 loads per
  *     lane issued before the current item's math (see its section; 16-bit scales only, f32
- *     scales keep qmv_kernel).
+ *     scales keep qmv_kernel). A held one-token rmsnorm or silu_mul of its x is computed in
+ *     its prologue and a residual add of its output done in its epilogue (the deferred ops
+ *     of cuda_kernels.cu: rp_cuda_hook_take_pro, rp_cuda_hook_defer).
+ *     Opt-in: qmv2k_kernel (split k over a block's warps for long rows), two items in flight.
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
  *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
@@ -479,17 +482,18 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  * kernel of its own in front of every call (a launch and a dependent wait more). Here:
  *  - the x split is folded in: after the programmatic-launch wait each block splits all of x
  *    into shared memory as qx_int8_kernel does (qx_split, q2 by a reciprocal; 72 bytes a run,
- *    [part word h][run] so lanes reading consecutive runs hit distinct banks), each
- *    thread's pieces' L2 reads issued together (4 at a time; RAPID_CUDA_QMV2=5: one by one);
+ *    [part word h][run] so lanes reading consecutive runs hit distinct banks), computing a
+ *    held rmsnorm or silu_mul of its input on the way (the fused prologue below);
  *  - a persistent grid (2 blocks of QV2_WARPS warps per SM at most, never more warps
  *    than tiles), warp w owning the tiles w, w + W, ... (W the grid's warps; tile counts per
  *    warp differ by at most one): a tile is R consecutive stacked rows (they may straddle
  *    the stacked matrices), an item a tile's next 32 U runs (lane i: runs i, i + 32, ...);
- *  - two items in flight: the weights and (scale, bias) words (R U V 16-byte streaming loads
- *    per lane) of item i + 2 are issued right after item i's math, into the registers item i
- *    used (two sets, no copies), the first item's before the wait, the second's after the
- *    x split (RAPID_CUDA_QMV2=5,
- *    session 5: one, the next item's loads issued before the current item's math);
+ *  - the next item's weights and (scale, bias) words (R U V 16-byte streaming loads per
+ *    lane) are issued before the current item's math, the first item's before the wait;
+ *    opt-in (RAPID_CUDA_QMV2=7, NB 4; slower on the H200 in session 6): two items in flight,
+ *    item i + 2's loads issued right after item i's math into the registers item i used
+ *    (two sets, no copies; the second item's after the x split), and the split's L2 reads
+ *    issued 4 pieces at a time;
  *  - every item is 8 loads of 16 bytes per lane: R = 2 rows of U = 4 runs (4-bit; 2 runs of
  *    32 bytes for 8-bit; the rows share each x read from shared memory; 4-bit at 4096
  *    columns: a tile is one item); RAPID_CUDA_QMV2=4: R = 1 row of 8 (4) runs (fewer items
@@ -499,7 +503,7 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  * only the order of the per-lane f32 sums differs. */
 enum { QV2_WARPS = 8 };
 
-/* The fused prologue (RAPID_CUDA_QMV2 2, 3, 6: a held rmsnorm or silu_mul whose output is
+/* The fused prologue (RAPID_CUDA_QMV2 2, 3, 6, 7: a held rmsnorm or silu_mul whose output is
  * this matvec's x, taken in through rp_cuda_hook_take_pro): x = the norm's input x times
  * inv times its weight (or 1 + weight, or none), or silu(gate) * up; block 0 also writes
  * those values to the op's own output, which later ops may read. res: a residual add of the
@@ -548,9 +552,13 @@ __device__ __forceinline__ void qx_split(const float *__restrict__ x, const qv2_
                                          int perm, long nr, uint4 *sx, float2 *sd)
 {
     for (long base = p0; base < p1; base += (long)nth * NB) {
+        /* the batch's pieces with any thread's piece in range (the same in a warp) */
+        const long nbl = (p1 - base + nth - 1) / nth;
         float4 f[NB][2], g[NB][2] = {};
 #pragma unroll
         for (int b = 0; b < NB; b++) {
+            if (b >= nbl)
+                break;
             long i = base + (long)b * nth + tid, ic = i < p1 ? i : p1 - 1;
             const float4 *src = (const float4 *)(x + ic * 8);
             f[b][0] = __ldg(src);
@@ -563,6 +571,8 @@ __device__ __forceinline__ void qx_split(const float *__restrict__ x, const qv2_
         }
 #pragma unroll
         for (int b = 0; b < NB; b++) {
+            if (b >= nbl)
+                break;
             long i = base + (long)b * nth + tid;
             bool live = i < p1;
             float v[8] = {f[b][0].x, f[b][0].y, f[b][0].z, f[b][0].w,
@@ -759,8 +769,8 @@ __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
 
 /* ---- one token, long rows: qmv2k_kernel (split k over the warps of a block) ----------------
  *
- * For rows of more than 8192 elements (the down projection's 14336; RAPID_CUDA_QMV2=6: as
- * qmv2_kernel): block b owns the stacked rows [b T / B, (b + 1) T / B) (T rows, B blocks, at
+ * Opt-in (RAPID_CUDA_QMV2=6) for rows of more than 8192 elements (the down projection's
+ * 14336; session 6 on the H200: 22.7 against 21.6 us a call, NOTES.md): block b owns the stacked rows [b T / B, (b + 1) T / B) (T rows, B blocks, at
  * most QK_ROWS a block), warp s of the block the runs [s ns, (s + 1) ns) of every one of them
  * (ns = ceil(runs / 8) <= 32 U: lane i takes runs i, i + 32, ... of the slice). Each warp
  * splits only its own slice of x into shared memory (no block barrier before its first
@@ -1395,12 +1405,13 @@ static size_t qv2_smem(long cols) { return (size_t)cols / 32 * 72; }
 #define QV2_SMEM_MAX ((size_t)96 * 1024)
 
 /* RAPID_CUDA_QMV2, read once into the context's once-flags (bits 8..11): 0 off
- * (qx_int8_kernel + qmv_kernel), 1 one block per SM, 2 (the default) two, 3 as 2 with the
- * early programmatic-launch trigger (griddepcontrol.launch_dependents once x is split), 4 as
- * 2 with one-row tiles (and none of session 6's changes), 5 session 5's kernel (two-row tiles,
- * the split's reads one by one, no fusions, no split k), 6 as 2 without split k (qmv2_kernel
- * for long rows too), 7 as 2 without the fusions (the held rmsnorm / silu_mul launched apart,
- * the residual add a kernel of its own). */
+ * (qx_int8_kernel + qmv_kernel), 1 one block per SM, 2 (the default) two blocks per SM with
+ * the fusions of the deferred ops (a held rmsnorm / silu_mul in the prologue, a residual add
+ * in the epilogue), 3 as 2 with the early programmatic-launch trigger
+ * (griddepcontrol.launch_dependents once x is split), 4 one-row tiles, no fusions, 5 session
+ * 5's default (two-row tiles, no fusions), 6 as 2 with split k for rows of more than 8192
+ * elements (qmv2k_kernel), 7 as 2 with two items in flight and the x split's loads 4 pieces
+ * at a time (6 and 7: slower on the H200, NOTES.md session 6). */
 static int qmv2_knob(rp_cuda_ctx *c)
 {
     int *once = rp_cuda_hook_once(c);
@@ -1503,9 +1514,9 @@ template <int BITS, int PRO>
 static void qmv2_pick(const qmv_call *c, void (**k)(qmv_args, const float *, qv2_pro, int, int))
 {
     if ((c->v2f & 15) == 1)
-        *k = qmv2_kernel<BITS, 1, 8 / (BITS / 4), QV2_COPY, 4>;
+        *k = qmv2_kernel<BITS, 1, 8 / (BITS / 4), QV2_COPY, 1>;
     else if (c->nb == 1)
-        *k = qmv2_kernel<BITS, 2, 4 / (BITS / 4), QV2_COPY, 1>;
+        *k = qmv2_kernel<BITS, 2, 4 / (BITS / 4), PRO, 1>;
     else
         *k = qmv2_kernel<BITS, 2, 4 / (BITS / 4), PRO, 4>;
 }
@@ -1541,8 +1552,10 @@ template <int BITS> static void qmv2_attr_bits(void)
     constexpr int V = BITS / 4;
 #define QV2_ATTR(...)                                                                          \
     CK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, most))
-    QV2_ATTR(qmv2_kernel<BITS, 1, 8 / V, QV2_COPY, 4>);
+    QV2_ATTR(qmv2_kernel<BITS, 1, 8 / V, QV2_COPY, 1>);
     QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_COPY, 1>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_NORM, 1>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_SILU, 1>);
     QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_COPY, 4>);
     QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_NORM, 4>);
     QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_SILU, 4>);
@@ -1781,11 +1794,12 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
             call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
             call.v2f = (unsigned char)(R | (v2 == 3 ? 1 : 0) << 4);
-            call.nb = v2 == 5 ? 1 : 4;
-            /* rows of more than 8192 elements (up to 32768: the slices' 32 U runs):
-             * qmv2k_kernel, its rows evenly over per_sm blocks per SM, at most QK_ROWS a
-             * block; RAPID_CUDA_QMV2=4, 5, 6: qmv2_kernel */
-            if (cols > 8192 && cols <= 32768 && v2 != 4 && v2 != 5 && v2 != 6) {
+            /* opt-in (slower on the H200 in session 6, NOTES.md): RAPID_CUDA_QMV2=7 two items
+             * in flight and the split's loads 4 pieces at a time; =6 rows of more than 8192
+             * elements (up to 32768: the slices' 32 U runs) by qmv2k_kernel, its rows evenly
+             * over per_sm blocks per SM, at most QK_ROWS a block */
+            call.nb = v2 == 7 ? 4 : 1;
+            if (cols > 8192 && cols <= 32768 && v2 == 6) {
                 long blocks = (long)per_sm * rp_cuda_hook_sms(c);
                 if (blocks < (r + QK_ROWS - 1) / QK_ROWS)
                     blocks = (r + QK_ROWS - 1) / QK_ROWS;
@@ -1795,9 +1809,9 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
                 call.v2 = (int)blocks;
             }
         }
-        if (call.v2 > 0 && v2 != 4 && v2 != 5 && v2 != 7) {
+        if (call.v2 > 0 && v2 != 4 && v2 != 5) {
             /* a held rmsnorm / silu_mul of x taken into the prologue, and the call held for a
-             * residual add of its output (its epilogue); RAPID_CUDA_QMV2=7 or
+             * residual add of its output (its epilogue); RAPID_CUDA_QMV2=4, 5 or
              * RAPID_CUDA_FUSE=0: neither */
             rp_cuda_pro pro;
             if (rp_cuda_hook_take_pro(c, x, cols, &pro) && pro.pro != RP_CUDA_PRO_NONE) {
