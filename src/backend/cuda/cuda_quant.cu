@@ -490,10 +490,10 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  *    the stacked matrices), an item a tile's next 32 U runs (lane i: runs i, i + 32, ...);
  *  - the next item's weights and (scale, bias) words (R U V 16-byte streaming loads per
  *    lane) are issued before the current item's math, the first item's before the wait;
- *    opt-in (RAPID_CUDA_QMV2=7, NB 4; slower on the H200 in session 6): two items in flight,
- *    item i + 2's loads issued right after item i's math into the registers item i used
- *    (two sets, no copies; the second item's after the x split), and the split's L2 reads
- *    issued 4 pieces at a time;
+ *    opt-in (RAPID_CUDA_QMV2=7, NB 4; slower in decode on the H200, session 6): two items
+ *    in flight, item i + 2's loads issued right after item i's math into the registers item
+ *    i used (two sets, no copies; the second item's after the x split), and the split's L2
+ *    reads issued 4 pieces at a time;
  *  - every item is 8 loads of 16 bytes per lane: R = 2 rows of U = 4 runs (4-bit; 2 runs of
  *    32 bytes for 8-bit; the rows share each x read from shared memory; 4-bit at 4096
  *    columns: a tile is one item); RAPID_CUDA_QMV2=4: R = 1 row of 8 (4) runs (fewer items
@@ -770,7 +770,8 @@ __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
 /* ---- one token, long rows: qmv2k_kernel (split k over the warps of a block) ----------------
  *
  * Opt-in (RAPID_CUDA_QMV2=6) for rows of more than 8192 elements (the down projection's
- * 14336; session 6 on the H200: 22.7 against 21.6 us a call, NOTES.md): block b owns the stacked rows [b T / B, (b + 1) T / B) (T rows, B blocks, at
+ * 14336; session 6 on the H200: 22.0 against 22.3 us a call at 4 bits, 29.6 against 28.6 at
+ * 8, NOTES.md): block b owns the stacked rows [b T / B, (b + 1) T / B) (T rows, B blocks, at
  * most QK_ROWS a block), warp s of the block the runs [s ns, (s + 1) ns) of every one of them
  * (ns = ceil(runs / 8) <= 32 U: lane i takes runs i, i + 32, ... of the slice). Each warp
  * splits only its own slice of x into shared memory (no block barrier before its first
@@ -1411,7 +1412,7 @@ static size_t qv2_smem(long cols) { return (size_t)cols / 32 * 72; }
  * (griddepcontrol.launch_dependents once x is split), 4 one-row tiles, no fusions, 5 session
  * 5's default (two-row tiles, no fusions), 6 as 2 with split k for rows of more than 8192
  * elements (qmv2k_kernel), 7 as 2 with two items in flight and the x split's loads 4 pieces
- * at a time (6 and 7: slower on the H200, NOTES.md session 6). */
+ * at a time (6 and 7: no faster in decode on the H200, NOTES.md session 6). */
 static int qmv2_knob(rp_cuda_ctx *c)
 {
     int *once = rp_cuda_hook_once(c);
@@ -1794,7 +1795,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
             call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
             call.v2f = (unsigned char)(R | (v2 == 3 ? 1 : 0) << 4);
-            /* opt-in (slower on the H200 in session 6, NOTES.md): RAPID_CUDA_QMV2=7 two items
+            /* opt-in (no faster on the H200 in session 6, NOTES.md): RAPID_CUDA_QMV2=7 two items
              * in flight and the split's loads 4 pieces at a time; =6 rows of more than 8192
              * elements (up to 32768: the slices' 32 U runs) by qmv2k_kernel, its rows evenly
              * over per_sm blocks per SM, at most QK_ROWS a block */
