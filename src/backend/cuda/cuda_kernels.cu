@@ -39,8 +39,9 @@
  *     and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode attention
  *     (RAPID_CUDA_PDL_SMALL=0: those off), and deferred-op fusions: residual add + next
  *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v, a one-token rmsnorm or
- *     silu_mul into the next matvec's x and a residual add into the matvec before it
- *     (RAPID_CUDA_FUSE=0: none; RAPID_CUDA_KVROPE=0: RoPE and KV store apart). mv1_kernel,
+ *     silu_mul into the next matvec's x and a residual add into the matvec before it (bf16 /
+ *     f16 and MLX weights) (RAPID_CUDA_FUSE=0: none; RAPID_CUDA_KVROPE=0: RoPE and KV store
+ *     apart). mv1_kernel,
  *     the fused RoPE + KV store and the decode attention let their dependents launch early
  *     (griddepcontrol.launch_dependents), so the next kernel's weight loads start under
  *     their tail.
@@ -2599,10 +2600,12 @@ extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
  * the same positions (q, then k) runs both in one launch; that pair is held again
  * (PEND_ROPE2) and a KV store of the rotated k right after it runs all three in one kernel
  * (rope_kv_kernel). A one-token rmsnorm (PEND_NORM) or silu_mul (PEND_SILU) is held for the
- * one-token matvec of its output (mv1_defer: computed in mv1_kernel's prologue), and such a
- * matvec is held itself (PEND_MV) for a residual add of its output (mv1_take_add: its
- * epilogue). Anything else launches the held op first (pend_flush), so the order of effects
- * is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
+ * one-token matvec of its output (pend_take_pro: computed in the prologue of mv1_kernel, or of
+ * the MLX qmv2_kernel through rp_cuda_hook_take_pro), and such a matvec is held itself
+ * (PEND_MV; PEND_QMV for the quantized one, its launcher and args through rp_cuda_hook_defer)
+ * for a residual add of its output (pend_take_add: its epilogue). Anything else launches the
+ * held op first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no
+ * deferral. */
 static void pend_flush(rp_cuda_ctx *c)
 {
     pend_op *pd = c->pend;

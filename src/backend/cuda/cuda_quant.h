@@ -16,6 +16,10 @@
  *     bf16 / f16 scales (qmv2_kernel, RAPID_CUDA_QMV2=0 for the path above): the same, with
  *     the split made by every block into its shared memory and q2 = rint(r * (1 / (d / 254)))
  *     by a reciprocal (differs by one from the division's only within an ulp of a half).
+ *     A held one-token rmsnorm or silu_mul of x (cuda_kernels.cu's deferred ops) is computed
+ *     in its prologue, x split from the op's inputs, and a residual add of its output in its
+ *     epilogue (rp_cuda_hook_take_pro, rp_cuda_hook_defer below; RAPID_CUDA_QMV2=5 or
+ *     RAPID_CUDA_FUSE=0: apart).
  *   n_tok > 4 (batched decode, prefill): x is rounded to bf16, each weight element is
  *     dequantized to bf16 in registers (scale * q + bias, one rounding; the fma in bf16 for
  *     bf16 scales, in f32 for f32 / f16 ones) and multiplied on the
