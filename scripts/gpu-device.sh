@@ -6,11 +6,12 @@
 #            deferred-op fusions off (RAPID_CUDA_PDL=0 RAPID_CUDA_FUSE=0) for comparison
 #   bench4   scripts/bench-gpu.sh on the MLX 4-bit checkpoint (RAPID_BENCH_DTYPE=mlx4), then
 #            (with profile) a 4-bit profile (RAPID_CUDA_PROFILE=2, 1 and 64 streams)
-#   qmv      the one-token MLX matvec: rapid_gpu_check qmvtime (GB/s at the 8B shapes per
-#            RAPID_CUDA_QMV2 setting, GPU time per call by RAPID_CUDA_PROFILE=2), tg128 MLX4 per
-#            setting ($QMV_VARIANTS, default 0 4 5),
-#            tg128 MLX8 (the checkpoint made here) with the default and with QMV2=0, then a
-#            4-bit decode profile (RAPID_CUDA_PROFILE=2) with QMV2 on and off
+#   qmv      the one-token MLX matvec: tg128 MLX4 per RAPID_CUDA_QMV2 setting ($QMV_VARIANTS,
+#            default 2 5 6 7 0 2; the checkpoint made here if missing), a 4-bit decode profile
+#            (RAPID_CUDA_PROFILE=2), rapid_gpu_check qmvtime (GB/s at the 8B shapes per setting,
+#            GPU time per call by RAPID_CUDA_PROFILE=2), tg128 MLX8 per $QMV8_VARIANTS
+#            (default 2 5 0), the profile with QMV2=5; nothing new starts past $QMV_LIMIT
+#            (default 225) seconds
 #   variants4 the MLX 4-bit kernels' knob (RAPID_CUDA_QMM=MT,F): their checks, then pp512 and
 #            64 streams on the 4-bit checkpoint in each (after bench4 made it); ncu of them
 #   ab       pp512 / tg128 / 1 and 64 streams with one knob changed each (RAPID_CUDA_FLASH=0,
@@ -137,21 +138,30 @@ fi
 if [[ $what == *" qmv "* ]]; then
   echo "== qmv (one-token MLX matvec, RAPID_CUDA_QMV2) =="
   m4=/dev/shm/rapid-llama3-8b-mlx4 m8=/dev/shm/rapid-llama3-8b-mlx8
-  RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid_gpu_check" qmvtime 2>&1 |
-    grep -E "qmvtime|matvec" | tee "$out/qmv.log"
+  lim=${QMV_LIMIT:-225} # seconds since the script started after which nothing new starts
+  mk() { [ -f "$1/config.json" ] || python3 scripts/bench/make_model.py "$1" --shape llama-3-8b \
+    --dtype "$2" >/dev/null 2>&1; }
   tg() { # tg MODEL LABEL ENV... : tg128 after a 512-token prompt with the knobs set
     local m=$1 l=$2; shift 2
-    env "$@" LD_LIBRARY_PATH="$RAPID_LIBS" timeout 40 "$B/bin/rapid" bench --model "$m" --device cuda \
+    env "$@" LD_LIBRARY_PATH="$RAPID_LIBS" timeout 30 "$B/bin/rapid" bench --model "$m" --device cuda \
       --prompt 512 --gen 128 2>&1 | grep -E "^decode " | sed "s/^/$l $*: /" | tee -a "$out/qmv.log"
   }
-  for v in ${QMV_VARIANTS:-0 4 5}; do [ $SECONDS -lt 140 ] && tg $m4 mlx4 RAPID_CUDA_QMV2=$v; done
-  if [ $SECONDS -lt 150 ] && { [ -f $m8/config.json ] || python3 scripts/bench/make_model.py $m8 \
-       --shape llama-3-8b --dtype mlx8 >/dev/null 2>&1; }; then
-    tg $m8 mlx8 RAPID_CUDA_QMV2=2; [ $SECONDS -lt 178 ] && tg $m8 mlx8 RAPID_CUDA_QMV2=0
+  # the defaults first, then each knob (QMV2: 5 session 5's kernel, 6 no split k, 7 no
+  # fusions, 0 the old two kernels), then the defaults again (the spread of one run)
+  if mk $m4 mlx4; then
+    for v in ${QMV_VARIANTS:-2 5 6 7 0 2}; do [ $SECONDS -lt $((lim - 60)) ] && tg $m4 mlx4 RAPID_CUDA_QMV2=$v; done
+    RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 25 "$B/bin/rapid" bench --model $m4 \
+      --device cuda --prompt 512 --gen 32 2>&1 | grep -E "^decode |in ops|^  [a-z]" |
+      sed "s/^/profile4 default: /" | tee -a "$out/qmv.log"
   fi
-  for v in 2 0; do # GPU time per op kind of a 4-bit decode (RAPID_CUDA_PROFILE=2)
-    [ $SECONDS -lt 190 ] && RAPID_CUDA_PROFILE=2 RAPID_CUDA_QMV2=$v LD_LIBRARY_PATH="$RAPID_LIBS" \
-      timeout 25 "$B/bin/rapid" bench --model $m4 --device cuda --prompt 512 --gen 32 2>&1 |
+  [ $SECONDS -lt $((lim - 50)) ] && RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 45 \
+    "$B/bin/rapid_gpu_check" qmvtime 2>&1 | grep -E "qmvtime|matvec" | tee -a "$out/qmv.log"
+  if [ $SECONDS -lt $((lim - 45)) ] && mk $m8 mlx8; then
+    for v in ${QMV8_VARIANTS:-2 5 0}; do [ $SECONDS -lt $((lim - 12)) ] && tg $m8 mlx8 RAPID_CUDA_QMV2=$v; done
+  fi
+  for v in 5; do # the profile of session 5's kernel, for comparison
+    [ $SECONDS -lt $((lim - 10)) ] && RAPID_CUDA_PROFILE=2 RAPID_CUDA_QMV2=$v LD_LIBRARY_PATH="$RAPID_LIBS" \
+      timeout 20 "$B/bin/rapid" bench --model $m4 --device cuda --prompt 512 --gen 32 2>&1 |
       grep -E "^decode |in ops|^  [a-z]" | sed "s/^/profile4 QMV2=$v: /" | tee -a "$out/qmv.log"
   done
 fi

@@ -42,6 +42,12 @@ void gpu_quant_kernel_checks(rp_backend *be);
 /* One MLX GEMM check (gpu_check_quant.c): n_mat stacked matrices over n tokens. */
 void gpu_qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, const long *rows,
                    long cols, int n);
+/* A one-token rmsnorm (mode 0; wmode 0 no weight, 1 w, 2 1 + w; mode 3 in place), silu_mul
+ * (1) or nothing (2) before a one-token MLX matvec of n_mat stacked matrices (bf16 scales)
+ * and (n_mat == 1) a residual add of its output, as the deferred-op machinery fuses them
+ * (gpu_check_quant.c): the op's output, y and the residual against host references. */
+void gpu_qfused_check(rp_backend *be, int mode, int wmode, int bits, int gs, int n_mat,
+                      const long *rows, long cols);
 /* Host wall time per one-token call (us, best of 3 passes of reps calls, synchronised at
  * each pass's end) of n_mat stacked random MLX matrices (group 64, bf16 scales) on be; *bytes:
  * the weight and (scale, bias) bytes one call reads (gpu_check_quant.c). */

@@ -155,6 +155,8 @@ static void quant_x(const float *x, long cols, int8_t *q1, int8_t *q2, float *d,
     }
 }
 
+static double worse_d(double w, double d) { return d != d ? INFINITY : d > w ? d : w; }
+
 static int row_sampled(long r, long rows)
 {
     return r < 20 || r >= rows - 20 || r % 97 == 0;
@@ -261,6 +263,160 @@ void gpu_qmm_check(rp_backend *be, int bits, int gs, rp_dtype sd, int n_mat, con
                    long cols, int n)
 {
     qmm_check(be, bits, gs, sd, n_mat, rows, cols, n);
+}
+
+/* mode 0: rmsnorm(h) (wmode 0 no weight, 1 w, 2 1 + w) -> one-token MLX matvec over n_mat
+ * stacked matrices -> (n_mat == 1) res += y; 1: silu(h) * h2 -> matvec -> res += y; 2: the
+ * matvec of h -> res += y; 3: rmsnorm in place (h = rmsnorm(h)) -> matvec -> res += y. The
+ * op's output (read back) against double precision (QF_XTOL), y against the two-part
+ * reference on the GPU's x (as qmm_check, 1e-3), the residual against res + that reference. */
+#define QF_XTOL 1e-5
+void gpu_qfused_check(rp_backend *be, int mode, int wmode, int bits, int gs, int n_mat,
+                      const long *rows, long cols)
+{
+    rp_err err = {0};
+    hq h[3];
+    memset(h, 0, sizeof h);
+    long tot = 0;
+    for (int m = 0; m < n_mat; m++)
+        tot += rows[m];
+    size_t cb = sizeof(float) * (size_t)cols, rb = sizeof(float) * (size_t)rows[0];
+    float *hx = rp_alloc(cb), *h2 = rp_alloc(cb), *nw = rp_alloc(cb), *xr = rp_alloc(cb);
+    float *res = rp_alloc(rb), *resg = rp_alloc(rb), *yh = rp_alloc(sizeof(float) * (size_t)tot);
+    double *xd = rp_alloc(sizeof(double) * (size_t)cols);
+    int8_t *xq = rp_alloc(2 * (size_t)cols), *xq2 = xq + cols;
+    float *dx = rp_alloc(sizeof(float) * (size_t)cols / 32 * 2), *sx = dx + cols / 32;
+    int ok = hx && h2 && nw && xr && res && resg && yh && xd && xq && dx;
+    rp_tensor wd[3], nwt, nwd;
+    float *hd = NULL, *h2d = NULL, *xo = NULL, *resd = NULL, *yd[3] = {0};
+    for (long i = 0; ok && i < cols; i++) {
+        hx[i] = mode == 1 ? qfrand() * 4.0f : qfrand() * 2.0f;
+        h2[i] = qfrand() * 2.0f;
+        nw[i] = 1.0f + 0.5f * qfrand();
+    }
+    for (long i = 0; ok && i < rows[0]; i++)
+        res[i] = qfrand();
+    for (int m = 0; m < n_mat && ok; m++) {
+        ok = hq_make(&h[m], bits, gs, RP_DT_BF16, rows[m], cols) == 0 &&
+             rp_backend_weight(be, &h[m].t, &wd[m], &err) == RP_OK;
+        yd[m] = rp_backend_buf_alloc(be, sizeof(float) * (size_t)rows[m], 0);
+        ok = ok && yd[m];
+    }
+    nwt = (rp_tensor){.dtype = RP_DT_F32, .n_dims = 1, .shape = {cols}, .data = nw,
+                      .n_bytes = cb};
+    ok = ok && rp_backend_weight(be, &nwt, &nwd, &err) == RP_OK;
+    if (ok) {
+        hd = rp_backend_buf_alloc(be, cb, 0);
+        h2d = rp_backend_buf_alloc(be, cb, 0);
+        xo = rp_backend_buf_alloc(be, cb, 0);
+        resd = rp_backend_buf_alloc(be, rb, 0);
+        ok = hd && h2d && xo && resd;
+    }
+    if (!ok)
+        printf("      setup: %s\n", err.msg);
+    double wx = INFINITY, wy = INFINITY, wr = INFINITY, we = 0;
+    long bad = -1;
+    if (ok) {
+        rp_backend_from_host(be, hd, hx, cb);
+        rp_backend_from_host(be, h2d, h2, cb);
+        rp_backend_from_host(be, resd, res, rb);
+        float *xin = mode == 2 || mode == 3 ? hd : xo;
+        if (mode == 0 || mode == 3)
+            rp_op_rmsnorm(be, xin, hd, wmode ? &nwd : NULL, 1, (int)cols, 1e-5f, wmode == 2);
+        else if (mode == 1)
+            rp_op_silu_mul(be, xo, hd, h2d, cols);
+        const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
+        if (n_mat == 1)
+            rp_op_matmul(be, &wd[0], xin, 1, yd[0]);
+        else
+            rp_op_matmul_n(be, n_mat, wp, xin, 1, yd);
+        if (n_mat == 1)
+            rp_op_add(be, resd, yd[0], rows[0]);
+        rp_backend_to_host(be, xr, xin, cb);
+        rp_backend_to_host(be, resg, resd, rb);
+        long off = 0;
+        for (int m = 0; m < n_mat; m++) {
+            rp_backend_to_host(be, yh + off, yd[m], sizeof(float) * (size_t)rows[m]);
+            off += rows[m];
+        }
+        double ss = 0;
+        for (long i = 0; i < cols; i++)
+            ss += (double)hx[i] * hx[i];
+        double inv = 1.0 / sqrt(ss / (double)cols + 1e-5);
+        wx = 0;
+        for (long i = 0; i < cols; i++) {
+            double v = hx[i];
+            if (mode == 0 || mode == 3)
+                v = hx[i] * inv * (wmode == 0 ? 1.0 : wmode == 1 ? nw[i] : 1.0 + nw[i]);
+            else if (mode == 1)
+                v = hx[i] / (1.0 + exp(-(double)hx[i])) * h2[i];
+            xd[i] = v;
+            wx = worse_d(wx, fabs(v - xr[i]));
+        }
+        quant_x(xr, cols, xq, xq2, dx, sx); /* the GPU's x, split as the kernel does */
+        wy = wr = 0;
+        off = 0;
+        for (int m = 0; m < n_mat; m++) {
+            long ng = cols / gs;
+            for (long r = 0; r < rows[m]; r++) {
+                if (!row_sampled(r, rows[m]))
+                    continue;
+                double ref = 0, exact = 0;
+                for (long k = 0; k < cols / 32; k++) {
+                    size_t g = (size_t)(r * ng + k * 32 / gs);
+                    double sc = sb_at(RP_DT_BF16, h[m].s, g), bi = sb_at(RP_DT_BF16, h[m].b, g);
+                    long dot1 = 0, dot2 = 0;
+                    for (int i = 0; i < 32; i++) {
+                        long q = (long)q_at(&h[m], r, 32 * k + i);
+                        dot1 += q * xq[32 * k + i];
+                        dot2 += q * xq2[32 * k + i];
+                        exact += (sc * (double)q + bi) * xd[32 * k + i];
+                    }
+                    ref += sc * ((double)dx[k] * (double)dot1 +
+                                 (double)(dx[k] / 254.0f) * (double)dot2) +
+                           bi * sx[k];
+                }
+                double d = fabs(ref - yh[off + r]);
+                if (!(d <= 1e-3) && bad < 0)
+                    bad = off + r;
+                wy = worse_d(wy, d);
+                we = worse_d(we, fabs(exact - yh[off + r]));
+                if (n_mat == 1)
+                    wr = worse_d(wr, fabs(res[r] + ref - resg[r]));
+            }
+            off += rows[m];
+        }
+    }
+    char what[128];
+    const char *op = mode == 1 ? "silu_mul" : mode == 2 ? "matvec" : mode == 3 ? "rmsnorm in place"
+                     : wmode == 0 ? "rmsnorm (no w)" : wmode == 1 ? "rmsnorm" : "rmsnorm (1+w)";
+    int n = snprintf(what, sizeof what, "mlx%d g%d %s %ld", bits, gs, op, rows[0]);
+    for (int m = 1; m < n_mat; m++)
+        n += snprintf(what + n, sizeof what - (size_t)n, "+%ld", rows[m]);
+    snprintf(what + n, sizeof what - (size_t)n, " x %ld", cols);
+    char w2[160];
+    snprintf(w2, sizeof w2, "%s: x", what);
+    gpu_check_report(wx <= QF_XTOL, "qmv fused", w2, wx, QF_XTOL);
+    snprintf(w2, sizeof w2, "%s: y", what);
+    gpu_check_report(wy <= 1e-3, "qmv fused", w2, wy, 1e-3);
+    if (bad >= 0)
+        printf("      first row past 1e-3: %ld (y %.6g)\n", bad, yh[bad]);
+    if (n_mat == 1) {
+        snprintf(w2, sizeof w2, "%s: residual", what);
+        gpu_check_report(wr <= 1e-3, "qmv fused", w2, wr, 1e-3);
+    }
+    if (ok)
+        printf("info  %-18s %-44s vs exact x: %.3g\n", "qmv fused", what, we);
+    for (int m = 0; m < n_mat; m++) {
+        hq_free(&h[m]);
+        rp_backend_buf_free(be, yd[m]);
+    }
+    rp_backend_buf_free(be, hd);
+    rp_backend_buf_free(be, h2d);
+    rp_backend_buf_free(be, xo);
+    rp_backend_buf_free(be, resd);
+    rp_free(hx), rp_free(h2), rp_free(nw), rp_free(xr), rp_free(res), rp_free(resg);
+    rp_free(yh), rp_free(xd), rp_free(xq), rp_free(dx);
 }
 
 double gpu_qmv_time(rp_backend *be, int bits, int n_mat, const long *rows, long cols, int reps,

@@ -41,10 +41,11 @@
  *     and for rmsnorm, silu_mul, the fused RoPE + KV store and the decode attention
  *     (RAPID_CUDA_PDL_SMALL=0: those off), and deferred-op fusions: residual add + next
  *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v, a one-token rmsnorm or
- *     silu_mul into the next matvec's x and a residual add into the matvec before it
- *     (RAPID_CUDA_FUSE=0: none; RAPID_CUDA_KVROPE=0: RoPE and KV store apart); opt-in, where
- *     every token of a step is its sequence's only one, that RoPE + KV store folded into the
- *     decode attention (RAPID_CUDA_ROPEFOLD=1; slower as it stands). mv1_kernel,
+ *     silu_mul into the next matvec's x and a residual add into the matvec before it (bf16 /
+ *     f16 and MLX weights) (RAPID_CUDA_FUSE=0: none; RAPID_CUDA_KVROPE=0: RoPE and KV store
+ *     apart); opt-in, where every token of a step is its sequence's only one, that RoPE + KV
+ *     store folded into the decode attention (RAPID_CUDA_ROPEFOLD=1; slower as it stands).
+ *     mv1_kernel,
  *     the fused RoPE + KV store and the decode attention let their dependents launch early
  *     (griddepcontrol.launch_dependents), so the next kernel's weight loads start under
  *     their tail.
@@ -134,7 +135,11 @@ typedef struct mv1_args {
     int add_one, pro, dt;
 } mv1_args;
 
-enum { PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2, PEND_MV, PEND_NORM, PEND_SILU, PEND_ROPEKV };
+enum {
+    PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2, PEND_MV, PEND_NORM, PEND_SILU, PEND_QMV, PEND_ROPEKV
+};
+static_assert((int)MV1_NORM == (int)RP_CUDA_PRO_NORM && (int)MV1_SILU == (int)RP_CUDA_PRO_SILU,
+              "prologue kinds");
 typedef struct pend_op {
     int kind, off; /* off: RAPID_CUDA_FUSE=0 */
     float *y;        /* add: y += x over n; rope: the tensor */
@@ -153,6 +158,11 @@ typedef struct pend_op {
     const float *v; /* PEND_ROPEKV: the RoPE pair (y, y2) and this layer's values held for the
                      * decode attention, which folds the rotations and the store in */
     int layer, kvd;
+    /* PEND_QMV: a quantized one-token matvec (cuda_quant.cu), its launcher and its args */
+    rp_cuda_hook_fn qfn;
+    rp_cuda_mvdesc qd;
+    size_t qn;
+    alignas(16) unsigned char qargs[RP_CUDA_HOOK_ARGS];
 } pend_op;
 
 typedef struct algo_entry {
@@ -227,8 +237,8 @@ struct rp_cuda_ctx {
                     * loads per lane per chunk 4 or 8 (RAPID_CUDA_MV1=4 / 8), 1: by shape (the
                     * default), 0: matvec_kernel and no fusions into it (RAPID_CUDA_MV1=0) */
     int mv1_bps;   /* its blocks per SM (RAPID_CUDA_MV1_BPS; 0: as many as fit) */
-    int mv1_silu;  /* a held silu_mul taken into the down projection's x (RAPID_CUDA_MV1_SILU=0:
-                    * its own kernel) */
+    int mv1_silu;  /* a held silu_mul taken into the next one-token matvec's x, bf16 or MLX
+                    * (RAPID_CUDA_MV1_SILU=0: its own kernel) */
     int mv1_grid;  /* its grid: as many rows for every warp (RAPID_CUDA_MV1_GRID=0: every slot) */
     int mv1_occ[16]; /* blocks per SM each variant fits by registers (0: not asked yet) */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
@@ -299,7 +309,8 @@ struct prof_scope {
     prof_scope(rp_cuda_ctx *ctx, int k, int flush = 1) : c(ctx), kind(k), slot(-1), t0(0)
     {
         int pk = c->pend ? c->pend->kind : PEND_NONE;
-        if (flush == 1 || (flush == 0 && (pk == PEND_MV || pk == PEND_NORM || pk == PEND_SILU)))
+        if (flush == 1 || (flush == 0 && (pk == PEND_MV || pk == PEND_NORM || pk == PEND_SILU ||
+                                          pk == PEND_QMV)))
             pend_flush(c);
         if (c->prof == 2) {
             /* a scope may open inside another (pend_flush): flush the events only when none
@@ -1134,6 +1145,30 @@ static int ranges_meet(const void *a, size_t na, const void *b, size_t nb)
     return a && b && x < y + nb && y < x + na;
 }
 
+/* The held one-token rmsnorm or silu_mul whose output is x (cols floats), taken into the
+ * prologue of the one-token matvec of x (mv1_kernel, or qmv2_kernel through
+ * rp_cuda_hook_take_pro): *p filled and nothing held; 0 when none fits. Its block 0 writes
+ * the op's output while the other blocks read the op's inputs: they must not meet (an
+ * in-place norm is refused). */
+static int pend_take_pro(rp_cuda_ctx *c, const float *x, long cols, rp_cuda_pro *p)
+{
+    pend_op *pd = c->pend;
+    if (pd->off || (pd->kind != PEND_NORM && pd->kind != PEND_SILU) || pd->y != x ||
+        pd->n != cols || (pd->kind == PEND_SILU && !c->mv1_silu))
+        return 0;
+    size_t xb = sizeof(float) * (size_t)cols;
+    if (ranges_meet(pd->y, xb, pd->x, xb) || ranges_meet(pd->y, xb, pd->x2, xb))
+        return 0;
+    p->pro = pd->kind == PEND_NORM ? RP_CUDA_PRO_NORM : RP_CUDA_PRO_SILU;
+    p->x = pd->x;
+    p->x2 = pd->x2;
+    p->out = pd->y;
+    p->eps = pd->kind == PEND_NORM ? pd->eps : 0.0f;
+    p->add_one = pd->kind == PEND_NORM ? pd->add_one : 0;
+    pd->kind = PEND_NONE;
+    return 1;
+}
+
 /* A one-token 16-bit matvec that mv1_kernel can run: deferred (PEND_MV), taking in a
  * deferred rmsnorm or silu_mul whose output is x; 0 when it is not one (the caller goes on). */
 static int mv1_defer(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const float *x)
@@ -1152,24 +1187,14 @@ static int mv1_defer(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const
     a.x = x;
     a.dt = dt;
     a.pro = MV1_COPY;
-    size_t xb = sizeof(float) * (size_t)cols; /* block 0 writes the op's output while the
-                                                * others read its inputs: they must not meet */
-    int apart = !ranges_meet(pd->y, xb, pd->x, xb) && !ranges_meet(pd->y, xb, pd->x2, xb);
-    if (!pd->off && pd->kind == PEND_NORM && pd->y == x && pd->n == cols && apart) {
-        a.pro = MV1_NORM;
-        a.x = pd->x;
-        a.x2 = pd->x2;
-        a.out = pd->y;
-        a.eps = pd->eps;
-        a.add_one = pd->add_one;
-        pd->kind = PEND_NONE;
-    } else if (!pd->off && c->mv1_silu && pd->kind == PEND_SILU && pd->y == x && pd->n == cols &&
-               apart) {
-        a.pro = MV1_SILU;
-        a.x = pd->x;
-        a.x2 = pd->x2;
-        a.out = pd->y;
-        pd->kind = PEND_NONE;
+    rp_cuda_pro p;
+    if (pend_take_pro(c, x, cols, &p)) {
+        a.pro = p.pro; /* MV1_NORM / MV1_SILU */
+        a.x = p.x;
+        a.x2 = p.x2;
+        a.out = p.out;
+        a.eps = p.eps;
+        a.add_one = p.add_one;
     } else {
         pend_flush(c);
     }
@@ -1183,22 +1208,45 @@ static int mv1_defer(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const
     return 1;
 }
 
-/* The residual add y += x taken into the deferred matvec that writes x. */
-static int mv1_take_add(rp_cuda_ctx *c, float *y, const float *x, long n)
+/* Whether y += x over n fits the epilogue of a held one-token matvec whose one output is
+ * y0 [rows] (NULL: several outputs) and which reads or writes in, in2, out (cols floats each):
+ * x must be y0, and y must meet none of them (the blocks read them while others add). */
+static int add_fits(const float *y, const float *x, long n, const float *y0, long rows,
+                    const float *in, const float *in2, const float *out, long cols)
+{
+    if (!y0 || x != y0 || n != rows)
+        return 0;
+    size_t yb = sizeof(float) * (size_t)n, xb = sizeof(float) * (size_t)cols;
+    return !ranges_meet(y, yb, in, xb) && !ranges_meet(y, yb, in2, xb) &&
+           !ranges_meet(y, yb, out, xb) && !ranges_meet(y, yb, x, yb);
+}
+
+/* The residual add y += x taken into the deferred matvec that writes x (mv1_kernel's, or a
+ * quantized one's: PEND_QMV, its res pointer at qd.res_off of its args). */
+static int pend_take_add(rp_cuda_ctx *c, float *y, const float *x, long n)
 {
     pend_op *pd = c->pend;
-    if (pd->off || pd->kind != PEND_MV)
+    if (pd->off)
         return 0;
-    mv1_args *a = &pd->mv;
-    long rows = a->set.r0[1];
-    if (a->res || a->set.r0[3] != rows || x != a->set.y[0] || n != rows)
-        return 0;
-    size_t yb = sizeof(float) * (size_t)n, xb = sizeof(float) * (size_t)a->cols;
-    if (ranges_meet(y, yb, a->x, xb) || ranges_meet(y, yb, a->x2, xb) ||
-        ranges_meet(y, yb, a->out, xb) || ranges_meet(y, yb, x, yb))
-        return 0;
-    a->res = y;
-    return 1;
+    if (pd->kind == PEND_MV) {
+        mv1_args *a = &pd->mv;
+        long rows = a->set.r0[1];
+        if (a->res || !add_fits(y, x, n, a->set.r0[3] == rows ? a->set.y[0] : NULL, rows, a->x,
+                                a->x2, a->out, a->cols))
+            return 0;
+        a->res = y;
+        return 1;
+    }
+    if (pd->kind == PEND_QMV) {
+        float *res;
+        memcpy(&res, pd->qargs + pd->qd.res_off, sizeof res);
+        if (res || !add_fits(y, x, n, pd->qd.y, pd->qd.rows, pd->qd.x, pd->qd.x2, pd->qd.out,
+                             pd->qd.cols))
+            return 0;
+        memcpy(pd->qargs + pd->qd.res_off, &y, sizeof y);
+        return 1;
+    }
+    return 0;
 }
 
 /* One token of 16-bit weights, streamed through shared memory by the bulk copy engine
@@ -2671,7 +2719,7 @@ static void add_launch(rp_cuda_ctx *c, float *y, const float *x, long n)
 
 extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
 {
-    if (mv1_take_add(c, y, x, (long)n)) { /* into the deferred matvec's epilogue */
+    if (pend_take_add(c, y, x, (long)n)) { /* into the deferred matvec's epilogue */
         prof_scope ps(c, P_ELEM, 2);
         return;
     }
@@ -2692,10 +2740,12 @@ extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
  * the same positions (q, then k) runs both in one launch; that pair is held again
  * (PEND_ROPE2) and a KV store of the rotated k right after it runs all three in one kernel
  * (rope_kv_kernel). A one-token rmsnorm (PEND_NORM) or silu_mul (PEND_SILU) is held for the
- * one-token matvec of its output (mv1_defer: computed in mv1_kernel's prologue), and such a
- * matvec is held itself (PEND_MV) for a residual add of its output (mv1_take_add: its
- * epilogue). Anything else launches the held op first (pend_flush), so the order of effects
- * is unchanged. RAPID_CUDA_FUSE=0: no deferral. */
+ * one-token matvec of its output (pend_take_pro: computed in the prologue of mv1_kernel, or of
+ * the MLX qmv2_kernel through rp_cuda_hook_take_pro), and such a matvec is held itself
+ * (PEND_MV; PEND_QMV for the quantized one, its launcher and args through rp_cuda_hook_defer)
+ * for a residual add of its output (pend_take_add: its epilogue). Anything else launches the
+ * held op first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no
+ * deferral. */
 static void rope_kv_launch(rp_cuda_ctx *c, const pend_op *pd);
 
 static void pend_flush(rp_cuda_ctx *c)
@@ -2710,6 +2760,8 @@ static void pend_flush(rp_cuda_ctx *c)
     else if (k == PEND_MV) {
         prof_scope ps(c, P_MATVEC, 0);
         mv1_launch(c, pd->mv);
+    } else if (k == PEND_QMV) {
+        rp_cuda_hook_run(c, 0, pd->qfn, pd->qargs, pd->qn); /* (nothing held now) */
     } else if (k == PEND_NORM) {
         prof_scope ps(c, P_NORM, 0);
         norm_launch(c, pd->y, pd->x, pd->x2, 1, (int)pd->n, pd->eps, pd->add_one, 1);
@@ -3616,6 +3668,28 @@ extern "C" void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, c
     cudaStream_t st = c->stream;
     int pdl = c->pdl;
     LAUNCH(c, { fn(blob.b, (void *)st, pdl); });
+}
+
+extern "C" int rp_cuda_hook_take_pro(rp_cuda_ctx *c, const float *x, long cols, rp_cuda_pro *p)
+{
+    return pend_take_pro(c, x, cols, p);
+}
+
+extern "C" void rp_cuda_hook_defer(rp_cuda_ctx *c, rp_cuda_hook_fn fn, const void *args, size_t n,
+                                   const rp_cuda_mvdesc *d)
+{
+    pend_op *pd = c->pend;
+    pend_flush(c);
+    if (pd->off || n > sizeof pd->qargs) {
+        rp_cuda_hook_run(c, 0, fn, args, n);
+        return;
+    }
+    pd->kind = PEND_QMV; /* (profiled when it launches: pend_flush) */
+    pd->qfn = fn;
+    pd->qd = *d;
+    pd->qn = n;
+    memset(pd->qargs, 0, sizeof pd->qargs);
+    memcpy(pd->qargs, args, n);
 }
 
 extern "C" void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n)

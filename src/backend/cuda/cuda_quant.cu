@@ -17,7 +17,10 @@
  *     split folded in (each block splits x into shared memory), a persistent grid of two
  *     blocks per SM, each warp streaming its two-row tiles with the next item's 8 loads per
  *     lane issued before the current item's math (see its section; 16-bit scales only, f32
- *     scales keep qmv_kernel).
+ *     scales keep qmv_kernel). A held one-token rmsnorm or silu_mul of its x is computed in
+ *     its prologue and a residual add of its output done in its epilogue (the deferred ops
+ *     of cuda_kernels.cu: rp_cuda_hook_take_pro, rp_cuda_hook_defer).
+ *     Opt-in: qmv2k_kernel (split k over a block's warps for long rows), two items in flight.
  *  2. More tokens: x is rounded to bf16 (qx_bf16_kernel; 4-bit: each 8 elements stored as
  *     x0 x4 x1 x5 x2 x6 x3 x7, the order in which the nibble masks 0x000F000F << 4p yield
  *     bf16 pairs). qmm_kernel: a block of 4 warps owns 128 rows, each warp two 16-row tiles
@@ -41,6 +44,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +97,59 @@ __device__ __forceinline__ float q_warp_sum(float v)
     return v;
 }
 
+/* One 8-element piece of a 32-element run (the run's 4 pieces on 4 consecutive lanes, every
+ * lane of the warp taking part): the run's amax and sum (((s0 + s1) + (s2 + s3)) of the four
+ * pieces' sequential sums) through shuffles, d = amax / 127, and the piece's bytes of both
+ * parts, q1 = rint(x 127 / amax), q2 = rint((x - d q1) / (d / 254)) clamped to +-127 (RECIP:
+ * times the reciprocal of d / 254, see qx_split); byte k is element k, or (perm) the evens
+ * 0 2 4 6 then the odds 1 3 5 7. */
+template <bool RECIP>
+__device__ __forceinline__ void qx_piece(const float (&v)[8], int perm, uint32_t (&w1)[2],
+                                         uint32_t (&w2)[2], float &d, float &sum)
+{
+    float amax = 0.0f;
+    sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        sum += v[k];
+        amax = fmaxf(amax, fabsf(v[k]));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float id = amax > 0 ? 127.0f / amax : 0.0f, d2;
+    d = amax / 127.0f;
+    d2 = d / 254.0f;
+    float id2 = RECIP && d2 > 0 ? 1.0f / d2 : 0.0f;
+    w1[0] = w1[1] = w2[0] = w2[1] = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
+        float q1 = rintf(__fmul_rn(v[e], id));
+        float r = fmaf(-q1, d, v[e]);
+        float q2 = RECIP ? fminf(fmaxf(rintf(__fmul_rn(r, id2)), -127.0f), 127.0f)
+                   : d2 > 0 ? fminf(fmaxf(rintf(__fdiv_rn(r, d2)), -127.0f), 127.0f)
+                            : 0.0f;
+        w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
+        w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
+    }
+}
+
+/* Piece i's parts into the shared-memory layout of qmvb_kernel / qmv2_kernel: sx [4][nr]
+ * uint4 (q1's two 16-byte words, then q2's), sd [nr] (d, sum). */
+__device__ __forceinline__ void qx_put(uint4 *sx, float2 *sd, long nr, long i,
+                                       const uint32_t (&w1)[2], const uint32_t (&w2)[2], float d,
+                                       float sum)
+{
+    long run = i / 4;
+    int q = (int)(i % 4);
+    ((uint2 *)&sx[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
+    ((uint2 *)&sx[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
+    if (q == 0)
+        sd[run] = make_float2(d, sum);
+}
+
 /* ---- decode: int8 activations, one warp per row ------------------------------------------ */
 
 /* Four threads per 32-element run of x [n][cols] (8 elements each): the run as two int8
@@ -110,31 +167,12 @@ __global__ void qx_int8_kernel(const float *__restrict__ x, long cols, long n_q,
     const float4 *src = (const float4 *)(x + t * cols + p * 8);
     float4 f0 = __ldg(src), f1 = __ldg(src + 1);
     float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-    float amax = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        sum += v[k];
-        amax = fmaxf(amax, fabsf(v[k]));
-    }
     /* the 4 threads of a run are 4 consecutive lanes (cols % 32 == 0, blocks of 128) */
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    uint32_t w1[2], w2[2];
+    float d, sum;
+    qx_piece<false>(v, perm, w1, w2, d, sum);
     if (!live)
         return;
-    float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f, d2 = d / 254.0f;
-    uint32_t w1[2] = {0, 0}, w2[2] = {0, 0};
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        /* byte k of the piece: element k, or (perm) evens 0 2 4 6 then odds 1 3 5 7 */
-        int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
-        float q1 = rintf(__fmul_rn(v[e], id));
-        float r = fmaf(-q1, d, v[e]);
-        float q2 = d2 > 0 ? fminf(fmaxf(rintf(__fdiv_rn(r, d2)), -127.0f), 127.0f) : 0.0f;
-        w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
-        w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
-    }
     long run = i / 4, q = i % 4;
     uint2 *o = (uint2 *)(xq + run * 64 + q * 8);
     o[0] = make_uint2(w1[0], w1[1]);
@@ -195,6 +233,22 @@ __device__ __forceinline__ float2 sb_of(uint2 u, int sf)
     return __half22float2(h);
 }
 
+/* The loaded item moved out of the prefetch registers (which the next item's loads take). */
+template <int V, int R, int U, typename S>
+__device__ __forceinline__ void qv2_take(uint4 (&w)[U][R][V], S (&sc)[U][R],
+                                         const uint4 (&wn)[U][R][V], const S (&sn)[U][R])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            sc[u][r] = sn[u][r];
+#pragma unroll
+            for (int h = 0; h < V; h++)
+                w[u][r][h] = wn[u][r][h];
+        }
+}
+
 /* R rows per warp (all in one matrix), lane i takes runs i, i + 32, ... of each, U runs per
  * step, weights and scales loaded together (the first step's before the programmatic-launch
  * wait); PIPE: the next step's are loaded while this one is multiplied (twice the
@@ -239,15 +293,7 @@ __global__ void __launch_bounds__(QMV_WARPS * 32) qmv_kernel(qmv_args a)
         }
         uint4 w[U][R][V];
         uint2 sc[U][R];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                sc[u][r] = sn[u][r];
-#pragma unroll
-                for (int h = 0; h < V; h++)
-                    w[u][r][h] = wn[u][r][h];
-            }
+        qv2_take(w, sc, wn, sn);
         if (PIPE && k + 32 * U < nr) {
             QMV_LOAD(k + 32 * U)
         }
@@ -367,35 +413,11 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
         const float4 *src = (const float4 *)(x + ic * 8);
         float4 f0 = __ldg(src), f1 = __ldg(src + 1);
         float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-        float amax = 0.0f, sum = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            sum += v[k];
-            amax = fmaxf(amax, fabsf(v[k]));
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (!live)
-            continue;
-        float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f, d2 = d / 254.0f;
-        uint32_t w1[2] = {0, 0}, w2[2] = {0, 0};
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
-            float q1 = rintf(__fmul_rn(v[e], id));
-            float r = fmaf(-q1, d, v[e]);
-            float q2 = d2 > 0 ? fminf(fmaxf(rintf(__fdiv_rn(r, d2)), -127.0f), 127.0f) : 0.0f;
-            w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
-            w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
-        }
-        long run = i / 4;
-        int q = (int)(i % 4);
-        ((uint2 *)&sx[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
-        ((uint2 *)&sx[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
-        if (q == 0)
-            sd[run] = make_float2(d, sum);
+        uint32_t w1[2], w2[2];
+        float d, sum;
+        qx_piece<false>(v, perm, w1, w2, d, sum);
+        if (live)
+            qx_put(sx, sd, nr, i, w1, w2, d, sum);
     }
     __syncthreads();
     float acc[2] = {0.0f, 0.0f};
@@ -459,14 +481,19 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  * latency with little in flight, a 6144-row q/k/v stack is 1.45 waves, and the x split is a
  * kernel of its own in front of every call (a launch and a dependent wait more). Here:
  *  - the x split is folded in: after the programmatic-launch wait each block splits all of x
- *    into shared memory as qx_int8_kernel does (qx_split_smem, q2 by a reciprocal; 72 bytes a run,
- *    [part word h][run] so lanes reading consecutive runs hit distinct banks);
+ *    into shared memory as qx_int8_kernel does (qx_split, q2 by a reciprocal; 72 bytes a run,
+ *    [part word h][run] so lanes reading consecutive runs hit distinct banks), computing a
+ *    held rmsnorm or silu_mul of its input on the way (the fused prologue below);
  *  - a persistent grid (2 blocks of QV2_WARPS warps per SM at most, never more warps
  *    than tiles), warp w owning the tiles w, w + W, ... (W the grid's warps; tile counts per
  *    warp differ by at most one): a tile is R consecutive stacked rows (they may straddle
  *    the stacked matrices), an item a tile's next 32 U runs (lane i: runs i, i + 32, ...);
  *  - the next item's weights and (scale, bias) words (R U V 16-byte streaming loads per
  *    lane) are issued before the current item's math, the first item's before the wait;
+ *    opt-in (RAPID_CUDA_QMV2=7, NB 4; slower in decode on the H200, session 6): two items
+ *    in flight, item i + 2's loads issued right after item i's math into the registers item
+ *    i used (two sets, no copies; the second item's after the x split), and the split's L2
+ *    reads issued 4 pieces at a time;
  *  - every item is 8 loads of 16 bytes per lane: R = 2 rows of U = 4 runs (4-bit; 2 runs of
  *    32 bytes for 8-bit; the rows share each x read from shared memory; 4-bit at 4096
  *    columns: a tile is one item); RAPID_CUDA_QMV2=4: R = 1 row of 8 (4) runs (fewer items
@@ -476,52 +503,105 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  * only the order of the per-lane f32 sums differs. */
 enum { QV2_WARPS = 8 };
 
-/* x [cols] split into sx ([4][nr] uint4: q1's two 16-byte words, then q2's) and sd ([nr]
- * (d, sum)), all threads of the block, as qx_int8_kernel but for q2 = rint(r * (1 / d2)) in
- * place of rint(r / d2) (one division per 8 elements, not 8, for every block repeats the
- * split): the two differ by one only where r / d2 lies within an ulp or so of a half, which
- * moves that element by d2 = 1/32258 of its run's max |x|. */
-__device__ __forceinline__ void qx_split_smem(const float *__restrict__ x, long cols, int perm,
-                                              uint4 *sx, float2 *sd)
+/* The fused prologue (RAPID_CUDA_QMV2 2, 3, 6, 7: a held rmsnorm or silu_mul whose output is
+ * this matvec's x, taken in through rp_cuda_hook_take_pro): x = the norm's input x times
+ * inv times its weight (or 1 + weight, or none), or silu(gate) * up; block 0 also writes
+ * those values to the op's own output, which later ops may read. res: a residual add of the
+ * matvec's output taken into its epilogue (res[r] += y[r], one matrix). */
+enum { QV2_COPY = RP_CUDA_PRO_NONE, QV2_NORM = RP_CUDA_PRO_NORM, QV2_SILU = RP_CUDA_PRO_SILU };
+typedef struct qv2_pro {
+    const float *x2; /* the norm's weight (or NULL) / the up projection */
+    float *out;      /* the op's output (block 0 writes it) */
+    float *res;      /* the residual (or NULL) */
+    float eps;
+    int add_one;
+} qv2_pro;
+
+/* 1 / sqrt(mean(x^2) + eps) over x [cols] (cols % 32 == 0), all threads of the block
+ * (each thread's float4 sums, the warps' sums in warp order: the same in every block). */
+__device__ __forceinline__ float qx_norm_inv(const float *__restrict__ x, long cols, float eps,
+                                             float *red)
 {
-    const long n_q = cols / 8, nr = cols / 32;
-    for (long base = 0; base < n_q; base += blockDim.x) {
-        long i = base + threadIdx.x;
-        bool live = i < n_q;
-        long ic = live ? i : n_q - 1;
-        const float4 *src = (const float4 *)(x + ic * 8);
-        float4 f0 = __ldg(src), f1 = __ldg(src + 1);
-        float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-        float amax = 0.0f, sum = 0.0f;
+    float ss = 0.0f;
+    for (long q = threadIdx.x; q < cols / 4; q += blockDim.x) {
+        float4 v = __ldg((const float4 *)x + q);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = q_warp_sum(ss);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float t = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++)
+        t += red[w];
+    return 1.0f / sqrtf(t / (float)cols + eps);
+}
+
+/* Pieces (8 elements) p0 + tid, p0 + tid + nth, ... below p1 of x split into sx ([4][nr]
+ * uint4: q1's two 16-byte words, then q2's) and sd ([nr] (d, sum)), by nth threads (a
+ * multiple of 32; p0 a multiple of 4: the 4 pieces of a run are 4 consecutive lanes), as
+ * qx_int8_kernel but for q2 = rint(r * (1 / d2)) in place of rint(r / d2) (one division per 8
+ * elements, not 8, for every block repeats the split): the two differ by one only where
+ * r / d2 lies within an ulp or so of a half, which moves that element by d2 = 1/32258 of its
+ * run's max |x|. PRO: x made by the fused prologue first (out: written too, or NULL). NB:
+ * pieces per thread whose loads go out together (1: session 5's loop, each piece's L2 reads
+ * waited for in turn). */
+template <int PRO, int NB>
+__device__ __forceinline__ void qx_split(const float *__restrict__ x, const qv2_pro &p, float *out,
+                                         float inv, long p0, long p1, int tid, int nth,
+                                         int perm, long nr, uint4 *sx, float2 *sd)
+{
+    for (long base = p0; base < p1; base += (long)nth * NB) {
+        /* the batch's pieces with any thread's piece in range (the same in a warp) */
+        const long nbl = (p1 - base + nth - 1) / nth;
+        float4 f[NB][2], g[NB][2] = {};
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            sum += v[k];
-            amax = fmaxf(amax, fabsf(v[k]));
+        for (int b = 0; b < NB; b++) {
+            if (b >= nbl)
+                break;
+            long i = base + (long)b * nth + tid, ic = i < p1 ? i : p1 - 1;
+            const float4 *src = (const float4 *)(x + ic * 8);
+            f[b][0] = __ldg(src);
+            f[b][1] = __ldg(src + 1);
+            if (PRO == QV2_SILU || (PRO == QV2_NORM && p.x2)) {
+                const float4 *gp = (const float4 *)(p.x2 + ic * 8);
+                g[b][0] = __ldg(gp);
+                g[b][1] = __ldg(gp + 1);
+            }
         }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (!live)
-            continue;
-        float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f, d2 = d / 254.0f;
-        float id2 = d2 > 0 ? 1.0f / d2 : 0.0f;
-        uint32_t w1[2] = {0, 0}, w2[2] = {0, 0};
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            int e = perm ? (k < 4 ? 2 * k : 2 * (k - 4) + 1) : k;
-            float q1 = rintf(__fmul_rn(v[e], id));
-            float r = fmaf(-q1, d, v[e]);
-            float q2 = fminf(fmaxf(rintf(__fmul_rn(r, id2)), -127.0f), 127.0f);
-            w1[k / 4] |= (uint32_t)((int)q1 & 0xff) << (8 * (k % 4));
-            w2[k / 4] |= (uint32_t)((int)q2 & 0xff) << (8 * (k % 4));
+        for (int b = 0; b < NB; b++) {
+            if (b >= nbl)
+                break;
+            long i = base + (long)b * nth + tid;
+            bool live = i < p1;
+            float v[8] = {f[b][0].x, f[b][0].y, f[b][0].z, f[b][0].w,
+                          f[b][1].x, f[b][1].y, f[b][1].z, f[b][1].w};
+            if (PRO != QV2_COPY) {
+                float u[8] = {g[b][0].x, g[b][0].y, g[b][0].z, g[b][0].w,
+                              g[b][1].x, g[b][1].y, g[b][1].z, g[b][1].w};
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    if (PRO == QV2_NORM) {
+                        v[k] *= inv;
+                        if (p.x2)
+                            v[k] *= p.add_one ? u[k] + 1.0f : u[k];
+                    } else {
+                        v[k] = v[k] / (1.0f + expf(-v[k])) * u[k];
+                    }
+                }
+                if (out && live) {
+                    float4 *o = (float4 *)(out + i * 8);
+                    o[0] = make_float4(v[0], v[1], v[2], v[3]);
+                    o[1] = make_float4(v[4], v[5], v[6], v[7]);
+                }
+            }
+            uint32_t w1[2], w2[2];
+            float d, sum;
+            qx_piece<true>(v, perm, w1, w2, d, sum);
+            if (live)
+                qx_put(sx, sd, nr, i, w1, w2, d, sum);
         }
-        long run = i / 4;
-        int q = (int)(i % 4);
-        ((uint2 *)&sx[(q / 2) * nr + run])[q % 2] = make_uint2(w1[0], w1[1]);
-        ((uint2 *)&sx[(2 + q / 2) * nr + run])[q % 2] = make_uint2(w2[0], w2[1]);
-        if (q == 0)
-            sd[run] = make_float2(d, sum);
     }
 }
 
@@ -532,55 +612,110 @@ __device__ __forceinline__ void pdl_trigger()
 #endif
 }
 
+/* qmv2_kernel's and qmv2k_kernel's item: R stacked rows from row0 (rows past rlast - 1 load
+ * row rlast - 1 again, never stored), lane runs k0, k0 + 32, ... (U of them) below kend:
+ * the weights (16-byte streaming loads) and (scale, bias) words into wn / sn ... */
 template <int BITS, int R, int U>
+__device__ __forceinline__ void qv2_load(const qmv_args &a, int row0, int rlast, int k0, int kend,
+                                         uint4 (&wn)[U][R][BITS / 4], uint32_t (&sn)[U][R])
+{
+    constexpr int V = BITS / 4;
+    const int nr = (int)(a.cols / 32), rpg = a.gs / 32, ng = (int)(a.cols / a.gs);
+    const int r1 = (int)a.r0[1], r2 = (int)a.r0[2];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int row = row0 + r;
+        row = row < rlast ? row : rlast - 1;
+        int m = (row >= r1) + (row >= r2);
+        int lr = row - (m == 0 ? 0 : m == 1 ? r1 : r2);
+        const uint4 *wr = (const uint4 *)a.q[m] + (unsigned)lr * (unsigned)(nr * V);
+        const unsigned *sr = (const unsigned *)a.sb[m] + (unsigned)lr * (unsigned)ng;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int kk = k0 + 32 * u;
+            bool in = kk < kend;
+#pragma unroll
+            for (int h = 0; h < V; h++)
+                wn[u][r][h] = in ? ld_stream(wr + kk * V + h) : make_uint4(0, 0, 0, 0);
+            sn[u][r] = in ? __ldg(sr + kk / rpg) : 0u;
+        }
+    }
+}
+
+/* ... and its math against x in shared memory (sx, sd as qx_split makes them): acc[r] +=
+ * per run, scale * (d dot1 + d / 254 dot2) + bias * sum. */
+template <int BITS, int R, int U>
+__device__ __forceinline__ void qv2_math(const uint4 (&w)[U][R][BITS / 4],
+                                         const uint32_t (&sc)[U][R], int k0, int kend, int nr,
+                                         int sf, const uint4 *sx, const float2 *sd, float (&acc)[R])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int kk = k0 + 32 * u;
+        if (kk < kend) {
+            uint4 p0 = sx[kk], p1 = sx[nr + kk], p2 = sx[2 * nr + kk], p3 = sx[3 * nr + kk];
+            uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+            uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
+            float2 d = sd[kk];
+            float dd2 = d.x / 254.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                int i1 = 0, i2 = 0;
+                run_dots<BITS>(w[u][r], x1, x2, i1, i2);
+                float2 s = sb_of(make_uint2(sc[u][r], 0u), sf);
+                float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
+                acc[r] = fmaf(s.x, dot, fmaf(s.y, d.y, acc[r]));
+            }
+        }
+    }
+}
+
+/* The row's stacked output: y[m][row - r0[m]] = v. */
+__device__ __forceinline__ void qv2_store(const qmv_args &a, int row, float v)
+{
+    const int r1 = (int)a.r0[1], r2 = (int)a.r0[2];
+    int m = (row >= r1) + (row >= r2);
+    a.y[m][row - (m == 0 ? 0 : m == 1 ? r1 : r2)] = v;
+}
+
+template <int BITS, int R, int U, int PRO, int NB>
 __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
-    qmv2_kernel(qmv_args a, const float *__restrict__ x, int perm, int trigger)
+    qmv2_kernel(qmv_args a, const float *__restrict__ x, qv2_pro pro, int perm, int trigger)
 {
     constexpr int V = BITS / 4; /* uint4 per run; U runs per lane and item */
     extern __shared__ uint4 sm_v[];
     /* 32-bit offsets: every matrix is under 2^31 16-byte words (rp_cuda_qmatmul_n checks) */
-    const int nr = (int)(a.cols / 32), rpg = a.gs / 32, ng = (int)(a.cols / a.gs);
+    const int nr = (int)(a.cols / 32);
     const int total = (int)a.r0[3], n_tiles = (total + R - 1) / R;
     const int nch = (nr + 32 * U - 1) / (32 * U);
-    const int lane = threadIdx.x % 32, sf = a.sf;
+    const int lane = threadIdx.x % 32;
     const int W = gridDim.x * QV2_WARPS, w0 = blockIdx.x * QV2_WARPS + threadIdx.x / 32;
     const int n_own = w0 < n_tiles ? (n_tiles - w0 + W - 1) / W : 0, n_items = n_own * nch;
-    const int r1 = (int)a.r0[1], r2 = (int)a.r0[2];
     uint4 *sx = sm_v;
     float2 *sd = (float2 *)(sx + 4 * nr);
-    uint4 wn[U][R][V];
-    uint32_t sn[U][R];
+    /* two items in flight (NB 4; NB 1, session 5's kernel: one, moved to w / sc) */
+    constexpr bool PP = NB > 1;
+    uint4 b0[U][R][V], b1[U][R][V];
+    uint32_t s0[U][R], s1[U][R];
     /* the next item to load: tile lt (R rows from lt R), runs lc 32 U + lane + 32 u */
     int lt = w0, lc = 0;
-    auto load = [&]() {
-        const int k0 = lc * 32 * U + lane;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            int row = lt * R + r;
-            row = row < total ? row : total - 1;
-            int m = (row >= r1) + (row >= r2);
-            int lr = row - (m == 0 ? 0 : m == 1 ? r1 : r2);
-            const uint4 *wr = (const uint4 *)a.q[m] + (unsigned)lr * (unsigned)(nr * V);
-            const unsigned *sr = (const unsigned *)a.sb[m] + (unsigned)lr * (unsigned)ng;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int kk = k0 + 32 * u;
-                bool in = kk < nr;
-#pragma unroll
-                for (int h = 0; h < V; h++)
-                    wn[u][r][h] = in ? ld_stream(wr + kk * V + h) : make_uint4(0, 0, 0, 0);
-                sn[u][r] = in ? __ldg(sr + kk / rpg) : 0u;
-            }
-        }
+    auto load = [&](uint4 (&wn)[U][R][V], uint32_t (&sn)[U][R]) {
+        qv2_load<BITS, R, U>(a, lt * R, total, lc * 32 * U + lane, nr, wn, sn);
         if (++lc == nch) {
             lc = 0;
             lt += W;
         }
     };
     if (n_items > 0)
-        load();
+        load(b0, s0);
     pdl_wait(); /* x is the previous kernel's; the weights never change */
-    qx_split_smem(x, a.cols, perm, sx, sd);
+    __shared__ float red[QV2_WARPS];
+    float inv = PRO == QV2_NORM ? qx_norm_inv(x, a.cols, pro.eps, red) : 1.0f;
+    qx_split<PRO, NB>(x, pro, blockIdx.x == 0 ? pro.out : nullptr, inv, 0, a.cols / 8,
+                      threadIdx.x, blockDim.x, perm, nr, sx, sd);
+    /* the second item's loads after the split (whose registers they would take: spills) */
+    if (PP && n_items > 1)
+        load(b1, s1);
     __syncthreads();
     if (trigger)
         pdl_trigger();
@@ -589,54 +724,128 @@ __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
     for (int r = 0; r < R; r++)
         acc[r] = 0.0f;
     int ct = w0, cc = 0; /* the item being multiplied */
-    for (int i = 0; i < n_items; i++) {
-        uint4 w[U][R][V];
-        uint32_t sc[U][R];
+    auto finish = [&]() {
+        if (++cc < nch)
+            return;
 #pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                sc[u][r] = sn[u][r];
-#pragma unroll
-                for (int h = 0; h < V; h++)
-                    w[u][r][h] = wn[u][r][h];
+        for (int r = 0; r < R; r++) {
+            float v = q_warp_sum(acc[r]);
+            int row = ct * R + r;
+            if (lane == 0 && row < total) {
+                qv2_store(a, row, v);
+                if (pro.res) /* one matrix (rp_cuda_hook_defer) */
+                    pro.res[row] += v;
             }
-        if (i + 1 < n_items)
-            load();
-        const int k0 = cc * 32 * U + lane;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int kk = k0 + 32 * u;
-            if (kk < nr) {
-                uint4 p0 = sx[kk], p1 = sx[nr + kk], p2 = sx[2 * nr + kk], p3 = sx[3 * nr + kk];
-                uint32_t x1[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-                uint32_t x2[8] = {p2.x, p2.y, p2.z, p2.w, p3.x, p3.y, p3.z, p3.w};
-                float2 d = sd[kk];
-                float dd2 = d.x / 254.0f;
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    int i1 = 0, i2 = 0;
-                    run_dots<BITS>(w[u][r], x1, x2, i1, i2);
-                    float2 s = sb_of(make_uint2(sc[u][r], 0u), sf);
-                    float dot = fmaf(d.x, (float)i1, dd2 * (float)i2);
-                    acc[r] = fmaf(s.x, dot, fmaf(s.y, d.y, acc[r]));
-                }
-            }
+            acc[r] = 0.0f;
         }
-        if (++cc == nch) {
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float v = q_warp_sum(acc[r]);
-                int row = ct * R + r;
-                if (lane == 0 && row < total) {
-                    int m = (row >= r1) + (row >= r2);
-                    a.y[m][row - (m == 0 ? 0 : m == 1 ? r1 : r2)] = v;
-                }
-                acc[r] = 0.0f;
-            }
-            cc = 0;
-            ct += W;
+        cc = 0;
+        ct += W;
+    };
+    if (PP) {
+        for (int i = 0; i < n_items; i += 2) {
+            qv2_math<BITS, R, U>(b0, s0, cc * 32 * U + lane, nr, nr, a.sf, sx, sd, acc);
+            finish();
+            if (i + 2 < n_items)
+                load(b0, s0);
+            if (i + 1 >= n_items)
+                break;
+            qv2_math<BITS, R, U>(b1, s1, cc * 32 * U + lane, nr, nr, a.sf, sx, sd, acc);
+            finish();
+            if (i + 3 < n_items)
+                load(b1, s1);
         }
+    } else {
+        for (int i = 0; i < n_items; i++) {
+            uint4 w[U][R][V];
+            uint32_t sc[U][R];
+            qv2_take(w, sc, b0, s0);
+            if (i + 1 < n_items)
+                load(b0, s0);
+            qv2_math<BITS, R, U>(w, sc, cc * 32 * U + lane, nr, nr, a.sf, sx, sd, acc);
+            finish();
+        }
+    }
+}
+
+/* ---- one token, long rows: qmv2k_kernel (split k over the warps of a block) ----------------
+ *
+ * Opt-in (RAPID_CUDA_QMV2=6) for rows of more than 8192 elements (the down projection's
+ * 14336; session 6 on the H200: 22.0 against 22.3 us a call at 4 bits, 29.6 against 28.6 at
+ * 8, NOTES.md): block b owns the stacked rows [b T / B, (b + 1) T / B) (T rows, B blocks, at
+ * most QK_ROWS a block), warp s of the block the runs [s ns, (s + 1) ns) of every one of them
+ * (ns = ceil(runs / 8) <= 32 U: lane i takes runs i, i + 32, ... of the slice). Each warp
+ * splits only its own slice of x into shared memory (no block barrier before its first
+ * item), then walks the block's rows R at a time (an item: R rows of its slice, R U V loads
+ * of 16 bytes per lane, two items in flight, the first issued before the programmatic-launch
+ * wait, the second after the split); its per-row sums go to shared memory and, after one
+ * barrier, thread t of the block adds row t's 8 slices in slice order (deterministic).
+ * Numerics: qmv2_kernel's; the f32 sum of a row is its slices' warp sums in order. */
+enum { QK_ROWS = 64 };
+
+template <int BITS, int R, int U, int PRO>
+__global__ void __launch_bounds__(QV2_WARPS * 32, 2)
+    qmv2k_kernel(qmv_args a, const float *__restrict__ x, qv2_pro pro, int perm)
+{
+    constexpr int V = BITS / 4;
+    extern __shared__ uint4 sm_v[];
+    __shared__ float part[QK_ROWS * QV2_WARPS];
+    __shared__ float red[QV2_WARPS];
+    const int nr = (int)(a.cols / 32);
+    const int lane = threadIdx.x % 32, ws = threadIdx.x / 32, total = (int)a.r0[3];
+    const int rb = (int)((long)blockIdx.x * total / gridDim.x);
+    const int re = (int)((long)(blockIdx.x + 1) * total / gridDim.x);
+    const int ns = (nr + QV2_WARPS - 1) / QV2_WARPS;
+    const int k0 = ws * ns < nr ? ws * ns : nr, k1 = k0 + ns < nr ? k0 + ns : nr;
+    const int n_items = (re - rb + R - 1) / R;
+    uint4 *sx = sm_v;
+    float2 *sd = (float2 *)(sx + 4 * nr);
+    uint4 b0[U][R][V], b1[U][R][V]; /* two items in flight */
+    uint32_t s0[U][R], s1[U][R];
+    if (n_items > 0)
+        qv2_load<BITS, R, U>(a, rb, re, k0 + lane, k1, b0, s0);
+    pdl_wait(); /* x is the previous kernel's; the weights never change */
+    float inv = PRO == QV2_NORM ? qx_norm_inv(x, a.cols, pro.eps, red) : 1.0f;
+    /* (2 pieces at a time with a prologue: its second input's registers would spill) */
+    constexpr int NB = PRO == QV2_COPY ? 4 : 2;
+    qx_split<PRO, NB>(x, pro, blockIdx.x == 0 ? pro.out : nullptr, inv, 4L * k0, 4L * k1, lane, 32,
+                      perm, nr, sx, sd);
+    if (n_items > 1) /* after the split, whose registers these would take */
+        qv2_load<BITS, R, U>(a, rb + R, re, k0 + lane, k1, b1, s1);
+    __syncwarp();
+    /* item i: its R rows' slice sums, into part */
+    auto item = [&](int i, const uint4 (&w)[U][R][V], const uint32_t (&sc)[U][R]) {
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[r] = 0.0f;
+        qv2_math<BITS, R, U>(w, sc, k0 + lane, k1, nr, a.sf, sx, sd, acc);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = q_warp_sum(acc[r]);
+            int lr = i * R + r;
+            if (lane == 0 && rb + lr < re)
+                part[lr * QV2_WARPS + ws] = v;
+        }
+    };
+    for (int i = 0; i < n_items; i += 2) {
+        item(i, b0, s0);
+        if (i + 2 < n_items)
+            qv2_load<BITS, R, U>(a, rb + (i + 2) * R, re, k0 + lane, k1, b0, s0);
+        if (i + 1 >= n_items)
+            break;
+        item(i + 1, b1, s1);
+        if (i + 3 < n_items)
+            qv2_load<BITS, R, U>(a, rb + (i + 3) * R, re, k0 + lane, k1, b1, s1);
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < re - rb; t += blockDim.x) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < QV2_WARPS; w++)
+            v += part[t * QV2_WARPS + w];
+        qv2_store(a, rb + t, v);
+        if (pro.res)
+            pro.res[rb + t] += v;
     }
 }
 
@@ -1196,28 +1405,36 @@ __global__ void qembed_kernel(const uint32_t *__restrict__ q, const void *__rest
 static size_t qv2_smem(long cols) { return (size_t)cols / 32 * 72; }
 #define QV2_SMEM_MAX ((size_t)96 * 1024)
 
-/* RAPID_CUDA_QMV2, read once into the context's once-flags (bits 1..4): 0 off (qx_int8_kernel
- * + qmv_kernel), 1 one block per SM, 2 (the default) two, 3 as 2 with the early
- * programmatic-launch trigger (griddepcontrol.launch_dependents once x is split), 4 as 2 with
- * one-row tiles, 5 as 2 (two-row tiles, as the default; the forced setting of session 5's
- * measurements). */
+/* RAPID_CUDA_QMV2, read once into the context's once-flags (bits 8..11): 0 off
+ * (qx_int8_kernel + qmv_kernel), 1 one block per SM, 2 (the default) two blocks per SM with
+ * the fusions of the deferred ops (a held rmsnorm / silu_mul in the prologue, a residual add
+ * in the epilogue), 3 as 2 with the early programmatic-launch trigger
+ * (griddepcontrol.launch_dependents once x is split), 4 one-row tiles, no fusions, 5 session
+ * 5's default (two-row tiles, no fusions), 6 as 2 with split k for rows of more than 8192
+ * elements (qmv2k_kernel), 7 as 2 with two items in flight and the x split's loads 4 pieces
+ * at a time (6 and 7: no faster in decode on the H200, NOTES.md session 6). */
 static int qmv2_knob(rp_cuda_ctx *c)
 {
     int *once = rp_cuda_hook_once(c);
     if (!(*once & 2)) {
         const char *e = getenv("RAPID_CUDA_QMV2");
-        int v = e && e[0] >= '0' && e[0] <= '5' && !e[1] ? e[0] - '0' : 2;
-        *once = (*once & ~(7 << 2)) | 2 | v << 2;
+        int v = e && e[0] >= '0' && e[0] <= '7' && !e[1] ? e[0] - '0' : 2;
+        *once = (*once & ~(15 << 8)) | 2 | v << 8;
     }
-    return (*once >> 2) & 7;
+    return (*once >> 8) & 15;
 }
 
 typedef struct qmv_call {
     qmv_args a;
     const float *x;
-    int bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
-    int fblocks;         /* > 0: the streaming kernel (qmvb_kernel) on this many blocks */
-    int v2, v2f;         /* > 0: qmv2_kernel on v2 blocks; v2f: rows per tile | trigger << 4 */
+    qv2_pro pro; /* qmv2 / qmv2k: the fused prologue's inputs, the residual */
+    int fblocks; /* > 0: the streaming kernel (qmvb_kernel) on this many blocks */
+    int v2;      /* > 0: qmv2_kernel (qmv2k_kernel if splitk) on v2 blocks */
+    unsigned char bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
+    unsigned char v2f;    /* rows per tile | trigger << 4 */
+    unsigned char pk;     /* the prologue: QV2_COPY / _NORM / _SILU */
+    unsigned char splitk; /* qmv2k_kernel */
+    unsigned char nb;     /* qx_split's pieces at a time: 4, or 1 (session 5) */
 } qmv_call;
 
 typedef struct qmm_call {
@@ -1233,6 +1450,24 @@ typedef struct qemb_call {
     int n;
     float *x;
 } qemb_call;
+
+/* k<<<grid, block, smem, s>>>(args...), a programmatic dependent launch when pdl */
+template <typename K, typename... A>
+static void smem_launch(K k, unsigned grid, unsigned block, size_t smem, cudaStream_t s, int pdl,
+                        A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
 
 /* v: 0 the default (2 rows per warp, 4 runs in flight per row), 1 (RAPID_CUDA_QMV=1) 4 rows
  * per warp, 2 runs, pipelined */
@@ -1259,46 +1494,85 @@ static void qmvb_go(const qmv_call *c, cudaStream_t s, int pdl)
         qb_stages(c->a.cols) == 4 ? qmvb_kernel<BITS, 4> : qmvb_kernel<BITS, 3>;
     size_t smem = qb_smem(c->a.cols);
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)c->fblocks);
-    cfg.blockDim = dim3(QB_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, k, c->a, c->x, BITS == 4 ? 1 : 0));
+    smem_launch(k, (unsigned)c->fblocks, QB_WARPS * 32, smem, s, pdl, c->a, c->x,
+                BITS == 4 ? 1 : 0);
+}
+
+/* qmv2k_kernel's runs per lane and row (U) for cols: the slices (cols / 256 runs) fit 32 U */
+static int qk_u(long cols) { return cols <= 16384 ? 2 : 4; }
+
+template <int BITS, int U, int PRO>
+static void qmv2k_go(const qmv_call *c, cudaStream_t s, int pdl)
+{
+    /* an item: 8 loads of 16 bytes per lane (R U V) */
+    constexpr int R = 8 / (U * (BITS / 4)) > 0 ? 8 / (U * (BITS / 4)) : 1;
+    void (*k)(qmv_args, const float *, qv2_pro, int) = qmv2k_kernel<BITS, R, U, PRO>;
+    smem_launch(k, (unsigned)c->v2, QV2_WARPS * 32, qv2_smem(c->a.cols), s, pdl, c->a, c->x,
+                c->pro, BITS == 4 ? 1 : 0);
+}
+
+template <int BITS, int PRO>
+static void qmv2_pick(const qmv_call *c, void (**k)(qmv_args, const float *, qv2_pro, int, int))
+{
+    if ((c->v2f & 15) == 1)
+        *k = qmv2_kernel<BITS, 1, 8 / (BITS / 4), QV2_COPY, 1>;
+    else if (c->nb == 1)
+        *k = qmv2_kernel<BITS, 2, 4 / (BITS / 4), PRO, 1>;
+    else
+        *k = qmv2_kernel<BITS, 2, 4 / (BITS / 4), PRO, 4>;
 }
 
 template <int BITS>
 static void qmv2_go(const qmv_call *c, cudaStream_t s, int pdl)
 {
-    void (*k)(qmv_args, const float *, int, int) = (c->v2f & 15) == 2
-                                                       ? qmv2_kernel<BITS, 2, 4 / (BITS / 4)>
-                                                       : qmv2_kernel<BITS, 1, 8 / (BITS / 4)>;
+    if (c->splitk) {
+        int u4 = qk_u(c->a.cols) == 4;
+        if (c->pk == QV2_NORM)
+            u4 ? qmv2k_go<BITS, 4, QV2_NORM>(c, s, pdl) : qmv2k_go<BITS, 2, QV2_NORM>(c, s, pdl);
+        else if (c->pk == QV2_SILU)
+            u4 ? qmv2k_go<BITS, 4, QV2_SILU>(c, s, pdl) : qmv2k_go<BITS, 2, QV2_SILU>(c, s, pdl);
+        else
+            u4 ? qmv2k_go<BITS, 4, QV2_COPY>(c, s, pdl) : qmv2k_go<BITS, 2, QV2_COPY>(c, s, pdl);
+        return;
+    }
+    void (*k)(qmv_args, const float *, qv2_pro, int, int);
+    if (c->pk == QV2_NORM)
+        qmv2_pick<BITS, QV2_NORM>(c, &k);
+    else if (c->pk == QV2_SILU)
+        qmv2_pick<BITS, QV2_SILU>(c, &k);
+    else
+        qmv2_pick<BITS, QV2_COPY>(c, &k);
     size_t smem = qv2_smem(c->a.cols);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)c->v2);
-    cfg.blockDim = dim3(QV2_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, k, c->a, c->x, BITS == 4 ? 1 : 0, c->v2f >> 4));
+    smem_launch(k, (unsigned)c->v2, QV2_WARPS * 32, smem, s, pdl, c->a, c->x, c->pro,
+                BITS == 4 ? 1 : 0, c->v2f >> 4);
+}
+
+template <int BITS> static void qmv2_attr_bits(void)
+{
+    int most = (int)QV2_SMEM_MAX;
+    constexpr int V = BITS / 4;
+#define QV2_ATTR(...)                                                                          \
+    CK(cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, most))
+    QV2_ATTR(qmv2_kernel<BITS, 1, 8 / V, QV2_COPY, 1>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_COPY, 1>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_NORM, 1>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_SILU, 1>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_COPY, 4>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_NORM, 4>);
+    QV2_ATTR(qmv2_kernel<BITS, 2, 4 / V, QV2_SILU, 4>);
+    QV2_ATTR(qmv2k_kernel<BITS, 8 / (2 * V), 2, QV2_COPY>);
+    QV2_ATTR(qmv2k_kernel<BITS, 8 / (2 * V), 2, QV2_NORM>);
+    QV2_ATTR(qmv2k_kernel<BITS, 8 / (2 * V), 2, QV2_SILU>);
+    QV2_ATTR(qmv2k_kernel<BITS, 8 / (4 * V), 4, QV2_COPY>);
+    QV2_ATTR(qmv2k_kernel<BITS, 8 / (4 * V), 4, QV2_NORM>);
+    QV2_ATTR(qmv2k_kernel<BITS, 8 / (4 * V), 4, QV2_SILU>);
+#undef QV2_ATTR
 }
 
 static void qmv2_attr(void)
 {
-    int most = (int)QV2_SMEM_MAX;
-    CK(cudaFuncSetAttribute(qmv2_kernel<4, 1, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    CK(cudaFuncSetAttribute(qmv2_kernel<4, 2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    CK(cudaFuncSetAttribute(qmv2_kernel<8, 1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    CK(cudaFuncSetAttribute(qmv2_kernel<8, 2, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+    qmv2_attr_bits<4>();
+    qmv2_attr_bits<8>();
 }
 
 static void qmv_run(const void *args, void *stream, int pdl)
@@ -1479,10 +1753,10 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.a.xs = (const float2 *)rp_cuda_qscratch(c, 1,
                                                      sizeof(float2) * (size_t)n_tok * cols / 32);
         call.x = x;
-        call.bits = w[0]->bits;
-        call.n = n_tok;
+        call.bits = (unsigned char)w[0]->bits;
+        call.n = (unsigned char)n_tok;
         call.r4 = n_tok == 1;
-        call.qv = rp_cuda_hook_knob(c) / 100 % 10;
+        call.qv = (unsigned char)(rp_cuda_hook_knob(c) / 100 % 10);
         for (int i = 0; i < n; i++)
             call.r4 = call.r4 && w[i]->rows % 4 == 0;
         /* RAPID_CUDA_QMVF: thousands digit of the knob, 0 off (the default), 2..9 blocks per
@@ -1520,7 +1794,46 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             int R = rf == 1 ? 1 : 2;
             long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
             call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
-            call.v2f = R | (v2 == 3 ? 1 : 0) << 4;
+            call.v2f = (unsigned char)(R | (v2 == 3 ? 1 : 0) << 4);
+            /* opt-in (no faster on the H200 in session 6, NOTES.md): RAPID_CUDA_QMV2=7 two items
+             * in flight and the split's loads 4 pieces at a time; =6 rows of more than 8192
+             * elements (up to 32768: the slices' 32 U runs) by qmv2k_kernel, its rows evenly
+             * over per_sm blocks per SM, at most QK_ROWS a block */
+            call.nb = v2 == 7 ? 4 : 1;
+            if (cols > 8192 && cols <= 32768 && v2 == 6) {
+                long blocks = (long)per_sm * rp_cuda_hook_sms(c);
+                if (blocks < (r + QK_ROWS - 1) / QK_ROWS)
+                    blocks = (r + QK_ROWS - 1) / QK_ROWS;
+                if (blocks > r)
+                    blocks = r;
+                call.splitk = 1;
+                call.v2 = (int)blocks;
+            }
+        }
+        if (call.v2 > 0 && v2 != 4 && v2 != 5) {
+            /* a held rmsnorm / silu_mul of x taken into the prologue, and the call held for a
+             * residual add of its output (its epilogue); RAPID_CUDA_QMV2=4, 5 or
+             * RAPID_CUDA_FUSE=0: neither */
+            rp_cuda_pro pro;
+            if (rp_cuda_hook_take_pro(c, x, cols, &pro) && pro.pro != RP_CUDA_PRO_NONE) {
+                call.pk = (unsigned char)pro.pro;
+                call.x = pro.x;
+                call.pro.x2 = pro.x2;
+                call.pro.out = pro.out;
+                call.pro.eps = pro.eps;
+                call.pro.add_one = pro.add_one;
+            }
+            rp_cuda_mvdesc d;
+            memset(&d, 0, sizeof d);
+            d.y = n == 1 ? y[0] : NULL;
+            d.rows = r;
+            d.cols = cols;
+            d.x = call.x;
+            d.x2 = call.pro.x2;
+            d.out = call.pro.out;
+            d.res_off = offsetof(qmv_call, pro) + offsetof(qv2_pro, res);
+            rp_cuda_hook_defer(c, qmv_run, &call, sizeof call, &d);
+            return;
         }
         rp_cuda_hook_run(c, 0, qmv_run, &call, sizeof call);
         return;

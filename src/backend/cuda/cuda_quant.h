@@ -16,6 +16,10 @@
  *     bf16 / f16 scales (qmv2_kernel, RAPID_CUDA_QMV2=0 for the path above): the same, with
  *     the split made by every block into its shared memory and q2 = rint(r * (1 / (d / 254)))
  *     by a reciprocal (differs by one from the division's only within an ulp of a half).
+ *     A held one-token rmsnorm or silu_mul of x (cuda_kernels.cu's deferred ops) is computed
+ *     in its prologue, x split from the op's inputs, and a residual add of its output in its
+ *     epilogue (rp_cuda_hook_take_pro, rp_cuda_hook_defer below; RAPID_CUDA_QMV2=5 or
+ *     RAPID_CUDA_FUSE=0: apart).
  *   n_tok > 4 (batched decode, prefill): x is rounded to bf16, each weight element is
  *     dequantized to bf16 in registers (scale * q + bias, one rounding; the fma in bf16 for
  *     bf16 scales, in f32 for f32 / f16 ones) and multiplied on the
@@ -68,9 +72,40 @@ void rp_cuda_qembed(rp_cuda_ctx *c, const rp_cuda_qw *w, const int32_t *ids, int
 /* Runs fn(args, stream, pdl) on the context's stream, now or recorded into the step's CUDA
  * graph (args, at most RP_CUDA_HOOK_ARGS bytes, are copied); timed as op kind `kind`
  * (0 matvec, 1 skinny GEMM, 2 embed) under RAPID_CUDA_PROFILE. */
-enum { RP_CUDA_HOOK_ARGS = 176 };
+enum { RP_CUDA_HOOK_ARGS = 192 };
 typedef void (*rp_cuda_hook_fn)(const void *args, void *stream, int pdl);
 void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, const void *args, size_t n);
+/* The fused prologue of a one-token matvec: a held one-token rmsnorm (out = x * inv * w, w
+ * or 1 + w (add_one) or none) or silu_mul (out = silu(x) * x2) whose output out [cols] is the
+ * matvec's input; the kernel computes it from x / x2 and its block 0 writes out. */
+enum { RP_CUDA_PRO_NONE = 0, RP_CUDA_PRO_NORM = 1, RP_CUDA_PRO_SILU = 2 };
+typedef struct rp_cuda_pro {
+    const float *x;  /* norm: its input; silu: the gate */
+    const float *x2; /* norm: its weight (or NULL); silu: the up projection */
+    float *out;
+    float eps;
+    int add_one, pro;
+} rp_cuda_pro;
+/* The held op of cuda_kernels.cu's deferred-op machinery whose output is x [cols] (a one-token
+ * rmsnorm or silu_mul), taken into the caller's prologue: 1 and *p filled (the op is no longer
+ * held), 0 when none fits (nothing held, RAPID_CUDA_FUSE=0, an in-place norm, an output that
+ * meets an input); the caller's rp_cuda_hook_run / _defer then launches the held op first. */
+int rp_cuda_hook_take_pro(rp_cuda_ctx *c, const float *x, long cols, rp_cuda_pro *p);
+/* What a held one-token matvec reads and writes, for the residual add taken into its
+ * epilogue: y its one output [rows] (NULL when it has several: no add is taken), the other
+ * buffers of cols floats it reads or writes (NULL: none), and the byte offset in its args of
+ * its `float *res` (NULL until an add h += y of its output is taken: then h). */
+typedef struct rp_cuda_mvdesc {
+    const float *y;
+    long rows, cols;
+    const float *x, *x2, *out;
+    size_t res_off;
+} rp_cuda_mvdesc;
+/* As rp_cuda_hook_run(c, 0, ...), but held as the deferred op (launched by whatever comes
+ * next, unless that is a residual add of its output: see rp_cuda_mvdesc); launched now under
+ * RAPID_CUDA_FUSE=0. */
+void rp_cuda_hook_defer(rp_cuda_ctx *c, rp_cuda_hook_fn fn, const void *args, size_t n,
+                        const rp_cuda_mvdesc *d);
 /* Device scratch slot (0..5) of at least n bytes; valid for work queued until the slot grows
  * (growing synchronises). */
 void *rp_cuda_qscratch(rp_cuda_ctx *c, int slot, size_t n);
