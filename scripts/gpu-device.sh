@@ -41,6 +41,9 @@
 #   fold     tg128 and 64 streams of the bf16 checkpoint with the RoPE + KV store folded into the
 #            decode attention (RAPID_CUDA_ROPEFOLD=1, opt-in) and apart (the default); then the
 #            default without the silu_mul taken into the down projection (RAPID_CUDA_MV1_SILU=0)
+#   final    the integrator's figures in one pass: scripts/bench-gpu.sh on the bf16 and the MLX
+#            4-bit checkpoints (pp512, tg128, 1 / 16 / 64 streams), then tg128 and 64 streams
+#            bf16 with each of $FINAL_AB (default RAPID_CUDA_MV1_SILU=0 RAPID_CUDA_WG=0)
 #   ncustep  Nsight Compute's duration and DRAM bytes of every kernel of a short one-stream bench
 #            (--prompt 16 --gen 3, NCU_STREAMS=64 adds --streams 64) of the bf16 and (if made)
 #            MLX4 checkpoints: the GPU time of a
@@ -315,6 +318,17 @@ if [[ $what == *" fold "* ]]; then
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 512 --gen 128 --streams 64 2>&1 | grep -E "^decode |^streams|^cuda steps" |
       sed "s|^|$v: |" | tee -a "$out/fold.log"
+  done
+fi
+if [[ $what == *" final "* ]]; then
+  echo "== final (bf16 and MLX4 benches, then one knob each) =="
+  scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | grep -vE "^[0-9:.]+ I " | tee "$out/final.log"
+  RAPID_BENCH_DTYPE=mlx4 scripts/bench-gpu.sh "$B/bin/rapid" 2>&1 | grep -vE "^[0-9:.]+ I " |
+    tee -a "$out/final.log"
+  for v in ${FINAL_AB:-RAPID_CUDA_MV1_SILU=0 RAPID_CUDA_WG=0}; do
+    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid" bench --model "$model" \
+      --device cuda --prompt 512 --gen 128 --streams 64 2>&1 | grep -E "^decode |^streams" |
+      sed "s|^|$v: |" | tee -a "$out/final.log"
   done
 fi
 if [[ $what == *" ncustep "* ]]; then
