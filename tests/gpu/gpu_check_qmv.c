@@ -27,9 +27,12 @@
 #include "gpu_check.h"
 
 /* A CUDA backend with RAPID_CUDA_QMV2=val (NULL: unset, the default), which stays set until
- * qmv_done: the knob is read at the backend's first quantized matvec. */
+ * qmv_done: the knob is read at the backend's first quantized matvec. The silu_mul prologue
+ * is opt-in (RAPID_CUDA_QMV_SILU=1, slower in decode as it stands): on here, so the fused
+ * checks cover it. */
 static rp_backend *qmv_backend(const char *val)
 {
+    setenv("RAPID_CUDA_QMV_SILU", "1", 1);
     if (val)
         setenv("RAPID_CUDA_QMV2", val, 1);
     else
@@ -39,6 +42,7 @@ static rp_backend *qmv_backend(const char *val)
     if (rp_backend_new_cuda(0, 0.5, &be, &err)) {
         gpu_check_report(0, "cuda backend", err.msg, 1, 0);
         unsetenv("RAPID_CUDA_QMV2");
+        unsetenv("RAPID_CUDA_QMV_SILU");
         return NULL;
     }
     return be;
@@ -48,6 +52,7 @@ static void qmv_done(rp_backend *be)
 {
     rp_backend_free(be);
     unsetenv("RAPID_CUDA_QMV2");
+    unsetenv("RAPID_CUDA_QMV_SILU");
 }
 
 /* The 8B layer's fusions at 4 and 8 bits: rmsnorm into q/k/v, the o projection and its

@@ -54,7 +54,7 @@
  * RAPID_CUDA_WG_SPLIT=S, RAPID_CUDA_WG_BM=256,
  * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
  * RAPID_CUDA_MV1=0|4|8, RAPID_CUDA_MV1_GRID=0, RAPID_CUDA_MV1_BPS=N, RAPID_CUDA_MV1_SILU=0,
- * RAPID_CUDA_DECMERGE=0, RAPID_CUDA_DECPRE=0 (NOTES.md, session 5), RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
+ * RAPID_CUDA_QMV_SILU=1, RAPID_CUDA_DECMERGE=0, RAPID_CUDA_DECPRE=0 (NOTES.md, session 5), RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -237,8 +237,10 @@ struct rp_cuda_ctx {
                     * loads per lane per chunk 4 or 8 (RAPID_CUDA_MV1=4 / 8), 1: by shape (the
                     * default), 0: matvec_kernel and no fusions into it (RAPID_CUDA_MV1=0) */
     int mv1_bps;   /* its blocks per SM (RAPID_CUDA_MV1_BPS; 0: as many as fit) */
-    int mv1_silu;  /* a held silu_mul taken into the next one-token matvec's x, bf16 or MLX
-                    * (RAPID_CUDA_MV1_SILU=0: its own kernel) */
+    int mv1_silu;  /* a held silu_mul taken into the next one-token bf16 / f16 matvec's x
+                    * (RAPID_CUDA_MV1_SILU=0: its own kernel; +1.5% tg128 bf16) */
+    int qmv_silu;  /* ... into the MLX one (opt-in RAPID_CUDA_QMV_SILU=1: -3% tg128 MLX4, every
+                    * block computing 14336 silus weighs more against 4-bit weights) */
     int mv1_grid;  /* its grid: as many rows for every warp (RAPID_CUDA_MV1_GRID=0: every slot) */
     int mv1_occ[16]; /* blocks per SM each variant fits by registers (0: not asked yet) */
     struct pend_op *pend; /* the deferred op (kind 0: none) */
@@ -583,6 +585,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->kvrope = !(kr && strcmp(kr, "0") == 0);
     const char *ms = getenv("RAPID_CUDA_MV1_SILU");
     c->mv1_silu = !(ms && strcmp(ms, "0") == 0);
+    const char *qs = getenv("RAPID_CUDA_QMV_SILU");
+    c->qmv_silu = qs && strcmp(qs, "1") == 0;
     const char *rf = getenv("RAPID_CUDA_ROPEFOLD"); /* opt-in: slower as it stands (NOTES.md) */
     c->ropefold = c->kvrope && rf && strcmp(rf, "1") == 0;
     const char *m1 = getenv("RAPID_CUDA_MV1");
@@ -1150,11 +1154,12 @@ static int ranges_meet(const void *a, size_t na, const void *b, size_t nb)
  * rp_cuda_hook_take_pro): *p filled and nothing held; 0 when none fits. Its block 0 writes
  * the op's output while the other blocks read the op's inputs: they must not meet (an
  * in-place norm is refused). */
-static int pend_take_pro(rp_cuda_ctx *c, const float *x, long cols, rp_cuda_pro *p)
+static int pend_take_pro(rp_cuda_ctx *c, const float *x, long cols, rp_cuda_pro *p,
+                         int silu_ok)
 {
     pend_op *pd = c->pend;
     if (pd->off || (pd->kind != PEND_NORM && pd->kind != PEND_SILU) || pd->y != x ||
-        pd->n != cols || (pd->kind == PEND_SILU && !c->mv1_silu))
+        pd->n != cols || (pd->kind == PEND_SILU && !silu_ok))
         return 0;
     size_t xb = sizeof(float) * (size_t)cols;
     if (ranges_meet(pd->y, xb, pd->x, xb) || ranges_meet(pd->y, xb, pd->x2, xb))
@@ -1188,7 +1193,7 @@ static int mv1_defer(rp_cuda_ctx *c, int dt, const mv_set &set, long cols, const
     a.dt = dt;
     a.pro = MV1_COPY;
     rp_cuda_pro p;
-    if (pend_take_pro(c, x, cols, &p)) {
+    if (pend_take_pro(c, x, cols, &p, c->mv1_silu)) {
         a.pro = p.pro; /* MV1_NORM / MV1_SILU */
         a.x = p.x;
         a.x2 = p.x2;
@@ -3672,7 +3677,7 @@ extern "C" void rp_cuda_hook_run(rp_cuda_ctx *c, int kind, rp_cuda_hook_fn fn, c
 
 extern "C" int rp_cuda_hook_take_pro(rp_cuda_ctx *c, const float *x, long cols, rp_cuda_pro *p)
 {
-    return pend_take_pro(c, x, cols, p);
+    return pend_take_pro(c, x, cols, p, c->qmv_silu);
 }
 
 extern "C" void rp_cuda_hook_defer(rp_cuda_ctx *c, rp_cuda_hook_fn fn, const void *args, size_t n,
