@@ -92,189 +92,126 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr)
 }
 
 /* d[N / 2] += A (64 x 16, descriptor da) x B (16 x N, descriptor db), N = 8 NT */
-template <int DT, int NT>
-__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db)
+/* wgmma.mma_async m64nNk16 (N = 8 NT) with f32 accumulators d[0 .. 4 NT), A and B by
+ * shared-memory descriptor, element type T ("bf16" or "f16"): one macro per N, because the
+ * accumulator list is part of the instruction's text. */
+#define WG_MMA_1(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." T "." T " "                          \
+                 "{%0, %1, %2, %3}, "                                                              \
+                 "%4, %5, p, 1, 1, 0, 0;\n}\n"                                                     \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                  \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+#define WG_MMA_2(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, "                                              \
+                 "%8, %9, p, 1, 1, 0, 0;\n}\n"                                                     \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7])                                                          \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+#define WG_MMA_3(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n24k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, "                            \
+                 "%12, %13, p, 1, 1, 0, 0;\n}\n"                                                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])        \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+#define WG_MMA_4(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "        \
+                 "%16, %17, p, 1, 1, 0, 0;\n}\n"                                                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),       \
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                              \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+#define WG_MMA_5(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n40k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+                 "%16, %17, %18, %19}, "                                                           \
+                 "%20, %21, p, 1, 1, 0, 0;\n}\n"                                                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),       \
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),   \
+                   "+f"(d[18]), "+f"(d[19])                                                        \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+#define WG_MMA_6(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n48k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+                 "%16, %17, %18, %19, %20, %21, %22, %23}, "                                       \
+                 "%24, %25, p, 1, 1, 0, 0;\n}\n"                                                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),       \
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),   \
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])    \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+#define WG_MMA_7(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n56k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27}, "                   \
+                 "%28, %29, p, 1, 1, 0, 0;\n}\n"                                                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),       \
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),   \
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])                              \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+#define WG_MMA_8(T)                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                        \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "          \
+                 "%30, %31}, "                                                                     \
+                 "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),       \
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),   \
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),   \
+                   "+f"(d[30]), "+f"(d[31])                                                        \
+                 : "l"(da), "l"(db)                                                                \
+                 : "memory")
+
+template <int DT, int NT> __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db)
 {
-    if constexpr (DT == RP_CUDA_BF16 && NT == 1)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3}, "
-                     "%4, %5, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_BF16 && NT == 2)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7}, "
-                     "%8, %9, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_BF16 && NT == 3)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, "
-                     "%12, %13, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_BF16 && NT == 4)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                     "%16, %17, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_BF16 && NT == 5)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19}, "
-                     "%20, %21, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_BF16 && NT == 6)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23}, "
-                     "%24, %25, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                       "+f"(d[22]), "+f"(d[23])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_BF16 && NT == 7)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27}, "
-                     "%28, %29, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]),
-                       "+f"(d[27])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_BF16 && NT == 8)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-                     "%30, %31}, "
-                     "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]),
-                       "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 1)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3}, "
-                     "%4, %5, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 2)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7}, "
-                     "%8, %9, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 3)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, "
-                     "%12, %13, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 4)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                     "%16, %17, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 5)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n40k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19}, "
-                     "%20, %21, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 6)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23}, "
-                     "%24, %25, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                       "+f"(d[22]), "+f"(d[23])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 7)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n56k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27}, "
-                     "%28, %29, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]),
-                       "+f"(d[27])
-                     : "l"(da), "l"(db)
-                     : "memory");
-    else if constexpr (DT == RP_CUDA_F16 && NT == 8)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-                     "%30, %31}, "
-                     "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]),
-                       "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "l"(da), "l"(db)
-                     : "memory");
+    static_assert(DT == RP_CUDA_BF16 || DT == RP_CUDA_F16, "16-bit weights only");
+    static_assert(NT >= 1 && NT <= 8, "8 to 64 tokens");
+#define WG_MMA_T(M)                                                                                \
+    do {                                                                                           \
+        if constexpr (DT == RP_CUDA_BF16)                                                          \
+            M("bf16");                                                                             \
+        else                                                                                       \
+            M("f16");                                                                              \
+    } while (0)
+    if constexpr (NT == 1)
+        WG_MMA_T(WG_MMA_1);
+    else if constexpr (NT == 2)
+        WG_MMA_T(WG_MMA_2);
+    else if constexpr (NT == 3)
+        WG_MMA_T(WG_MMA_3);
+    else if constexpr (NT == 4)
+        WG_MMA_T(WG_MMA_4);
+    else if constexpr (NT == 5)
+        WG_MMA_T(WG_MMA_5);
+    else if constexpr (NT == 6)
+        WG_MMA_T(WG_MMA_6);
+    else if constexpr (NT == 7)
+        WG_MMA_T(WG_MMA_7);
+    else
+        WG_MMA_T(WG_MMA_8);
+#undef WG_MMA_T
 }
 
 template <int DT, int G, int NT>
