@@ -39,6 +39,29 @@ __device__ __forceinline__ uint4 ld_stream(const uint4 *p)
     return r;
 }
 
+/* cp.async of 16 bytes global -> shared (the L2 path; bytes < 16 zero-fill the rest), its
+ * commit, and the wait until at most N of this thread's groups are in flight: the staged
+ * GEMMs' pipelines (tc2_kernel, qmm2_kernel, wg_kernel) */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+/* byte offset of 16-byte chunk ch of row r in a tile of 128-byte rows whose chunks are XOR-
+ * swizzled by row (wgmma's 128-byte swizzle; conflict-free ldmatrix) */
+__device__ __forceinline__ uint32_t swz128_off(int r, int ch)
+{
+    return r * 128 + ((ch ^ (r & 7)) << 4);
+}
+
 __device__ __forceinline__ void pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -1907,16 +1907,6 @@ enum { TC2_BM = 128, TC2_BK = 64, TC2_STAGES = 4, TC2_MAXSPLIT = 8, TC2_RS = TC2
 #define TC2_XR(nt) (((nt) + 1) / 2 * 16)
 #define TC2_SMEM(nt) (TC2_STAGES * (TC2_BM + TC2_XR(nt)) * 128)
 
-__device__ __forceinline__ void tc2_cp16(uint32_t dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void tc2_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void tc2_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ void tc2_ldsm4(uint32_t *r, uint32_t addr)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -1924,8 +1914,6 @@ __device__ __forceinline__ void tc2_ldsm4(uint32_t *r, uint32_t addr)
                  : "r"(addr)
                  : "memory");
 }
-/* byte offset of 16-byte chunk ch of row r in a swizzled 128-byte-row tile */
-__device__ __forceinline__ uint32_t tc2_off(int r, int ch) { return r * 128 + ((ch ^ (r & 7)) << 4); }
 
 template <int DT, int NT>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
@@ -1959,7 +1947,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
         long k_ = kb + (long)(st) * TC2_BK;                                                    \
         uint32_t d_ = sb + (slot) * SB;                                                        \
         _Pragma("unroll") for (int i = 0; i < 8; i++)                                          \
-            tc2_cp16(d_ + tc2_off(lr + 16 * i, lc), wsrc[i] + k_, wbytes[i]);                  \
+            cp_async16(d_ + swz128_off(lr + 16 * i, lc), wsrc[i] + k_, wbytes[i]);             \
     } while (0)
 #define TC2_LOAD_X(st, slot)                                                                   \
     do {                                                                                       \
@@ -1967,7 +1955,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
         uint32_t d_ = sb + (slot) * SB + WB;                                                   \
         _Pragma("unroll") for (int i = 0; i < XI; i++)                                         \
             if (lr + 16 * i < NT * 8)                                                          \
-                tc2_cp16(d_ + tc2_off(lr + 16 * i, lc), xsrc[i] + k_, 16);                     \
+                cp_async16(d_ + swz128_off(lr + 16 * i, lc), xsrc[i] + k_, 16);                \
     } while (0)
 #pragma unroll
     for (int st = 0; st < TC2_STAGES - 1; st++)
@@ -1978,7 +1966,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
     for (int st = 0; st < TC2_STAGES - 1; st++) {
         if (st < nk)
             TC2_LOAD_X(st, st);
-        tc2_commit();
+        cp_async_commit();
     }
     float acc[2][NT][4];
 #pragma unroll
@@ -1991,25 +1979,25 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
     const int ar = warp * 32 + (lane & 15), ach = lane >> 4;          /* A: rows, chunk */
     const int br = (lane & 7) + ((lane >> 4) << 3), bch = (lane >> 3) & 1; /* B: tokens, chunk */
     for (int it = 0; it < nk; it++) {
-        tc2_wait<TC2_STAGES - 2>(); /* step it has landed (this thread's copies) */
+        cp_async_wait<TC2_STAGES - 2>(); /* step it has landed (this thread's copies) */
         __syncthreads();            /* everyone's; and step it - 1's slot is free */
         int nx = it + TC2_STAGES - 1;
         if (nx < nk) {
             TC2_LOAD_W(nx, nx % TC2_STAGES);
             TC2_LOAD_X(nx, nx % TC2_STAGES);
         }
-        tc2_commit();
+        cp_async_commit();
         const uint32_t ws = sb + (it % TC2_STAGES) * SB, xs = ws + WB;
 #pragma unroll
         for (int kk = 0; kk < TC2_BK / 16; kk++) {
             uint32_t af[2][4];
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
-                tc2_ldsm4(af[mi], ws + tc2_off(ar + mi * 16, kk * 2 + ach));
+                tc2_ldsm4(af[mi], ws + swz128_off(ar + mi * 16, kk * 2 + ach));
 #pragma unroll
             for (int p = 0; p < (NT + 1) / 2; p++) {
                 uint32_t bf[4];
-                tc2_ldsm4(bf, xs + tc2_off(p * 16 + br, kk * 2 + bch));
+                tc2_ldsm4(bf, xs + swz128_off(p * 16 + br, kk * 2 + bch));
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
                     mma16816<DT>(acc[mi][2 * p], af[mi], bf[0], bf[1]);
@@ -2021,7 +2009,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
     }
 #undef TC2_LOAD_W
 #undef TC2_LOAD_X
-    tc2_wait<0>();
+    cp_async_wait<0>();
     /* split k: each block's tile [tokens][rows] (row stride TC2_RS) in its shared memory */
     skinny_epilogue<NT, TC2_BM, TC2_RS, TC_WARPS * 32, 4>(acc, a.r0, a.y, a.n, row0,
                                                           (float *)tc2_sm);

@@ -1101,11 +1101,6 @@ enum { Q2_WARPS = 8, Q2_BM = 256, Q2_STAGES = 4, Q2_MAXSPLIT = 8, Q2_RS = Q2_BM 
 /* per stage: weights 256 x 64 B, scales 256 x sbytes (<= 32), x 8 NT x 256 B */
 #define Q2_STAGE(nt, sbytes) (Q2_BM * 64 + Q2_BM * (sbytes) + Q2_XR(nt) * 256)
 
-__device__ __forceinline__ void q2_cp16(uint32_t dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
 /* 4, 8 or 16 bytes through L1 (the scales: cp.async.cg takes only 16) */
 __device__ __forceinline__ void q2_cp_small(uint32_t dst, const void *src, int n, int bytes)
 {
@@ -1118,11 +1113,6 @@ __device__ __forceinline__ void q2_cp_small(uint32_t dst, const void *src, int n
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes)
                      : "memory");
-}
-__device__ __forceinline__ void q2_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void q2_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 template <int NT>
@@ -1167,7 +1157,7 @@ __global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
         long k_ = kb + (long)(st) * KSTEP;                                                     \
         uint32_t d_ = smb + (slot) * SB;                                                       \
         _Pragma("unroll") for (int i = 0; i < 4; i++)                                          \
-            q2_cp16(d_ + ((tid >> 2) + 64 * i) * 64 + (tid & 3) * 16, wsrc[i] + k_ / 32,       \
+            cp_async16(d_ + ((tid >> 2) + 64 * i) * 64 + (tid & 3) * 16, wsrc[i] + k_ / 32,    \
                     wbytes[i]);                                                                \
         for (int j_ = 0; j_ < sn; j_++)                                                        \
             q2_cp_small(d_ + WB + tid * sbytes + j_ * scp, ssrc + k_ / gs * esz + j_ * scp,    \
@@ -1180,7 +1170,7 @@ __global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
         _Pragma("unroll") for (int i = 0; i < XI; i++) {                                       \
             int r_ = (tid >> 4) + 16 * i;                                                      \
             if (r_ < NT * 8)                                                                   \
-                q2_cp16(d_ + r_ * 256 + (((tid & 15) ^ (r_ & 7)) << 4), xsrc[i] + k_, 16);      \
+                cp_async16(d_ + r_ * 256 + (((tid & 15) ^ (r_ & 7)) << 4), xsrc[i] + k_, 16);  \
         }                                                                                      \
     } while (0)
 #pragma unroll
@@ -1192,7 +1182,7 @@ __global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
     for (int st = 0; st < Q2_STAGES - 1; st++) {
         if (st < nk)
             Q2_LOAD_X(st, st);
-        q2_commit();
+        cp_async_commit();
     }
     float acc[2][NT][4];
 #pragma unroll
@@ -1204,14 +1194,14 @@ __global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
                 acc[mi][nt][e] = 0.0f;
     const int sgi = 32 * t / gs; /* the lane's scale group within the step */
     for (int it = 0; it < nk; it++) {
-        q2_wait<Q2_STAGES - 2>();
+        cp_async_wait<Q2_STAGES - 2>();
         __syncthreads();
         int nx = it + Q2_STAGES - 1;
         if (nx < nk) {
             Q2_LOAD_W(nx, nx % Q2_STAGES);
             Q2_LOAD_X(nx, nx % Q2_STAGES);
         }
-        q2_commit();
+        cp_async_commit();
         const unsigned char *st = q2_sm + (it % Q2_STAGES) * SB;
         uint4 wc[2][2];
         float2 sc[2][2];
@@ -1259,7 +1249,7 @@ __global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
     }
 #undef Q2_LOAD_W
 #undef Q2_LOAD_X
-    q2_wait<0>();
+    cp_async_wait<0>();
     skinny_epilogue<NT, Q2_BM, Q2_RS, Q2_WARPS * 32, 1>(acc, a.r0, a.y, a.n, row0,
                                                         (float *)q2_sm);
 }

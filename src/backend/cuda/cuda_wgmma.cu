@@ -68,21 +68,6 @@ template <int G, int NT> struct wg_cfg {
     static constexpr int SMEM = STAGES * SB + 1024;
 };
 
-__device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void wg_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_cpwait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-/* byte offset of 16-byte chunk ch of row r in a 128-byte-swizzled tile */
-__device__ __forceinline__ uint32_t wg_off(int r, int ch)
-{
-    return r * 128 + ((ch ^ (r & 7)) << 4);
-}
 
 /* wgmma shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes
  * apart (stride byte offset 64 x 16), leading byte offset unused (1), base offset 0 */
@@ -250,7 +235,7 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
         long k_ = kb + (long)(st) * RP_WG_BK;                                                  \
         uint32_t d_ = sb + (slot) * SB;                                                        \
         _Pragma("unroll") for (int i = 0; i < 8; i++)                                          \
-            wg_cp16(d_ + wg_off(lr + LR * i, lc), wsrc[i] + k_, wbytes[i]);                    \
+            cp_async16(d_ + swz128_off(lr + LR * i, lc), wsrc[i] + k_, wbytes[i]);             \
     } while (0)
 #define WG_LOAD_X(st, slot)                                                                    \
     do {                                                                                       \
@@ -258,7 +243,7 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
         uint32_t d_ = sb + (slot) * SB + WB;                                                   \
         _Pragma("unroll") for (int i = 0; i < XI; i++)                                         \
             if (lr + LR * i < XR)                                                              \
-                wg_cp16(d_ + wg_off(lr + LR * i, lc), xsrc[i] + k_, 16);                       \
+                cp_async16(d_ + swz128_off(lr + LR * i, lc), xsrc[i] + k_, 16);                \
     } while (0)
 #pragma unroll
     for (int st = 0; st < S - 1; st++)
@@ -269,7 +254,7 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
     for (int st = 0; st < S - 1; st++) {
         if (st < nk)
             WG_LOAD_X(st, st);
-        wg_commit();
+        cp_async_commit();
     }
     float acc[2][NT][4];
 #pragma unroll
@@ -280,7 +265,7 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
             for (int e = 0; e < 4; e++)
                 acc[mi][nt][e] = 0.0f;
     for (int it = 0; it < nk; it++) {
-        wg_cpwait<S - 2>(); /* step it has landed (this thread's copies) */
+        cp_async_wait<S - 2>(); /* step it has landed (this thread's copies) */
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads(); /* everyone's; and step it - 1's wgmma are done (waited for below) */
         int nx = it + S - 1;
@@ -288,7 +273,7 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
             WG_LOAD_W(nx, nx % S);
             WG_LOAD_X(nx, nx % S);
         }
-        wg_commit();
+        cp_async_commit();
         /* warpgroup g multiplies the 64-row halves g and g + G of the tile */
         const uint32_t ws = sb + (it % S) * SB + (tid >> 7) * 8192, xs = sb + (it % S) * SB + WB;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -311,7 +296,7 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
     }
 #undef WG_LOAD_W
 #undef WG_LOAD_X
-    wg_cpwait<0>();
+    cp_async_wait<0>();
     /* warp w (of warpgroup w / 4), half mi: rows 64 G mi + 16 w + g (+ 8) of the block */
     skinny_epilogue<NT, C::BM, C::RS, C::THREADS, 4, 16, 64 * G>(acc, a.r0, a.y, a.n, row0,
                                                                  (float *)smp);
