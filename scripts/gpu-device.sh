@@ -38,9 +38,6 @@
 #            replayed graph launched once, twice and (tg) three times (RAPID_CUDA_REPLAY): the
 #            step time's growth per launch is the GPU's time for a step, the rest the host's;
 #            with the backend's own host timings ("cuda steps:")
-#   fold     tg128 and 64 streams of the bf16 checkpoint with the RoPE + KV store folded into the
-#            decode attention (RAPID_CUDA_ROPEFOLD=1, opt-in) and apart (the default); then the
-#            default without the silu_mul taken into the down projection (RAPID_CUDA_MV1_SILU=0)
 #   final    the integrator's figures in one pass: scripts/bench-gpu.sh on the bf16 and the MLX
 #            4-bit checkpoints (pp512, tg128, 1 / 16 / 64 streams), then tg128 and 64 streams
 #            bf16 with each of $FINAL_AB (default RAPID_CUDA_MV1_SILU=0 RAPID_CUDA_WG=0)
@@ -309,15 +306,6 @@ if [[ $what == *" host "* ]]; then
     RAPID_CUDA_REPLAY=$r LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 16 --gen 128 --streams 64 2>&1 | grep -E "^streams|^cuda steps" |
       sed "s|^|64 streams REPLAY=$r: |" | tee -a "$out/host.log"
-  done
-fi
-if [[ $what == *" fold "* ]]; then
-  echo "== fold (RoPE + KV store in the decode attention: RAPID_CUDA_ROPEFOLD) =="
-  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
-  for v in ${FOLD_AB:-RAPID_CUDA_ROPEFOLD=1 RAPID_CUDA_ROPEFOLD=0 RAPID_CUDA_MV1_SILU=0}; do
-    env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid" bench --model "$model" \
-      --device cuda --prompt 512 --gen 128 --streams 64 2>&1 | grep -E "^decode |^streams|^cuda steps" |
-      sed "s|^|$v: |" | tee -a "$out/fold.log"
   done
 fi
 if [[ $what == *" final "* ]]; then

@@ -8,10 +8,9 @@
  * [-1, 1]). Cases: the Llama-3-8B shape (32 / 8 heads of 128) at 1, 17, 80, 600, 1000 and 4097
  * positions, 16 and 64 sequences at uneven positions, a mixed step (one 40-token chunk after
  * 300 cached, three decode tokens), sliding windows, GQA groups 1 / 4 / 8, head sizes 8, 16,
- * 24, 32 (the fixtures'), 64, 128 and 256; then q and the new keys through RoPE first (the
- * RoPE + KV store apart, and folded into the attention with RAPID_CUDA_ROPEFOLD=1: full and
- * partial rotary, neox and interleaved, two head groups a KV head, a window, D 256 and
- * multi-token steps, which keep rope_kv_kernel). `rapid_gpu_check dectime` repeats the 8B decode
+ * 24, 32 (the fixtures'), 64, 128 and 256; then q and the new keys through RoPE first (rope_kv_kernel:
+ * full and partial rotary, neox and interleaved, two head groups a KV head, a window, D 256,
+ * multi-token steps). `rapid_gpu_check dectime` repeats the 8B decode
  * steps for timing (run it with RAPID_CUDA_PROFILE=2: the GPU time per op is printed when the
  * backend is freed; RAPID_CUDA_DECATTN=0 times the chunked kernel instead).
  *
@@ -54,8 +53,8 @@ static double dec_run(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int 
 }
 
 /* q and the new keys through rp_op_rope before the step (rot of each head's D, neox or
- * interleaved): rope_kv_kernel, or with RAPID_CUDA_ROPEFOLD=1, where every token is its
- * sequence's only one, the RoPE and the KV store folded into the decode attention. */
+ * interleaved), as a layer does: the held RoPE pair and the KV store run as rope_kv_kernel,
+ * or apart where the step or the shape does not allow it. */
 static void rope_check(rp_backend *be, const char *kernel, const dec_seq *ss, int n_seqs, int H,
                        int KVH, int D, int rot, int neox, float af, int window)
 {
@@ -88,8 +87,8 @@ static void rope_checks(rp_backend *be, const char *kernel)
     rope_check(be, kernel, p600, 1, 32, 2, 64, 64, 1, 1.0f, 0);       /* 2 head groups a KV head */
     rope_check(be, kernel, p300, 1, 8, 2, 32, 32, 1, 1.0f, 37);       /* window */
     rope_check(be, kernel, p80, 1, 4, 2, 16, 16, 1, 1.0f, 4);         /* a fixture's head */
-    rope_check(be, kernel, p40, 1, 8, 2, 256, 256, 1, 1.0f, 0);       /* D 256: not folded */
-    rope_check(be, kernel, chunk, 1, 32, 8, 128, 128, 1, 1.0f, 0);    /* 5 tokens: not folded */
+    rope_check(be, kernel, p40, 1, 8, 2, 256, 256, 1, 1.0f, 0);       /* D 256 */
+    rope_check(be, kernel, chunk, 1, 32, 8, 128, 128, 1, 1.0f, 0);    /* 5 tokens of a seq */
     rope_check(be, kernel, mixed, 3, 32, 8, 128, 128, 1, 1.0f, 0);    /* one seq 3 tokens */
 }
 
@@ -232,17 +231,7 @@ void gpu_decode_checks(void)
     matvec_checks(be, "matvec");
     rp_backend_free(be);
     be = NULL;
-    setenv("RAPID_CUDA_ROPEFOLD", "1", 1); /* the same folded into the attention (opt-in) */
-    rp_status rf = rp_backend_new_cuda(0, 0.3, &be, &err);
-    if (rf) {
-        unsetenv("RAPID_CUDA_ROPEFOLD");
-        gpu_check_report(0, "rope + attn (folded)", err.msg, 1, 0);
-        return;
-    }
-    rope_checks(be, "rope + attn (folded)");
-    rp_backend_free(be);
-    unsetenv("RAPID_CUDA_ROPEFOLD");
-    be = NULL;
+
     setenv("RAPID_CUDA_MVB", "3", 1); /* the opt-in streaming kernel */
     rp_status rc = rp_backend_new_cuda(0, 0.3, &be, &err);
     unsetenv("RAPID_CUDA_MVB");

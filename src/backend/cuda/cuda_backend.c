@@ -491,7 +491,7 @@ static void cuda_kv_store(rp_backend *bk, int layer, const float *k, const float
 static void cuda_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
 {
     rp_cuda_attention(CB(bk)->ctx, layer, a->q, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
-                      a->scale, a->window, a->sinks != NULL);
+                      a->scale, a->window);
     if (a->sinks) /* a device array (the model uploads it as a 1-D weight) */
         rp_cuda_attn_sinks(CB(bk)->ctx, layer, a->q, a->out, a->sinks, a->n_heads,
                            a->n_kv_heads, a->head_dim, a->scale, a->window);

@@ -30,58 +30,13 @@ template <int D> struct da_shape {
 
 __device__ __forceinline__ float4 f4_zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
-/* RoPE of the pair (a, b) = (x[ia], x[ib]) at angle pos * inv: the first element's and the
- * second's rotated values (rope_kv_kernel's arithmetic, cuda_kernels.cu). */
-__device__ __forceinline__ float rope_one(float a, float b, bool first, int pos, float inv,
-                                          float af)
-{
-    float ang = (float)pos * inv;
-    float cs = cosf(ang) * af, sn = sinf(ang) * af;
-    return first ? a * cs - b * sn : b * cs + a * sn;
-}
-
-/* q's piece f (elements 4f .. 4f + 3) of a head, rotated (rp_cuda_dec_rope). The partner of
- * a neox element e < half is e + half, a piece half / 4 further: the lane li + half / 4 of
- * the same key group (one piece a lane: rp_cuda_dec_rope_ok), read by shuffles that every
- * lane of the warp runs. Interleaved pairs (2i, 2i + 1) lie within a piece. */
-template <int D>
-__device__ __forceinline__ float4 rope_q_piece(float4 x, int f, const rp_cuda_dec_rope &r,
-                                               int pos)
-{
-    const int sh = r.half / 4;
-    const float xv[4] = {x.x, x.y, x.z, x.w};
-    float up[4], dn[4], yv[4];
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-        up[c] = __shfl_down_sync(0xffffffffu, xv[c], sh);
-        dn[c] = __shfl_up_sync(0xffffffffu, xv[c], sh);
-    }
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-        int e = 4 * f + c;
-        yv[c] = xv[c];
-        if (e >= 2 * r.half || f >= D / 4)
-            continue;
-        if (r.neox) {
-            bool first = e < r.half;
-            float other = first ? up[c] : dn[c];
-            yv[c] = rope_one(first ? xv[c] : other, first ? other : xv[c], first, pos,
-                             r.inv[first ? e : e - r.half], r.attn_factor);
-        } else {
-            yv[c] = rope_one(xv[c & ~1], xv[c | 1], (c & 1) == 0, pos, r.inv[e / 2],
-                             r.attn_factor);
-        }
-    }
-    return make_float4(yv[0], yv[1], yv[2], yv[3]);
-}
-
-template <int D, int G, int R>
+template <int D, int G>
 __global__ void __launch_bounds__(DA_WARPS * 32)
     dec_attn_kernel(const rp_cuda_tok *__restrict__ toks, const int32_t *__restrict__ tbl,
                     rp_cuda_kv kv, int layer, const float *__restrict__ q,
                     float *__restrict__ out, float *__restrict__ part, int H, int KVH,
                     float scale, int window, int n_split, int per_split, unsigned *cnt,
-                    int pre, rp_cuda_dec_rope rope)
+                    int pre)
 {
     typedef da_shape<D> S;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -129,28 +84,6 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
     if (early)
         load_kv(it0);
     pdl_wait(); /* q and the pool's new rows are the previous kernels' */
-    if (R && jb <= pos && pos < jb + per_split) {
-        /* the split that holds the token's own position: its key (rotated) and value go
-         * into the pool first (every block of the KV head's groups writes the same bytes),
-         * visible to the block's loads below after the barrier */
-        const float *ks = rope.k + ((long)t * KVH + kvh) * D;
-        const float *vs = rope.v + ((long)t * KVH + kvh) * D;
-        float *kd = kv.base + (long)tbl[d.tbl + pos / kv.block_tokens] * kv.block_floats +
-                    (long)(2 * layer) * kv.half_floats + (long)(pos % kv.block_tokens) * kvd +
-                    (long)kvh * D;
-        for (int e = threadIdx.x; e < D; e += DA_WARPS * 32) {
-            float val = ks[e];
-            if (e < 2 * rope.half) {
-                bool first = rope.neox ? e < rope.half : (e & 1) == 0;
-                int i = rope.neox ? (first ? e : e - rope.half) : e / 2;
-                int ia = rope.neox ? i : 2 * i, ib = rope.neox ? i + rope.half : 2 * i + 1;
-                val = rope_one(ks[ia], ks[ib], first, pos, rope.inv[i], rope.attn_factor);
-            }
-            kd[e] = val;
-            kd[kv.half_floats + e] = vs[e];
-        }
-        __syncthreads();
-    }
     float4 qr[G][S::VPL];
 #pragma unroll
     for (int g = 0; g < G; g++)
@@ -158,11 +91,10 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
         for (int v = 0; v < S::VPL; v++) {
             int f = li + S::LG * v;
             float4 x = f4_zero();
-            if (f < S::V4)
+            if (f < S::V4) {
                 x = *(const float4 *)(q + ((long)t * H + h0 + g) * D + 4 * f);
-            if (R)
-                x = rope_q_piece<D>(x, f, rope, pos);
-            x.x *= scale, x.y *= scale, x.z *= scale, x.w *= scale;
+                x.x *= scale, x.y *= scale, x.z *= scale, x.w *= scale;
+            }
             qr[g][v] = x;
         }
     float m[G], l[G];
@@ -376,12 +308,6 @@ static int da_kb(int D)
     }
 }
 
-int rp_cuda_dec_rope_ok(int D, int half)
-{
-    /* one 16-byte piece of a row per lane (D <= 128), whole pieces per half */
-    return D <= 128 && da_kb(D) > 0 && half > 0 && half % 4 == 0 && 2 * half <= D;
-}
-
 int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv)
 {
     return da_kb(D) > 0 && (G == 1 || G == 2 || G == 4 || G == 8) && G * D <= 2048 &&
@@ -401,57 +327,52 @@ void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *p
     *n_split = (span + per - 1) / per;
 }
 
-/* The launch arguments past the kernel's template parameters. */
-struct da_args {
-    cudaStream_t st;
-    int pdl;
-    dim3 grid;
-    const rp_cuda_tok *toks;
-    const int32_t *tbl;
-    rp_cuda_kv kv;
-    int layer;
-    const float *q;
-    float *out, *part;
-    int H, KVH;
-    float scale;
-    int window, n_split, per_split;
-    unsigned *cnt;
-    int pre;
-    rp_cuda_dec_rope rope;
-};
-
-template <int D, int G> static void da_go(const da_args &a)
+template <int D, int G>
+static void da_go(cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks, const int32_t *tbl,
+                  rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
+                  int KVH, float scale, int window, int n_split, int per_split, unsigned *cnt,
+                  int pre)
 {
-    /* the fold only where a row is one piece a lane (rp_cuda_dec_rope_ok) */
-    auto k = a.rope.k && D <= 128 ? dec_attn_kernel<D, G, (D <= 128)> : dec_attn_kernel<D, G, 0>;
-    pdl_launch(a.pdl, k, a.grid, dim3(DA_WARPS * 32), a.st, a.toks, a.tbl, a.kv, a.layer, a.q,
-               a.out, a.part, a.H, a.KVH, a.scale, a.window, a.n_split, a.per_split, a.cnt, a.pre,
-               a.rope);
+    pdl_launch(pdl, dec_attn_kernel<D, G>, grid, dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q,
+               out, part, H, KVH, scale, window, n_split, per_split, cnt, pre);
 }
 
-template <int D> static void da_go_g(int G, const da_args &a)
+template <int D>
+static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks,
+                    const int32_t *tbl, rp_cuda_kv kv, int layer, const float *q, float *out,
+                    float *part, int H, int KVH, float scale, int window, int n_split,
+                    int per_split, unsigned *cnt, int pre)
 {
     switch (G) {
-    case 8: da_go<D, 8>(a); break;
-    case 4: da_go<D, 4>(a); break;
-    case 2: da_go<D, 2>(a); break;
-    default: da_go<D, 1>(a); break;
+    case 8:
+        da_go<D, 8>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split, cnt, pre);
+        break;
+    case 4:
+        da_go<D, 4>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split, cnt, pre);
+        break;
+    case 2:
+        da_go<D, 2>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split, cnt, pre);
+        break;
+    default:
+        da_go<D, 1>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                    n_split, per_split, cnt, pre);
+        break;
     }
 }
 
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split, unsigned *cnt, int pre, const rp_cuda_dec_rope *rope)
+                      int per_split, unsigned *cnt, int pre)
 {
     dim3 grid((unsigned)(H / G), (unsigned)n_tok, (unsigned)n_split);
-    da_args a = {st,  pdl, grid,   toks,  tbl,     kv,        layer, q,   out, part,
-                 H,   KVH, scale, window, n_split, per_split, cnt,   pre, {}};
-    if (rope)
-        a.rope = *rope;
 #define DA_CASE(DD)                                                                            \
     case DD:                                                                                   \
-        da_go_g<DD>(G, a);                                                                     \
+        da_go_g<DD>(G, st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,    \
+                    n_split, per_split, cnt, pre);                                             \
         break;
     switch (D) {
         DA_CASE(8)

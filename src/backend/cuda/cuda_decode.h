@@ -9,7 +9,7 @@
  * keys; the block's warps merge in shared memory, and with more than one split the splits'
  * (max, sum, acc) partials are merged in split order (deterministic): by the last block of
  * each (head group, token) to finish (an atomic counter per pair, cnt), or with cnt NULL by
- * a second kernel. The step's RoPE and KV store may be folded in (rp_cuda_dec_rope).
+ * a second kernel.
  * Results are plain f32 (no rounding of q, K, V or P).
  *
  * Ownership: part is scratch the caller owns (n_tok * H * n_split * (D + 2) floats); so is
@@ -25,22 +25,6 @@
 
 #include "backend/cuda/cuda_kernels.h"
 
-/* The step's RoPE and KV store folded into the attention (optional): q and the new keys
- * arrive unrotated; every block rotates its q heads in registers (after the load, before the
- * scale), and the blocks of the split holding each token's position rotate that token's key
- * and store it and its value into the pool before they read the keys (rope_kv_kernel's
- * arithmetic, cuda_kernels.cu). Only for steps in which every token is its sequence's only
- * one (no token reads another's new row), and shapes rp_cuda_dec_rope_ok takes. */
-typedef struct rp_cuda_dec_rope {
-    const float *k, *v; /* the step's new keys and values, n_tok x KVH x D */
-    const float *inv;   /* inverse frequencies (half of them) */
-    float attn_factor;
-    int half, neox; /* rotated pairs per head (rot_dim / 2); neox: (i, i + half), else
-                     * (2i, 2i + 1) */
-} rp_cuda_dec_rope;
-
-/* Whether head size D with `half` rotated pairs can fold its RoPE into the attention. */
-int rp_cuda_dec_rope_ok(int D, int half);
 /* Whether head size D with G heads per block runs here (D in 8, 16, 24, 32, 64, 128, 256;
  * G in 1, 2, 4, 8; rows 16-byte aligned). */
 int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv);
@@ -54,6 +38,6 @@ void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *p
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split, unsigned *cnt, int pre, const rp_cuda_dec_rope *rope);
+                      int per_split, unsigned *cnt, int pre);
 
 #endif

@@ -43,9 +43,7 @@
  *     rmsnorm, RoPE of q + k, and that RoPE + the KV store of k and v, a one-token rmsnorm or
  *     silu_mul into the next matvec's x and a residual add into the matvec before it (bf16 /
  *     f16 and MLX weights) (RAPID_CUDA_FUSE=0: none; RAPID_CUDA_KVROPE=0: RoPE and KV store
- *     apart); opt-in, where every token of a step is its sequence's only one, that RoPE + KV
- *     store folded into the decode attention (RAPID_CUDA_ROPEFOLD=1; slower as it stands).
- *     mv1_kernel,
+ *     apart). mv1_kernel,
  *     the fused RoPE + KV store and the decode attention let their dependents launch early
  *     (griddepcontrol.launch_dependents), so the next kernel's weight loads start under
  *     their tail.
@@ -135,9 +133,7 @@ typedef struct mv1_args {
     int add_one, pro, dt;
 } mv1_args;
 
-enum {
-    PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2, PEND_MV, PEND_NORM, PEND_SILU, PEND_QMV, PEND_ROPEKV
-};
+enum { PEND_NONE, PEND_ADD, PEND_ROPE, PEND_ROPE2, PEND_MV, PEND_NORM, PEND_SILU, PEND_QMV };
 static_assert((int)MV1_NORM == (int)RP_CUDA_PRO_NORM && (int)MV1_SILU == (int)RP_CUDA_PRO_SILU,
               "prologue kinds");
 typedef struct pend_op {
@@ -155,9 +151,6 @@ typedef struct pend_op {
     const float *x2;
     float eps;
     int add_one;
-    const float *v; /* PEND_ROPEKV: the RoPE pair (y, y2) and this layer's values held for the
-                     * decode attention, which folds the rotations and the store in */
-    int layer, kvd;
     /* PEND_QMV: a quantized one-token matvec (cuda_quant.cu), its launcher and its args */
     rp_cuda_hook_fn qfn;
     rp_cuda_mvdesc qd;
@@ -194,9 +187,6 @@ struct rp_cuda_ctx {
     int mvb;                /* blocks per SM of the streaming one-token matvec (matvec_bulk_kernel,
                              * opt-in: RAPID_CUDA_MVB=1..4); 0: matvec_kernel (the default) */
     int kvrope;             /* RoPE of k fused into the KV store (RAPID_CUDA_KVROPE=0: off) */
-    int ropefold;           /* ... and both folded into the decode attention where the step
-                             * allows (opt-in, RAPID_CUDA_ROPEFOLD=1: 5% slower at one
-                             * stream, 11% at 64, NOTES.md session 6) */
     int dec_attn;           /* the split-key decode attention (cuda_decode.cu); 0: the
                              * chunked kernel below (RAPID_CUDA_DECATTN=0) */
     int dec_merge;          /* its splits merged by the last block (RAPID_CUDA_DECMERGE=0: by
@@ -204,8 +194,7 @@ struct rp_cuda_ctx {
     unsigned *da_cnt;       /* ... with these counters (da_cnt_n of them, zero between launches) */
     int dec_pre;            /* its first K / V loads before the programmatic-launch wait when
                              * the step allows (RAPID_CUDA_DECPRE=0: after) */
-    int step_alone;         /* this step: every token the only one of its sequence */
-    int step_single;        /* ... and dec_pre */
+    int step_single;        /* this step: every token the only one of its sequence */
     size_t da_cnt_n;
     int32_t *tbl_host, *tbl_dev; /* the step's block tables */
     int tbl_cap;
@@ -587,8 +576,6 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->mv1_silu = !(ms && strcmp(ms, "0") == 0);
     const char *qs = getenv("RAPID_CUDA_QMV_SILU");
     c->qmv_silu = qs && strcmp(qs, "1") == 0;
-    const char *rf = getenv("RAPID_CUDA_ROPEFOLD"); /* opt-in: slower as it stands (NOTES.md) */
-    c->ropefold = c->kvrope && rf && strcmp(rf, "1") == 0;
     const char *m1 = getenv("RAPID_CUDA_MV1");
     c->mv1 = m1 && strcmp(m1, "0") == 0 ? 0 : m1 && strcmp(m1, "4") == 0 ? 4
            : m1 && strcmp(m1, "8") == 0 ? 8 : 1; /* 1: by shape (mv1_launch) */
@@ -2739,8 +2726,6 @@ extern "C" void rp_cuda_add(rp_cuda_ctx *c, float *y, const float *x, int64_t n)
  * for a residual add of its output (pend_take_add: its epilogue). Anything else launches the
  * held op first (pend_flush), so the order of effects is unchanged. RAPID_CUDA_FUSE=0: no
  * deferral. */
-static void rope_kv_launch(rp_cuda_ctx *c, const pend_op *pd);
-
 static void pend_flush(rp_cuda_ctx *c)
 {
     pend_op *pd = c->pend;
@@ -2762,8 +2747,6 @@ static void pend_flush(rp_cuda_ctx *c)
         prof_scope ps(c, P_ELEM, 0);
         silu_launch(c, pd->y, pd->x, pd->x2, pd->n);
     }
-    else if (k == PEND_ROPEKV)
-        rope_kv_launch(c, pd);
     else if (k == PEND_ROPE2)
         rope_launch(c, pd->y, pd->heads, pd->y2, pd->heads2, pd->n_tok, pd->head_dim, pd->half,
                     pd->pos, pd->attn_factor, pd->neox);
@@ -2884,11 +2867,10 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, con
     c->n_tok = n;
     /* every token its sequence's only one this step (no two share a block table): the keys
      * before each token's position were stored by earlier steps */
-    c->step_alone = n <= 64;
-    for (int t = 0; t < n && c->step_alone; t++)
-        for (int u = 0; u < t && c->step_alone; u++)
-            c->step_alone = toks[t].tbl != toks[u].tbl;
-    c->step_single = c->dec_pre && c->step_alone;
+    c->step_single = c->dec_pre && n <= 64;
+    for (int t = 0; t < n && c->step_single; t++)
+        for (int u = 0; u < t && c->step_single; u++)
+            c->step_single = toks[t].tbl != toks[u].tbl;
     CK(cudaMemcpyAsync(c->tok_dev, c->tok_host, sizeof(rp_cuda_tok) * n, cudaMemcpyHostToDevice,
                        c->stream));
     c->n_fa = 0;
@@ -2973,43 +2955,28 @@ __global__ void rope_kv_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_c
     }
 }
 
-/* The held RoPE pair (q, k) with the KV store of k and v: one rope_kv_kernel launch. */
-static void rope_kv_launch(rp_cuda_ctx *c, const pend_op *pd)
-{
-    prof_scope ps(c, P_KV, 0);
-    int nt = c->n_tok, hq = pd->heads, hk = pd->heads2, hd = pd->head_dim, half = pd->half,
-        neox = pd->neox, layer = pd->layer, kvd = pd->kvd;
-    float af = pd->attn_factor, *q = pd->y, *kk = pd->y2;
-    const float *v = pd->v;
-    const rp_cuda_tok *td = c->tok_dev;
-    const int32_t *tbl = c->tbl_dev;
-    const float *inv = c->inv_dev;
-    rp_cuda_kv kvp = c->kv;
-    int work = (hq + hk) * half + hk * (hd - 2 * half) + kvd;
-    int threads = 128, per_tok = (work + threads - 1) / threads, pdl = c->pdl_small;
-    LAUNCH(c, {
-        pdl_launch(pdl, rope_kv_kernel, dim3((unsigned)nt, (unsigned)per_tok), dim3(threads),
-                   c->stream, td, tbl, kvp, layer, q, hq, kk, v, hk, hd, half, inv, af, neox);
-        LAUNCHED();
-    });
-}
-
 extern "C" void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v,
                                  int kvd)
 {
     pend_op *pd = c->pend;
     if (pd->kind == PEND_ROPE2 && pd->y2 == k && pd->pos == NULL && pd->n_tok == c->n_tok &&
         pd->heads2 * pd->head_dim == kvd) { /* positions are the step's own */
-        pd->v = v;
-        pd->layer = layer;
-        pd->kvd = kvd;
-        if (c->ropefold && c->step_alone && rp_cuda_dec_rope_ok(pd->head_dim, pd->half)) {
-            pd->kind = PEND_ROPEKV; /* the decode attention may fold it in (or pend_flush
-                                     * launches it as below) */
-            return;
-        }
+        prof_scope ps(c, P_KV, 0);
         pd->kind = PEND_NONE;
-        rope_kv_launch(c, pd);
+        int nt = c->n_tok, hq = pd->heads, hk = pd->heads2, hd = pd->head_dim, half = pd->half,
+            neox = pd->neox;
+        float af = pd->attn_factor, *q = pd->y, *kk = pd->y2;
+        const rp_cuda_tok *td = c->tok_dev;
+        const int32_t *tbl = c->tbl_dev;
+        const float *inv = c->inv_dev;
+        rp_cuda_kv kvp = c->kv;
+        int work = (hq + hk) * half + hk * (hd - 2 * half) + kvd;
+        int threads = 128, per_tok = (work + threads - 1) / threads, pdl = c->pdl_small;
+        LAUNCH(c, {
+            pdl_launch(pdl, rope_kv_kernel, dim3((unsigned)nt, (unsigned)per_tok), dim3(threads),
+                       c->stream, td, tbl, kvp, layer, q, hq, kk, v, hk, hd, half, inv, af, neox);
+            LAUNCHED();
+        });
         return;
     }
     prof_scope ps(c, P_KV);
@@ -3339,24 +3306,8 @@ __global__ void attn_merge_kernel(const float *part, float *out, int H, int D, i
 }
 
 extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, int H,
-                                  int KVH, int D, float scale, int window, int q_read_after)
+                                  int KVH, int D, float scale, int window)
 {
-    int group = H / KVH;
-    int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-    if (G * D > 2048)
-        G = 1;
-    int dec = !flash_ok(c, D) && c->dec_attn && rp_cuda_dec_ok(D, G, &c->kv);
-    /* the held RoPE + KV store of this layer's q, folded into the decode attention */
-    pend_op *pd = c->pend;
-    rp_cuda_dec_rope rope = {};
-    int fold = dec && !q_read_after && pd->kind == PEND_ROPEKV && pd->layer == layer && pd->y == q &&
-               pd->heads == H && pd->heads2 == KVH && pd->head_dim == D;
-    if (fold) {
-        pd->kind = PEND_NONE;
-        rope = (rp_cuda_dec_rope){.k = pd->y2, .v = pd->v, .inv = c->inv_dev,
-                                  .attn_factor = pd->attn_factor, .half = pd->half,
-                                  .neox = pd->neox};
-    }
     prof_scope ps(c, P_ATTN);
     if (flash_ok(c, D)) {
         flash_launch(c, layer, q, out, H, KVH, D, scale, window);
@@ -3365,7 +3316,11 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
     int span = c->max_pos + 1;
     if (window > 0 && window < span)
         span = window;
-    if (dec) {
+    int group = H / KVH;
+    int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    if (G * D > 2048)
+        G = 1;
+    if (c->dec_attn && rp_cuda_dec_ok(D, G, &c->kv)) {
         int n_split, per_split;
         rp_cuda_dec_plan(D, span, (long)c->n_tok * (H / G), c->sms, &n_split, &per_split);
         float *part = NULL;
@@ -3392,8 +3347,7 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
         int nt = c->n_tok, pdl = c->pdl_small, pre = c->step_single;
         LAUNCH(c, {
             rp_cuda_dec_attn(c->stream, pdl, td, tbl, kv, layer, q, out, part, H, KVH, D, G,
-                             scale, window, nt, n_split, per_split, cnt, pre,
-                             fold ? &rope : NULL);
+                             scale, window, nt, n_split, per_split, cnt, pre);
         });
         return;
     }

@@ -80,10 +80,8 @@ void rp_cuda_gather_rows(rp_cuda_ctx *c, float *dst, const float *src, const int
 void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n_tok, const int32_t *tbl,
                   int n_tbl, const rp_cuda_kv *kv);
 void rp_cuda_kv_store(rp_cuda_ctx *c, int layer, const float *k, const float *v, int kv_dim);
-/* q_read_after: a later op reads q (rp_cuda_attn_sinks), so a held RoPE of it must reach
- * memory rather than fold into the attention. */
 void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, float *out, int n_heads,
-                       int n_kv_heads, int head_dim, float scale, int window, int q_read_after);
+                       int n_kv_heads, int head_dim, float scale, int window);
 /* out[i] = argmax of row i of x [n_rows][n] (lowest index among equals); out is a host
  * array, filled when this returns (synchronous). */
 void rp_cuda_argmax(rp_cuda_ctx *c, const float *x, int n_rows, long n, int32_t *out);
