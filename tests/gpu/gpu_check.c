@@ -694,3 +694,146 @@ int main(int argc, char **argv)
     printf("gpu_check: %d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }
+
+/* ---- the 16-bit GEMM check and knob-set backends (gpu_check.h) ---- */
+
+static uint64_t g_gemm_rng = 0x3c6ef372fe94f82bull;
+static float gemm_rand(void) /* uniform in [-1, 1) */
+{
+    g_gemm_rng ^= g_gemm_rng << 13, g_gemm_rng ^= g_gemm_rng >> 7, g_gemm_rng ^= g_gemm_rng << 17;
+    return (float)((g_gemm_rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+static uint16_t to16(rp_dtype dt, float v)
+{
+    return dt == RP_DT_BF16 ? rp_f32_to_bf16(v) : rp_f32_to_f16(v);
+}
+
+static float from16(rp_dtype dt, uint16_t h)
+{
+    return dt == RP_DT_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
+}
+
+/* the rows the reference computes: both ends, every 61st, and the edges of every 64- and
+ * 128-row block (the GEMM kernels' tiles) */
+static int gemm_sampled(long r, long rows)
+{
+    return r < 72 || r >= rows - 72 || r % 61 == 0 || r % 64 >= 60 || r % 128 < 2 ||
+           r % 128 >= 120;
+}
+
+void gpu_gemm16_check(rp_backend *be, const char *tag, rp_dtype dt, int n_mat, const long *rows,
+                      long cols, int n)
+{
+    const double tol = 2e-3;
+    rp_err err = {0};
+    rp_tensor w[3], wd[3], xt, xd;
+    uint16_t *wh[3] = {0};
+    float *x = rp_alloc(sizeof(float) * (size_t)n * cols), *y[3] = {0}, *y0[3] = {0},
+          *yd[3] = {0};
+    for (long i = 0; i < (long)n * cols; i++)
+        x[i] = gemm_rand();
+    xt = (rp_tensor){.dtype = RP_DT_F32, .n_dims = 2, .shape = {n, cols}, .data = x,
+                     .n_bytes = sizeof(float) * (size_t)n * cols};
+    int ok = rp_backend_weight(be, &xt, &xd, &err) == RP_OK;
+    for (int m = 0; m < n_mat && ok; m++) {
+        size_t ne = (size_t)rows[m] * cols;
+        wh[m] = rp_alloc(sizeof(uint16_t) * ne);
+        for (size_t i = 0; i < ne; i++)
+            wh[m][i] = to16(dt, gemm_rand() * 0.05f);
+        w[m] = (rp_tensor){.dtype = dt, .n_dims = 2, .shape = {rows[m], cols}, .data = wh[m],
+                           .n_bytes = sizeof(uint16_t) * ne};
+        ok = rp_backend_weight(be, &w[m], &wd[m], &err) == RP_OK;
+        yd[m] = rp_backend_buf_alloc(be, sizeof(float) * (size_t)n * rows[m], 0);
+        y[m] = rp_alloc(sizeof(float) * (size_t)n * rows[m]);
+        y0[m] = rp_alloc(sizeof(float) * (size_t)n * rows[m]);
+        ok = ok && yd[m] && y[m] && y0[m];
+    }
+    double worst = INFINITY;
+    int same = 1;
+    if (ok) {
+        const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
+        for (int rep = 0; rep < 2; rep++) {
+            if (n_mat == 1)
+                rp_op_matmul(be, &wd[0], xd.data, n, yd[0]);
+            else
+                rp_op_matmul_n(be, n_mat, wp, xd.data, n, yd);
+            for (int m = 0; m < n_mat; m++)
+                rp_backend_to_host(be, rep ? y[m] : y0[m], yd[m],
+                                   sizeof(float) * (size_t)n * rows[m]);
+        }
+        for (int m = 0; m < n_mat; m++)
+            same = same && memcmp(y[m], y0[m], sizeof(float) * (size_t)n * rows[m]) == 0;
+        float *xr = rp_alloc(sizeof(float) * (size_t)cols);
+        worst = 0;
+        int reported = 0;
+        long wr = -1;
+        int wm = 0, wt = 0;
+        for (int m = 0; m < n_mat; m++) {
+            for (int t = 0; t < n; t++) {
+                for (long k = 0; k < cols; k++) /* the kernel rounds x to the weight's type */
+                    xr[k] = from16(dt, to16(dt, x[(long)t * cols + k]));
+                for (long r = 0; r < rows[m]; r++) {
+                    if (!gemm_sampled(r, rows[m]))
+                        continue;
+                    double ref = 0;
+                    for (long k = 0; k < cols; k++)
+                        ref += (double)from16(dt, wh[m][r * cols + k]) * xr[k];
+                    float got = y[m][(long)t * rows[m] + r];
+                    double d = fabs(ref - got);
+                    if ((d > tol || isnan(d)) && !reported) {
+                        printf("      first bad: matrix %d row %ld token %d: %.6g, want %.6g\n", m,
+                               r, t, got, ref);
+                        reported = 1;
+                    }
+                    if (d > worst || isnan(d))
+                        worst = d, wm = m, wr = r, wt = t;
+                }
+            }
+        }
+        if (worst > tol || isnan(worst))
+            printf("      worst: matrix %d row %ld token %d (%.3g)\n", wm, wr, wt, worst);
+        if (!same)
+            printf("      the two runs differ\n");
+        rp_free(xr);
+    } else {
+        printf("      setup: %s\n", err.msg);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s %s %d x %ldx%ld n=%d", tag, rp_dtype_name(dt), n_mat,
+             rows[0], cols, n);
+    gpu_check_report(worst <= tol && same, "gemm", what, worst, tol);
+    fflush(stdout); /* a crash later keeps this line */
+    for (int m = 0; m < n_mat; m++) {
+        rp_free(wh[m]);
+        rp_free(y[m]);
+        rp_free(y0[m]);
+        rp_backend_buf_free(be, yd[m]);
+    }
+    rp_free(x);
+}
+
+/* A CUDA backend with env var `var` set to val (NULL: unset, the default); the knobs are
+ * read at creation. */
+rp_backend *gpu_backend_with(const char *var, const char *val)
+{
+    const char *old = getenv(var);
+    char keep[64] = "";
+    if (old)
+        snprintf(keep, sizeof keep, "%s", old);
+    if (val)
+        setenv(var, val, 1);
+    else
+        unsetenv(var);
+    rp_backend *be = NULL;
+    rp_err err = {0};
+    if (rp_backend_new_cuda(0, 0.5, &be, &err)) {
+        gpu_check_report(0, "cuda backend", var, 0, 0);
+        be = NULL;
+    }
+    if (old)
+        setenv(var, keep, 1);
+    else
+        unsetenv(var);
+    return be;
+}

@@ -34,6 +34,16 @@ typedef struct gpu_attn_rope {
  * failed). gpu_check.c. */
 double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, int KVH, int D,
                     int window, int rounded, float q_amp, int reps, const gpu_attn_rope *rope);
+/* y = x W^T for n_mat 16-bit (bf16 / f16) random matrices stacked over n tokens on be, run
+ * twice (the two results must be bit-identical: the kernels are deterministic), against a
+ * double-precision reference on sampled rows (both ends, every 61st, the edges of 64- and
+ * 128-row tiles) with x rounded to the weight's type as the kernels do; reported as "gemm"
+ * with tolerance 2e-3, the first bad and the worst element printed. gpu_check.c. */
+void gpu_gemm16_check(rp_backend *be, const char *tag, rp_dtype dt, int n_mat, const long *rows,
+                      long cols, int n);
+/* A CUDA backend made with env var `var` set to val (NULL: unset; the knobs are read at
+ * creation), the variable restored after; NULL (reported) when it cannot be made. */
+rp_backend *gpu_backend_with(const char *var, const char *val);
 /* The bf16-vs-f32 logit tolerance of a fixture of this rounding sensitivity: BF16_TOL, or
  * the CPU's own bf16 distance plus BF16_GPU_EXTRA when that is more (gpu_check.c). */
 float gpu_bf16_tol(float sensitivity);

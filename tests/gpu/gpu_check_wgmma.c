@@ -29,7 +29,6 @@
 
 #include "backend/backend.h"
 #include "base/alloc.h"
-#include "base/half.h"
 #include "gpu_check.h"
 
 static uint64_t g_wrng = 0x3c6ef372fe94f82bull;
@@ -39,146 +38,12 @@ static float wrand(void) /* uniform in [-1, 1) */
     return (float)((g_wrng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
 }
 
-static uint16_t to16(rp_dtype dt, float v)
-{
-    return dt == RP_DT_BF16 ? rp_f32_to_bf16(v) : rp_f32_to_f16(v);
-}
-
-static float from16(rp_dtype dt, uint16_t h)
-{
-    return dt == RP_DT_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
-}
-
-/* the rows the reference computes: both ends, every 61st, and the last 8 of every 128-row
- * block and of every 64-row half (the wgmma tile's edges) */
-static int sampled(long r, long rows)
-{
-    return r < 72 || r >= rows - 72 || r % 61 == 0 || r % 64 >= 60 || r % 128 < 2;
-}
-
-/* n_mat 16-bit matrices stacked over n tokens on be, against the double-precision reference. */
-static void wg_check(rp_backend *be, const char *tag, rp_dtype dt, int n_mat, const long *rows,
-                     long cols, int n)
-{
-    const double tol = 2e-3;
-    rp_err err = {0};
-    rp_tensor w[3], wd[3], xt, xd;
-    uint16_t *wh[3] = {0};
-    float *x = rp_alloc(sizeof(float) * (size_t)n * cols), *y[3] = {0}, *y0[3] = {0},
-          *yd[3] = {0};
-    for (long i = 0; i < (long)n * cols; i++)
-        x[i] = wrand();
-    xt = (rp_tensor){.dtype = RP_DT_F32, .n_dims = 2, .shape = {n, cols}, .data = x,
-                     .n_bytes = sizeof(float) * (size_t)n * cols};
-    int ok = rp_backend_weight(be, &xt, &xd, &err) == RP_OK;
-    for (int m = 0; m < n_mat && ok; m++) {
-        size_t ne = (size_t)rows[m] * cols;
-        wh[m] = rp_alloc(sizeof(uint16_t) * ne);
-        for (size_t i = 0; i < ne; i++)
-            wh[m][i] = to16(dt, wrand() * 0.05f);
-        w[m] = (rp_tensor){.dtype = dt, .n_dims = 2, .shape = {rows[m], cols}, .data = wh[m],
-                           .n_bytes = sizeof(uint16_t) * ne};
-        ok = rp_backend_weight(be, &w[m], &wd[m], &err) == RP_OK;
-        yd[m] = rp_backend_buf_alloc(be, sizeof(float) * (size_t)n * rows[m], 0);
-        y[m] = rp_alloc(sizeof(float) * (size_t)n * rows[m]);
-        y0[m] = rp_alloc(sizeof(float) * (size_t)n * rows[m]);
-        ok = ok && yd[m] && y[m] && y0[m];
-    }
-    double worst = INFINITY;
-    int same = 1;
-    if (ok) {
-        const rp_tensor *wp[3] = {&wd[0], &wd[1], &wd[2]};
-        for (int rep = 0; rep < 2; rep++) {
-            if (n_mat == 1)
-                rp_op_matmul(be, &wd[0], xd.data, n, yd[0]);
-            else
-                rp_op_matmul_n(be, n_mat, wp, xd.data, n, yd);
-            for (int m = 0; m < n_mat; m++)
-                rp_backend_to_host(be, rep ? y[m] : y0[m], yd[m],
-                                   sizeof(float) * (size_t)n * rows[m]);
-        }
-        for (int m = 0; m < n_mat; m++)
-            same = same && memcmp(y[m], y0[m], sizeof(float) * (size_t)n * rows[m]) == 0;
-        float *xr = rp_alloc(sizeof(float) * (size_t)cols);
-        worst = 0;
-        int reported = 0;
-        long wr = -1;
-        int wm = 0, wt = 0;
-        for (int m = 0; m < n_mat; m++) {
-            for (int t = 0; t < n; t++) {
-                for (long k = 0; k < cols; k++) /* the kernel rounds x to the weight's type */
-                    xr[k] = from16(dt, to16(dt, x[(long)t * cols + k]));
-                for (long r = 0; r < rows[m]; r++) {
-                    if (!sampled(r, rows[m]))
-                        continue;
-                    double ref = 0;
-                    for (long k = 0; k < cols; k++)
-                        ref += (double)from16(dt, wh[m][r * cols + k]) * xr[k];
-                    float got = y[m][(long)t * rows[m] + r];
-                    double d = fabs(ref - got);
-                    if ((d > tol || isnan(d)) && !reported) {
-                        printf("      first bad: matrix %d row %ld token %d: %.6g, want %.6g\n", m,
-                               r, t, got, ref);
-                        reported = 1;
-                    }
-                    if (d > worst || isnan(d))
-                        worst = d, wm = m, wr = r, wt = t;
-                }
-            }
-        }
-        if (worst > tol || isnan(worst))
-            printf("      worst: matrix %d row %ld token %d (%.3g)\n", wm, wr, wt, worst);
-        if (!same)
-            printf("      the two runs differ\n");
-        rp_free(xr);
-    } else {
-        printf("      setup: %s\n", err.msg);
-    }
-    char what[96];
-    snprintf(what, sizeof what, "%s %s %d x %ldx%ld n=%d", tag, rp_dtype_name(dt), n_mat,
-             rows[0], cols, n);
-    gpu_check_report(worst <= tol && same, "gemm", what, worst, tol);
-    fflush(stdout); /* a crash later keeps this line */
-    for (int m = 0; m < n_mat; m++) {
-        rp_free(wh[m]);
-        rp_free(y[m]);
-        rp_free(y0[m]);
-        rp_backend_buf_free(be, yd[m]);
-    }
-    rp_free(x);
-}
-
-/* A CUDA backend with env var `var` set to val (NULL: unset, the default); the knobs are
- * read at creation. */
-static rp_backend *wg_backend(const char *var, const char *val)
-{
-    const char *old = getenv(var);
-    char keep[64] = "";
-    if (old)
-        snprintf(keep, sizeof keep, "%s", old);
-    if (val)
-        setenv(var, val, 1);
-    else
-        unsetenv(var);
-    rp_backend *be = NULL;
-    rp_err err = {0};
-    if (rp_backend_new_cuda(0, 0.5, &be, &err)) {
-        gpu_check_report(0, "cuda backend", var, 0, 0);
-        be = NULL;
-    }
-    if (old)
-        setenv(var, keep, 1);
-    else
-        unsetenv(var);
-    return be;
-}
-
 void gpu_wg_checks(void)
 {
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096},
                down[1] = {4096}, head[1] = {128256}, odd3[3] = {1040, 272, 48},
                odd1[1] = {1040}, r16[1] = {16}, r4112[1] = {4112};
-    rp_backend *be = wg_backend("RAPID_CUDA_WG", NULL);
+    rp_backend *be = gpu_backend_with("RAPID_CUDA_WG", NULL);
     if (be) {
         const char *d = rp_backend_describe(be);
         printf("wgmma checks on %s: %s\n", d,
@@ -186,61 +51,61 @@ void gpu_wg_checks(void)
                                   : "not sm_90, so tc2_kernel serves them (no wgmma code)");
         const int ns[] = {5, 8, 9, 16, 17, 33, 63, 64};
         for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
-            wg_check(be, "wg", RP_DT_BF16, 3, qkv, 4096, ns[i]); /* split over 5 */
+            gpu_gemm16_check(be, "wg", RP_DT_BF16, 3, qkv, 4096, ns[i]); /* split over 5 */
         const int n3[] = {5, 17, 64};
         for (size_t i = 0; i < sizeof n3 / sizeof *n3; i++)
-            wg_check(be, "wg", RP_DT_BF16, 3, odd3, 4096, n3[i]); /* 11 row blocks, 8 splits */
-        wg_check(be, "wg", RP_DT_BF16, 1, o, 4096, 16);
-        wg_check(be, "wg", RP_DT_BF16, 1, o, 4096, 64);
-        wg_check(be, "wg", RP_DT_BF16, 2, gu, 4096, 16); /* 224 blocks: no split */
-        wg_check(be, "wg", RP_DT_BF16, 2, gu, 4096, 64);
-        wg_check(be, "wg", RP_DT_BF16, 1, down, 14336, 17);
-        wg_check(be, "wg", RP_DT_BF16, 1, down, 14336, 64);
-        wg_check(be, "wg", RP_DT_BF16, 1, head, 4096, 33);
-        wg_check(be, "wg", RP_DT_BF16, 1, r4112, 4096, 64); /* last block: 16 rows */
-        wg_check(be, "wg", RP_DT_BF16, 1, odd1, 4096, 9);
-        wg_check(be, "wg", RP_DT_BF16, 1, r16, 256, 33); /* one block, one split */
-        wg_check(be, "wg", RP_DT_BF16, 1, odd1, 320, 12); /* 5 k steps */
-        wg_check(be, "wg", RP_DT_F16, 1, odd1, 4096, 33);
-        wg_check(be, "wg", RP_DT_F16, 1, o, 4096, 8);
-        wg_check(be, "wg", RP_DT_F16, 3, qkv, 4096, 64);
+            gpu_gemm16_check(be, "wg", RP_DT_BF16, 3, odd3, 4096, n3[i]); /* 11 row blocks, 8 splits */
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, o, 4096, 16);
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, o, 4096, 64);
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 2, gu, 4096, 16); /* 224 blocks: no split */
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 2, gu, 4096, 64);
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, down, 14336, 17);
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, down, 14336, 64);
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, head, 4096, 33);
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, r4112, 4096, 64); /* last block: 16 rows */
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, odd1, 4096, 9);
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, r16, 256, 33); /* one block, one split */
+        gpu_gemm16_check(be, "wg", RP_DT_BF16, 1, odd1, 320, 12); /* 5 k steps */
+        gpu_gemm16_check(be, "wg", RP_DT_F16, 1, odd1, 4096, 33);
+        gpu_gemm16_check(be, "wg", RP_DT_F16, 1, o, 4096, 8);
+        gpu_gemm16_check(be, "wg", RP_DT_F16, 3, qkv, 4096, 64);
         rp_backend_free(be);
     }
     /* other split counts (the default picks them by the GPU's cluster occupancy): tc2's
      * rule with at most 3 (q/k/v, o, down: 3 splits, the last one shorter) and 7 */
-    be = wg_backend("RAPID_CUDA_WG_SPLIT", "3");
+    be = gpu_backend_with("RAPID_CUDA_WG_SPLIT", "3");
     if (be) {
-        wg_check(be, "wg split<=3", RP_DT_BF16, 3, qkv, 4096, 64);
-        wg_check(be, "wg split<=3", RP_DT_BF16, 1, down, 14336, 17);
-        wg_check(be, "wg split<=3", RP_DT_BF16, 3, odd3, 4096, 40);
+        gpu_gemm16_check(be, "wg split<=3", RP_DT_BF16, 3, qkv, 4096, 64);
+        gpu_gemm16_check(be, "wg split<=3", RP_DT_BF16, 1, down, 14336, 17);
+        gpu_gemm16_check(be, "wg split<=3", RP_DT_BF16, 3, odd3, 4096, 40);
         rp_backend_free(be);
     }
-    be = wg_backend("RAPID_CUDA_WG_SPLIT", "7");
+    be = gpu_backend_with("RAPID_CUDA_WG_SPLIT", "7");
     if (be) {
-        wg_check(be, "wg split<=7", RP_DT_BF16, 1, o, 4096, 64);
-        wg_check(be, "wg split<=7", RP_DT_BF16, 1, down, 14336, 9);
+        gpu_gemm16_check(be, "wg split<=7", RP_DT_BF16, 1, o, 4096, 64);
+        gpu_gemm16_check(be, "wg split<=7", RP_DT_BF16, 1, down, 14336, 9);
         rp_backend_free(be);
     }
     /* blocks of 256 rows (two warpgroups sharing each x tile) */
-    be = wg_backend("RAPID_CUDA_WG_BM", "256");
+    be = gpu_backend_with("RAPID_CUDA_WG_BM", "256");
     if (be) {
         const int n2[] = {5, 17, 64};
         for (size_t i = 0; i < sizeof n2 / sizeof *n2; i++)
-            wg_check(be, "wg bm256", RP_DT_BF16, 3, qkv, 4096, n2[i]);
-        wg_check(be, "wg bm256", RP_DT_BF16, 3, odd3, 4096, 33);
-        wg_check(be, "wg bm256", RP_DT_BF16, 1, o, 4096, 64);
-        wg_check(be, "wg bm256", RP_DT_BF16, 2, gu, 4096, 64);
-        wg_check(be, "wg bm256", RP_DT_BF16, 1, down, 14336, 64);
-        wg_check(be, "wg bm256", RP_DT_BF16, 1, r4112, 4096, 64); /* last block: 16 rows */
-        wg_check(be, "wg bm256", RP_DT_BF16, 1, odd1, 4096, 9);
-        wg_check(be, "wg bm256", RP_DT_BF16, 1, r16, 256, 33);
-        wg_check(be, "wg bm256", RP_DT_F16, 3, qkv, 4096, 40);
+            gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 3, qkv, 4096, n2[i]);
+        gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 3, odd3, 4096, 33);
+        gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 1, o, 4096, 64);
+        gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 2, gu, 4096, 64);
+        gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 1, down, 14336, 64);
+        gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 1, r4112, 4096, 64); /* last block: 16 rows */
+        gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 1, odd1, 4096, 9);
+        gpu_gemm16_check(be, "wg bm256", RP_DT_BF16, 1, r16, 256, 33);
+        gpu_gemm16_check(be, "wg bm256", RP_DT_F16, 3, qkv, 4096, 40);
         rp_backend_free(be);
     }
-    be = wg_backend("RAPID_CUDA_WG", "0"); /* control: tc2_kernel */
+    be = gpu_backend_with("RAPID_CUDA_WG", "0"); /* control: tc2_kernel */
     if (be) {
-        wg_check(be, "wg off (tc2)", RP_DT_BF16, 3, qkv, 4096, 64);
-        wg_check(be, "wg off (tc2)", RP_DT_BF16, 3, odd3, 4096, 33);
+        gpu_gemm16_check(be, "wg off (tc2)", RP_DT_BF16, 3, qkv, 4096, 64);
+        gpu_gemm16_check(be, "wg off (tc2)", RP_DT_BF16, 3, odd3, 4096, 33);
         rp_backend_free(be);
     }
 }
@@ -321,7 +186,7 @@ void gpu_wg_timing(void)
                *val[5] = {NULL, "8", "4", "256", "0"},
                *label[5] = {"WG on   ", "SPLIT=8 ", "SPLIT=4 ", "BM=256  ", "WG=0    "};
     for (int k = 0; k < 5; k++) {
-        rp_backend *be = wg_backend(var[k], val[k]);
+        rp_backend *be = gpu_backend_with(var[k], val[k]);
         if (!be)
             return;
         double g[WT_SHAPES][WT_NS];
