@@ -332,7 +332,7 @@ Test(quant, kernels_every_isa_match_reference)
         cr_assert(k2.qmatmul[RP_DT_Q4_0] != NULL);
         check_table(&k2);
     } else {
-        cr_log_warn("no AVX2 on this CPU: AVX2 int8 kernels not checked");
+        cr_log_info("no AVX2 on this CPU: AVX2 int8 kernels not checked");
     }
     if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni) {
         rp_cpu_kernels k3 = {0};
@@ -340,7 +340,7 @@ Test(quant, kernels_every_isa_match_reference)
         rp_cpu_kernels_avx512(&k3);
         check_table(&k3);
     } else {
-        cr_log_warn("no AVX-512 VNNI on this CPU: AVX-512 int8 kernels not checked");
+        cr_log_info("no AVX-512 VNNI on this CPU: AVX-512 int8 kernels not checked");
     }
 }
 
@@ -573,8 +573,7 @@ static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
 Test(quant, qx86_packed_decode_matches_reference)
 {
     if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_log_warn("no AVX-512 VNNI on this CPU: the repacked decode kernels are not checked");
-        return;
+        cr_skip_test("no AVX-512 VNNI on this CPU: the repacked decode kernels are not checked");
     }
     static const int rows_[] = {1, 16, 37, 80};
     static const int toks[] = {1, 2, 3, 4, 7, 9}; /* passes of 4, 2 and 1 tokens */
@@ -607,8 +606,7 @@ Test(quant, qx86_packed_decode_matches_reference)
 Test(quant, backend_repacked_weights_match_reference)
 {
     if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_log_warn("no AVX-512 VNNI on this CPU: weights are not repacked");
-        return;
+        cr_skip_test("no AVX-512 VNNI on this CPU: weights are not repacked");
     }
     rp_backend *ref = rp_backend_new(2, 1);
     static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};
@@ -654,8 +652,7 @@ Test(quant, backend_repacked_weights_match_reference)
 Test(quant, qx86_quant_act_matches_reference)
 {
     if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_log_warn("no AVX-512 VNNI on this CPU: rp_qx_quant_act is not checked");
-        return;
+        cr_skip_test("no AVX-512 VNNI on this CPU: rp_qx_quant_act is not checked");
     }
     int n_tok = 3;
     long cols = 1024;
@@ -693,8 +690,7 @@ Test(quant, qx86_quant_act_matches_reference)
 Test(quant, backend_packs_on_first_decode_matmul)
 {
     if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_log_warn("no AVX-512 VNNI on this CPU: weights are not repacked");
-        return;
+        cr_skip_test("no AVX-512 VNNI on this CPU: weights are not repacked");
     }
     rp_backend *ref = rp_backend_new(2, 1), *fast = rp_backend_new(2, 0);
     int rows = 2000, cols = 1024;
@@ -739,8 +735,7 @@ Test(quant, backend_packs_on_first_decode_matmul)
 Test(quant, qx86_mlx_decode_matches_reference)
 {
     if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_log_warn("no AVX-512 VNNI on this CPU: the qx86 decode kernel is not checked");
-        return;
+        cr_skip_test("no AVX-512 VNNI on this CPU: the qx86 decode kernel is not checked");
     }
     static const int rows_[] = {1, 5, 13, 36};
     static const rp_dtype sdts[] = {RP_DT_BF16, RP_DT_F16, RP_DT_F32};
@@ -814,8 +809,7 @@ Test(quant, qx86_prefill_every_type_matches_reference)
 {
     if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && rp_cpu()->has_avx512_bf16 &&
           rp_amx_enable())) {
-        cr_log_warn("no AMX-BF16 on this CPU: the qx86 prefill kernel is not checked");
-        return;
+        cr_skip_test("no AMX-BF16 on this CPU: the qx86 prefill kernel is not checked");
     }
     static const int shapes[][2] = {{17, 8}, {64, 16}, {100, 37}};
     for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
