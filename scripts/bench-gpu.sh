@@ -10,6 +10,8 @@
 #                      with llama.cpp Q4_0: pp512 10.8k, tg128 331, 16 streams 2.1k, 64: 5.0k
 #   RAPID_BENCH_MODEL  where the checkpoint goes (default /dev/shm/rapid-llama3-8b-DTYPE,
 #                      kept between runs on the same machine)
+#   RAPID_BENCH_KV     the KV cache's storage (--kv-cache-dtype: f32, bf16 or f16; default
+#                      the engine's). llama.cpp's figures are with its default f16 cache.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rapid=${1:-build/rapid}
@@ -22,4 +24,5 @@ if [ ! -f "$dir/config.json" ]; then
   echo "checkpoint made in $(( $(date +%s) - t0 )) s"
 fi
 set -x
-"$rapid" bench --model "$dir" --device cuda --prompt 512 --gen 128 --streams 1,16,64
+"$rapid" bench --model "$dir" --device cuda --prompt 512 --gen 128 --streams 1,16,64 \
+  ${RAPID_BENCH_KV:+--kv-cache-dtype $RAPID_BENCH_KV}

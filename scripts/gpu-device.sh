@@ -52,6 +52,10 @@
 #            16 / 64 streams bf16 (--prompt 512 --gen 128) with RAPID_CUDA_WG=5, =0 (tc2_kernel),
 #            RAPID_CUDA_WG_SPLIT=8 and RAPID_CUDA_WG_BM=256, and a 64-stream profile with WG=5
 #            and =0
+#   kv       the KV cache's storage: rapid_gpu_check dectime (the decode attention per call in
+#            an f32 and a bf16 pool, RAPID_CUDA_PROFILE=2), then pp512 / tg128 / 1 and 64 streams
+#            of the bf16 checkpoint with --kv-cache-dtype in $KV_TYPES (default f32 bf16 f16)
+#            and of the MLX 4-bit one (WITH_MLX4=1) with f32 and bf16
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -317,6 +321,23 @@ if [[ $what == *" final "* ]]; then
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 512 --gen 128 --streams 64 2>&1 | grep -E "^decode |^streams" |
       sed "s|^|$v: |" | tee -a "$out/final.log"
+  done
+fi
+if [[ $what == *" kv "* ]]; then
+  echo "== kv (the KV cache's storage type) =="
+  RAPID_CUDA_PROFILE=2 LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid_gpu_check" dectime 2>&1 |
+    grep -E "dectime|attention" | tee "$out/kv.log"
+  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
+  m4=/dev/shm/rapid-llama3-8b-mlx4
+  for m in "$model" $m4; do
+    [ -f "$m/config.json" ] || continue
+    kts=${KV_TYPES:-f32 bf16 f16}
+    [ "$m" = "$m4" ] && kts="f32 bf16"
+    for kt in $kts; do
+      LD_LIBRARY_PATH="$RAPID_LIBS" timeout 120 "$B/bin/rapid" bench --model "$m" --device cuda \
+        --prompt 512 --gen 128 --streams 1,64 --kv-cache-dtype $kt 2>&1 |
+        grep -E "^prefill|^decode |^streams|rror" | sed "s|^|$(basename "$m") kv $kt: |" | tee -a "$out/kv.log"
+    done
   done
 fi
 if [[ $what == *" ncustep "* ]]; then

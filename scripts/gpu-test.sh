@@ -8,7 +8,8 @@
 #      the MLX 4/8-bit kernels at the 8B shapes and every fixture quantized by `rapid quantize`
 #      (GPU vs the CPU's reference kernels: logits, greedy tokens equal); GGUF weights likewise
 #      (random Q4/Q5/Q6/Q8 matrices against a host reference, the fixtures' GGUF twins)
-#   2. the CLI: `rapid generate --device cuda` prints the same ids as `--device cpu`, and
+#   2. the CLI: `rapid generate --device cuda` prints the same ids as `--device cpu` (with the
+#      f32 KV cache and with the bf16 / f16 ones), and
 #      `rapid logits --device cuda` writes logits within 1e-3 of the CPU's
 # usage: scripts/gpu-test.sh [BUILD_DIR]     (RAPID_LIBS: extra shared-library folder)
 set -uo pipefail
@@ -31,6 +32,12 @@ ids=$(/usr/bin/env python3 -c "import json;print(','.join(map(str,json.load(open
 g=$("$build/rapid" generate --model $fx --ids "$ids" --max-tokens 16 --ignore-eos --device cuda 2>/dev/null)
 c=$("$build/rapid" generate --model $fx --ids "$ids" --max-tokens 16 --ignore-eos --device cpu 2>/dev/null)
 if [ -n "$g" ] && [ "$g" = "$c" ]; then echo "ok    generate --device cuda == cpu ($g)"; else echo "FAIL  generate cuda '$g' cpu '$c'"; status=1; fi
+# the 16-bit KV caches: the same ids on both devices (each rounds K and V as the host codec)
+for kt in bf16 f16; do
+  g=$("$build/rapid" generate --model $fx --ids "$ids" --max-tokens 16 --ignore-eos --device cuda --kv-cache-dtype $kt 2>&1 | tail -1)
+  c=$("$build/rapid" generate --model $fx --ids "$ids" --max-tokens 16 --ignore-eos --device cpu --kv-cache-dtype $kt 2>&1 | tail -1)
+  if [ -n "$g" ] && [ "$g" = "$c" ]; then echo "ok    generate --kv-cache-dtype $kt --device cuda == cpu ($g)"; else echo "FAIL  generate --kv-cache-dtype $kt: cuda '$g' cpu '$c'"; status=1; fi
+done
 tmp=$(mktemp -d)
 "$build/rapid" logits --model $fx --ids "$ids" --out $tmp/g.bin --device cuda 2>/dev/null &&
 "$build/rapid" logits --model $fx --ids "$ids" --out $tmp/c.bin --device cpu 2>/dev/null &&

@@ -189,7 +189,7 @@ void rp_op_kv_copy_block(rp_backend *b, const rp_kv_layout *kv, int dst, int src
 
 int rp_backend_kv_dtype_ok(const rp_backend *b, rp_kv_dtype dt)
 {
-    return !b->is_cuda || dt == RP_KV_F32;
+    return !b->is_cuda || dt == RP_KV_F32 || dt == RP_KV_BF16 || dt == RP_KV_F16;
 }
 
 void rp_op_kv_store(rp_backend *b, int layer, const float *k, const float *v, int kv_dim)

@@ -267,7 +267,7 @@ typedef struct rp_step_attn {
 void rp_op_attention_step(rp_backend *b, int layer, const rp_step_attn *a);
 /* Copies pool block src to block dst (copy on write of a shared block). */
 void rp_op_kv_copy_block(rp_backend *b, const rp_kv_layout *kv, int dst, int src);
-/* Whether the backend's step ops take this storage type (CUDA: F32 only). */
+/* Whether the backend's step ops take this storage type (CUDA: F32, BF16, F16). */
 int rp_backend_kv_dtype_ok(const rp_backend *b, rp_kv_dtype dt);
 
 /* x[t] = row ids[t] of the 2-D table, as f32 (ids on the host). */

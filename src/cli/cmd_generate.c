@@ -14,7 +14,7 @@
 
 typedef struct gen_opts {
     const char *model, *ids, *max_tokens, *temperature, *top_k, *top_p, *min_p, *seed, *threads,
-        *spec;
+        *spec, *kv_dtype;
     int ref, ignore_eos;
 } gen_opts;
 
@@ -69,6 +69,7 @@ int rp_cmd_generate(int argc, char **argv)
                      {"seed", &o.seed, NULL},
                      {"threads", &o.threads, NULL},
                      {"speculative-tokens", &o.spec, NULL},
+                     {"kv-cache-dtype", &o.kv_dtype, NULL},
                      {"ignore-eos", NULL, &o.ignore_eos},
                      {"ref-kernels", NULL, &o.ref}};
     if (rp_args_parse(argc, argv, opts, RP_ARRAY_LEN(opts), NULL, 0, NULL))
@@ -76,7 +77,7 @@ int rp_cmd_generate(int argc, char **argv)
     if (!o.model || !o.ids || !o.max_tokens) {
         fprintf(stderr, "usage: rapid generate --model DIR --ids 1,2,3 --max-tokens N "
                         "[--device cuda|cpu] [--gpu-memory-fraction F] "
-                        "[--speculative-tokens N]\n");
+                        "[--speculative-tokens N] [--kv-cache-dtype T]\n");
         return 2;
     }
     rp_gen_request req = {0};
@@ -105,6 +106,12 @@ int rp_cmd_generate(int argc, char **argv)
         return 2;
     }
     ec.spec_tokens = (int)spec;
+    if (o.kv_dtype && rp_kv_dtype_parse(o.kv_dtype, &ec.kv_dtype)) {
+        fprintf(stderr, "rapid generate: --kv-cache-dtype must be f32, bf16, f16, int8 or int4 "
+                        "(got '%s')\n", o.kv_dtype);
+        rp_free(ids);
+        return 2;
+    }
     req.prompt = (const int32_t *)ids;
     req.n_prompt = n;
     req.max_tokens = (int)max_tokens;

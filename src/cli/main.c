@@ -61,7 +61,7 @@ static const rp_cmd g_commands[] = {
     {"generate", rp_cmd_generate, "generate token ids from token ids",
      "rapid generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
      "               [--top-p P] [--min-p P] [--seed S] [--threads N] [--ignore-eos]\n"
-     "               [--speculative-tokens N]\n"
+     "               [--speculative-tokens N] [--kv-cache-dtype f32|bf16|f16|int8|int4]\n"
      "  Greedy unless --temperature is given; prints the generated ids on one line."},
     {"logits", rp_cmd_logits, "write float32 logits for token ids",
      "rapid logits --model DIR --ids 1,2,3 --out FILE [--threads N] [--ref-kernels]\n"

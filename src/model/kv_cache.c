@@ -182,7 +182,8 @@ rp_status rp_kv_pool_new(rp_model *m, const rp_kv_pool_opts *o, rp_kv_pool **out
                           o->dtype == RP_KV_INT4 ? 8 : 4, c->head_dim);
     if (!rp_backend_kv_dtype_ok(m->be, o->dtype))
         return rp_err_set(err, RP_ERR_UNSUPPORTED,
-                          "--kv-cache-dtype %s is not supported on %s yet (use f32)",
+                          "--kv-cache-dtype %s is not supported on %s yet (use f32, bf16 or "
+                          "f16)",
                           rp_kv_dtype_name(o->dtype), rp_backend_describe(m->be));
     size_t bb = rp_kv_block_bytes(m, o->dtype);
     long n = o->n_blocks > 0 ? o->n_blocks : (long)(o->max_bytes / bb);

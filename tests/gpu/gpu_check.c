@@ -359,7 +359,8 @@ static void host_rope(float *x, int pos, const gpu_attn_rope *r, const float *in
 }
 
 double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, int KVH, int D,
-                    int window, int rounded, float q_amp, int reps, const gpu_attn_rope *rope)
+                    int window, int rounded, float q_amp, int reps, const gpu_attn_rope *rope,
+                    rp_kv_dtype kv_dt)
 {
     enum { BT = 16, LAYERS = 2, LAYER = 1, MAXS = 64 };
     if (n_seqs > MAXS)
@@ -424,9 +425,9 @@ double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, i
         boff += nb;
         base += ss[s].cached + ss[s].n_new;
     }
-    size_t half = (size_t)BT * kvd * sizeof(float);
-    rp_kv_layout L = {.dtype = RP_KV_F32, .block_tokens = BT, .n_layers = LAYERS,
-                      .n_kv_heads = KVH, .head_dim = D, .row_bytes = sizeof(float) * D,
+    size_t row = rp_kv_row_bytes(kv_dt, D), half = (size_t)BT * KVH * row;
+    rp_kv_layout L = {.dtype = kv_dt, .block_tokens = BT, .n_layers = LAYERS,
+                      .n_kv_heads = KVH, .head_dim = D, .row_bytes = row,
                       .half_bytes = half, .block_bytes = 2 * LAYERS * half};
     L.base = rp_backend_buf_alloc(be, L.block_bytes * (size_t)n_blk, 0);
     float *qd = upload_f32(be, q, n_tok, (long)H * D), *kn = upload_f32(be, knew, n_tok, kvd),
@@ -464,6 +465,17 @@ double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, i
         for (int r = 0; r <= reps; r++)
             rp_op_attention_step(be, LAYER, &a);
         rp_backend_to_host(be, got, od, sizeof(float) * (size_t)n_tok * H * D);
+        /* the pool holds K and V as the host codec rounds them (after RoPE, as the GPU
+         * rotates before it stores): the reference reads them so */
+        if (kv_dt != RP_KV_F32) {
+            unsigned char tmp[1024];
+            for (long r = 0; r < (long)n_all * KVH; r++) {
+                rp_kv_row_store(kv_dt, k + r * D, D, tmp);
+                rp_kv_row_load(kv_dt, tmp, D, k + r * D);
+                rp_kv_row_store(kv_dt, v + r * D, D, tmp);
+                rp_kv_row_load(kv_dt, tmp, D, v + r * D);
+            }
+        }
         worst = 0;
         double *p = rp_alloc(sizeof(double) * (size_t)n_all), *o = rp_alloc(sizeof(double) * D);
         const double l2e = 1.4426950408889634;
@@ -524,15 +536,24 @@ done:
     return worst;
 }
 
-static void attn_check(rp_backend *be, const char *kernel, const gpu_attn_seq *ss, int n_seqs, int H,
-                       int KVH, int D, int window, int rounded, double tol)
+static void attn_check_kv(rp_backend *be, const char *kernel, const gpu_attn_seq *ss, int n_seqs,
+                          int H, int KVH, int D, int window, int rounded, double tol,
+                          rp_kv_dtype kv_dt)
 {
     char what[128];
     int n = snprintf(what, sizeof what, "H%d/%d D%d%s", H, KVH, D, window ? " win" : "");
+    if (kv_dt != RP_KV_F32)
+        n += snprintf(what + n, sizeof what - (size_t)n, " kv %s", rp_kv_dtype_name(kv_dt));
     for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
         n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
-    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, rounded, 1.0f, 0, NULL);
+    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, rounded, 1.0f, 0, NULL, kv_dt);
     gpu_check_report(d <= tol, kernel, what, d, tol);
+}
+
+static void attn_check(rp_backend *be, const char *kernel, const gpu_attn_seq *ss, int n_seqs, int H,
+                       int KVH, int D, int window, int rounded, double tol)
+{
+    attn_check_kv(be, kernel, ss, n_seqs, H, KVH, D, window, rounded, tol, RP_KV_F32);
 }
 
 /* The flash prefill kernel (forced for every step size with RAPID_CUDA_FLASH=1) against the
@@ -569,6 +590,17 @@ static void attention_checks(void)
     attn_check(fl, "flash attn", one200, 1, 4, 4, 64, 0, 1, tb);
     attn_check(ch, "chunked attn", mixed, 4, 32, 8, 128, 0, 0, tf);
     attn_check(ch, "chunked attn", one200, 1, 32, 8, 128, 50, 0, tf);
+    /* 16-bit pools: the reference reads K and V rounded as the host codec stores them */
+    const rp_kv_dtype k16[2] = {RP_KV_BF16, RP_KV_F16};
+    for (int i = 0; i < 2; i++) {
+        attn_check_kv(fl, "flash attn", one200, 1, 32, 8, 128, 0, 1, tb, k16[i]);
+        attn_check_kv(fl, "flash attn", mixed, 4, 32, 8, 128, 0, 1, tb, k16[i]);
+        attn_check_kv(fl, "flash attn", one200, 1, 32, 8, 128, 50, 1, tb, k16[i]);
+        attn_check_kv(fl, "flash attn", mixed, 4, 8, 2, 64, 0, 1, tb, k16[i]);
+        attn_check_kv(ch, "chunked attn", mixed, 4, 32, 8, 128, 0, 0, tf, k16[i]);
+        attn_check_kv(ch, "chunked attn", one200, 1, 32, 8, 128, 50, 0, tf, k16[i]);
+        attn_check_kv(ch, "chunked attn", mixed, 4, 4, 1, 24, 0, 0, tf, k16[i]);
+    }
     rp_backend_free(fl);
     rp_backend_free(ch);
 }

@@ -30,10 +30,12 @@ typedef struct gpu_attn_rope {
  * times (timing), against a double-precision host reference: on the inputs as they are, or
  * (rounded) with q * scale * log2(e), K and V rounded to bf16 as the flash kernel does.
  * With rope (reps 0), q and the new keys go through rp_op_rope first (the reference
- * rotates them in double precision). Returns the worst error (INFINITY when anything
- * failed). gpu_check.c. */
+ * rotates them in double precision). The pool stores rows as kv_dt (f32, bf16, f16); the
+ * reference reads K and V as the host codec (rp_kv_row_store) rounds them. Returns the worst
+ * error (INFINITY when anything failed). gpu_check.c. */
 double gpu_attn_run(rp_backend *be, const gpu_attn_seq *ss, int n_seqs, int H, int KVH, int D,
-                    int window, int rounded, float q_amp, int reps, const gpu_attn_rope *rope);
+                    int window, int rounded, float q_amp, int reps, const gpu_attn_rope *rope,
+                    rp_kv_dtype kv_dt);
 /* y = x W^T for n_mat 16-bit (bf16 / f16) random matrices stacked over n tokens on be, run
  * twice (the two results must be bit-identical: the kernels are deterministic), against a
  * double-precision reference on sampled rows (both ends, every 61st, the edges of 64- and

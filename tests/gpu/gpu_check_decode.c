@@ -2,15 +2,18 @@
  * double-precision host reference, part of rapid_gpu_check.
  *
  * Each case is one step over some sequences (each with `cached` positions stored by an
- * earlier step, then n_new new tokens) on layer 1 of a 2-layer f32 pool whose 16-token blocks
- * are handed out in a scrambled order. The kernel keeps everything f32 (no rounding of q, K,
- * V or P), so the tolerance is DEC_TOL (1e-5; f32 sums over up to 4k keys of values in
- * [-1, 1]). Cases: the Llama-3-8B shape (32 / 8 heads of 128) at 1, 17, 80, 600, 1000 and 4097
+ * earlier step, then n_new new tokens) on layer 1 of a 2-layer pool whose 16-token blocks
+ * are handed out in a scrambled order, with rows stored as f32, bf16 and f16 (every case in
+ * each). The kernel computes in f32 on K and V as stored (no rounding of q or P) and the
+ * reference reads K and V rounded as the host codec stores them, so the tolerance is DEC_TOL
+ * for every type (1e-5; f32 sums over up to 4k keys of values in [-1, 1]). Cases: the Llama-3-8B shape (32 / 8 heads of 128) at 1, 17, 80, 600, 1000 and 4097
  * positions, 16 and 64 sequences at uneven positions, a mixed step (one 40-token chunk after
  * 300 cached, three decode tokens), sliding windows, GQA groups 1 / 4 / 8, head sizes 8, 16,
  * 24, 32 (the fixtures'), 64, 128 and 256; then q and the new keys through RoPE first (rope_kv_kernel:
  * full and partial rotary, neox and interleaved, two head groups a KV head, a window, D 256,
- * multi-token steps). `rapid_gpu_check dectime` repeats the 8B decode
+ * multi-token steps; f32 and bf16 pools: DEC_TOL16_ROPE for bf16, since the GPU rounds its
+ * f32 rotation and the reference its double one). `rapid_gpu_check dectime` repeats the 8B
+ * decode
  * steps for timing (run it with RAPID_CUDA_PROFILE=2: the GPU time per op is printed when the
  * backend is freed; RAPID_CUDA_DECATTN=0 times the chunked kernel instead).
  *
@@ -31,6 +34,7 @@
 #include "gpu_check.h"
 
 #define DEC_TOL 1e-5
+#define DEC_TOL16_ROPE 2e-3
 #define MV_TOL 1e-4
 
 typedef gpu_attn_seq dec_seq;
@@ -47,16 +51,25 @@ static float drand(void) /* uniform in [-1, 1) */
 /* The step on the exact reference, q three times as peaked as [-1, 1) gives (the split-key
  * kernel's online softmax sees real maxima), `reps` more attention calls for timing. */
 static double dec_run(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int KVH, int D,
-                      int window, int reps)
+                      int window, int reps, rp_kv_dtype dt)
 {
-    return gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, reps, NULL);
+    return gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, reps, NULL, dt);
+}
+
+/* "decode attn", or "decode attn bf16" for a 16-bit pool */
+static const char *dec_name(const char *base, rp_kv_dtype dt, char *buf, size_t n)
+{
+    if (dt == RP_KV_F32)
+        return base;
+    snprintf(buf, n, "%s %s", base, rp_kv_dtype_name(dt));
+    return buf;
 }
 
 /* q and the new keys through rp_op_rope before the step (rot of each head's D, neox or
  * interleaved), as a layer does: the held RoPE pair and the KV store run as rope_kv_kernel,
  * or apart where the step or the shape does not allow it. */
 static void rope_check(rp_backend *be, const char *kernel, const dec_seq *ss, int n_seqs, int H,
-                       int KVH, int D, int rot, int neox, float af, int window)
+                       int KVH, int D, int rot, int neox, float af, int window, rp_kv_dtype dt)
 {
     char what[96];
     int n = snprintf(what, sizeof what, "H%d/%d D%d rot %d%s%s", H, KVH, D, rot,
@@ -67,33 +80,37 @@ static void rope_check(rp_backend *be, const char *kernel, const dec_seq *ss, in
         for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
             n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
     gpu_attn_rope r = {.rot_dim = rot, .neox = neox, .attn_factor = af};
-    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, 0, &r);
-    gpu_check_report(d <= DEC_TOL, kernel, what, d, DEC_TOL);
+    double d = gpu_attn_run(be, ss, n_seqs, H, KVH, D, window, 0, 3.0f, 0, &r, dt);
+    /* a 16-bit pool: the GPU rounds its f32 rotation, the reference its double one, so a key
+     * element near a rounding boundary may land one unit apart (bf16: 2^-8 of |k| <= 1) */
+    double tol = dt == RP_KV_F32 ? DEC_TOL : DEC_TOL16_ROPE;
+    char nb[64];
+    gpu_check_report(d <= tol, dec_name(kernel, dt, nb, sizeof nb), what, d, tol);
 }
 
-static void rope_checks(rp_backend *be, const char *kernel)
+static void rope_checks(rp_backend *be, const char *kernel, rp_kv_dtype dt)
 {
     const dec_seq p1[] = {{0, 1}}, p80[] = {{79, 1}}, p600[] = {{599, 1}}, p300[] = {{300, 1}},
                   p40[] = {{40, 1}}, chunk[] = {{50, 5}}, mixed[] = {{7, 1}, {130, 1}, {20, 3}};
     dec_seq s16[16];
     for (int i = 0; i < 16; i++)
         s16[i] = (dec_seq){(i * 97 + 13) % 700, 1};
-    rope_check(be, kernel, p1, 1, 32, 8, 128, 128, 1, 1.0f, 0);
-    rope_check(be, kernel, p600, 1, 32, 8, 128, 128, 1, 1.0f, 0);
-    rope_check(be, kernel, s16, 16, 32, 8, 128, 128, 1, 1.0f, 0);
-    rope_check(be, kernel, p80, 1, 32, 8, 128, 128, 0, 1.0f, 0);      /* interleaved */
-    rope_check(be, kernel, p300, 1, 32, 8, 128, 64, 1, 0.9f, 0);      /* partial, factor */
-    rope_check(be, kernel, p300, 1, 32, 8, 128, 96, 0, 1.0f, 0);      /* partial, interleaved */
-    rope_check(be, kernel, p600, 1, 32, 2, 64, 64, 1, 1.0f, 0);       /* 2 head groups a KV head */
-    rope_check(be, kernel, p300, 1, 8, 2, 32, 32, 1, 1.0f, 37);       /* window */
-    rope_check(be, kernel, p80, 1, 4, 2, 16, 16, 1, 1.0f, 4);         /* a fixture's head */
-    rope_check(be, kernel, p40, 1, 8, 2, 256, 256, 1, 1.0f, 0);       /* D 256 */
-    rope_check(be, kernel, chunk, 1, 32, 8, 128, 128, 1, 1.0f, 0);    /* 5 tokens of a seq */
-    rope_check(be, kernel, mixed, 3, 32, 8, 128, 128, 1, 1.0f, 0);    /* one seq 3 tokens */
+    rope_check(be, kernel, p1, 1, 32, 8, 128, 128, 1, 1.0f, 0, dt);
+    rope_check(be, kernel, p600, 1, 32, 8, 128, 128, 1, 1.0f, 0, dt);
+    rope_check(be, kernel, s16, 16, 32, 8, 128, 128, 1, 1.0f, 0, dt);
+    rope_check(be, kernel, p80, 1, 32, 8, 128, 128, 0, 1.0f, 0, dt);      /* interleaved */
+    rope_check(be, kernel, p300, 1, 32, 8, 128, 64, 1, 0.9f, 0, dt);      /* partial, factor */
+    rope_check(be, kernel, p300, 1, 32, 8, 128, 96, 0, 1.0f, 0, dt);      /* partial, interleaved */
+    rope_check(be, kernel, p600, 1, 32, 2, 64, 64, 1, 1.0f, 0, dt);       /* 2 head groups a KV head */
+    rope_check(be, kernel, p300, 1, 8, 2, 32, 32, 1, 1.0f, 37, dt);       /* window */
+    rope_check(be, kernel, p80, 1, 4, 2, 16, 16, 1, 1.0f, 4, dt);         /* a fixture's head */
+    rope_check(be, kernel, p40, 1, 8, 2, 256, 256, 1, 1.0f, 0, dt);       /* D 256 */
+    rope_check(be, kernel, chunk, 1, 32, 8, 128, 128, 1, 1.0f, 0, dt);    /* 5 tokens of a seq */
+    rope_check(be, kernel, mixed, 3, 32, 8, 128, 128, 1, 1.0f, 0, dt);    /* one seq 3 tokens */
 }
 
 static void dec_check(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int KVH, int D,
-                      int window)
+                      int window, rp_kv_dtype dt)
 {
     char what[96];
     int n = snprintf(what, sizeof what, "H%d/%d D%d%s", H, KVH, D, window ? " win" : "");
@@ -102,8 +119,9 @@ static void dec_check(rp_backend *be, const dec_seq *ss, int n_seqs, int H, int 
     else
         for (int s = 0; s < n_seqs && n < (int)sizeof what - 12; s++)
             n += snprintf(what + n, sizeof what - (size_t)n, " %d+%d", ss[s].cached, ss[s].n_new);
-    double d = dec_run(be, ss, n_seqs, H, KVH, D, window, 0);
-    gpu_check_report(d <= DEC_TOL, "decode attn", what, d, DEC_TOL);
+    double d = dec_run(be, ss, n_seqs, H, KVH, D, window, 0, dt);
+    char nb[64];
+    gpu_check_report(d <= DEC_TOL, dec_name("decode attn", dt, nb, sizeof nb), what, d, DEC_TOL);
 }
 
 /* y = W x for n_mat stacked bf16 matrices and one token; every row of small matrices, a
@@ -185,14 +203,10 @@ static void matvec_checks(rp_backend *be, const char *name)
     mv_check(be, name, 1, r64, 16);
 }
 
-void gpu_decode_checks(void)
+/* The decode cases over a pool of K / V rows stored as dt; the reference reads them as
+ * stored (gpu_attn_run), so every type keeps DEC_TOL. */
+static void dec_cases(rp_backend *be, rp_kv_dtype dt)
 {
-    rp_backend *be = NULL;
-    rp_err err = {0};
-    if (rp_backend_new_cuda(0, 0.3, &be, &err)) {
-        gpu_check_report(0, "decode attn", err.msg, 1, 0);
-        return;
-    }
     const dec_seq p1[] = {{0, 1}}, p17[] = {{16, 1}}, p80[] = {{79, 1}}, p600[] = {{599, 1}},
                   p1000[] = {{999, 1}}, p4097[] = {{4096, 1}},
                   mixed[] = {{300, 40}, {7, 1}, {130, 1}}, two[] = {{33, 2}, {250, 1}};
@@ -201,33 +215,47 @@ void gpu_decode_checks(void)
         s16[i] = (dec_seq){(i * 97 + 13) % 700, 1};
     for (int i = 0; i < 64; i++)
         s64[i] = (dec_seq){(i * 37 + 5) % 300, 1};
-    dec_check(be, p1, 1, 32, 8, 128, 0);
-    dec_check(be, p17, 1, 32, 8, 128, 0);
-    dec_check(be, p80, 1, 32, 8, 128, 0);
-    dec_check(be, p600, 1, 32, 8, 128, 0);
-    dec_check(be, p1000, 1, 32, 8, 128, 0);
-    dec_check(be, p4097, 1, 32, 8, 128, 0);
-    dec_check(be, s16, 16, 32, 8, 128, 0);
-    dec_check(be, s64, 64, 32, 8, 128, 0);
-    dec_check(be, mixed, 3, 32, 8, 128, 0);
-    dec_check(be, p600, 1, 32, 8, 128, 100);
-    dec_check(be, mixed, 3, 32, 8, 128, 37);
-    dec_check(be, p600, 1, 32, 4, 128, 0);  /* group 8 */
-    dec_check(be, p600, 1, 8, 8, 128, 0);   /* MHA */
-    dec_check(be, p1000, 1, 16, 4, 64, 0);  /* group 4, D 64 */
-    dec_check(be, two, 2, 8, 8, 64, 0);     /* MHA, D 64 */
-    dec_check(be, p600, 1, 16, 4, 256, 0);  /* D 256 */
-    dec_check(be, two, 2, 16, 2, 256, 50);  /* group 8, D 256, window */
+    dec_check(be, p1, 1, 32, 8, 128, 0, dt);
+    dec_check(be, p17, 1, 32, 8, 128, 0, dt);
+    dec_check(be, p80, 1, 32, 8, 128, 0, dt);
+    dec_check(be, p600, 1, 32, 8, 128, 0, dt);
+    dec_check(be, p1000, 1, 32, 8, 128, 0, dt);
+    dec_check(be, p4097, 1, 32, 8, 128, 0, dt);
+    dec_check(be, s16, 16, 32, 8, 128, 0, dt);
+    dec_check(be, s64, 64, 32, 8, 128, 0, dt);
+    dec_check(be, mixed, 3, 32, 8, 128, 0, dt);
+    dec_check(be, p600, 1, 32, 8, 128, 100, dt);
+    dec_check(be, mixed, 3, 32, 8, 128, 37, dt);
+    dec_check(be, p600, 1, 32, 4, 128, 0, dt);  /* group 8 */
+    dec_check(be, p600, 1, 8, 8, 128, 0, dt);   /* MHA */
+    dec_check(be, p1000, 1, 16, 4, 64, 0, dt);  /* group 4, D 64 */
+    dec_check(be, two, 2, 8, 8, 64, 0, dt);     /* MHA, D 64 */
+    dec_check(be, p600, 1, 16, 4, 256, 0, dt);  /* D 256 */
+    dec_check(be, two, 2, 16, 2, 256, 50, dt);  /* group 8, D 256, window */
     /* the fixtures' heads: 4/2 x 16 (window 4 as gemma3), 4/1 x 24, 8/2 x 8, 4/2 x 32, 4/4 x 16 */
-    dec_check(be, mixed, 3, 4, 2, 16, 0);
-    dec_check(be, two, 2, 4, 2, 16, 4);
-    dec_check(be, mixed, 3, 4, 1, 24, 0);
-    dec_check(be, p600, 1, 4, 1, 24, 0);
-    dec_check(be, mixed, 3, 8, 2, 8, 0);
-    dec_check(be, p1000, 1, 4, 2, 32, 0);
-    dec_check(be, two, 2, 4, 4, 16, 0);
-    dec_check(be, s16, 16, 4, 2, 32, 0);
-    rope_checks(be, "rope + attn");
+    dec_check(be, mixed, 3, 4, 2, 16, 0, dt);
+    dec_check(be, two, 2, 4, 2, 16, 4, dt);
+    dec_check(be, mixed, 3, 4, 1, 24, 0, dt);
+    dec_check(be, p600, 1, 4, 1, 24, 0, dt);
+    dec_check(be, mixed, 3, 8, 2, 8, 0, dt);
+    dec_check(be, p1000, 1, 4, 2, 32, 0, dt);
+    dec_check(be, two, 2, 4, 4, 16, 0, dt);
+    dec_check(be, s16, 16, 4, 2, 32, 0, dt);
+}
+
+void gpu_decode_checks(void)
+{
+    rp_backend *be = NULL;
+    rp_err err = {0};
+    if (rp_backend_new_cuda(0, 0.3, &be, &err)) {
+        gpu_check_report(0, "decode attn", err.msg, 1, 0);
+        return;
+    }
+    dec_cases(be, RP_KV_F32);
+    dec_cases(be, RP_KV_BF16);
+    dec_cases(be, RP_KV_F16);
+    rope_checks(be, "rope + attn", RP_KV_F32);
+    rope_checks(be, "rope + attn", RP_KV_BF16);
     matvec_checks(be, "matvec");
     rp_backend_free(be);
     be = NULL;
@@ -255,16 +283,19 @@ void gpu_decode_timing(void)
         const char *what;
     } cs[] = {{p80, 1, "80 positions"}, {p600, 1, "600 positions"},
               {p1000, 1, "1000 positions"}, {s64, 64, "64 seqs at 5..300"}};
-    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) { /* a backend each: its own profile */
-        rp_backend *be = NULL;
-        rp_err err = {0};
-        if (rp_backend_new_cuda(0, 0.3, &be, &err)) {
-            gpu_check_report(0, "decode attn", err.msg, 1, 0);
-            return;
+    const rp_kv_dtype dts[2] = {RP_KV_F32, RP_KV_BF16};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) { /* a backend each: its profile */
+            rp_backend *be = NULL;
+            rp_err err = {0};
+            if (rp_backend_new_cuda(0, 0.3, &be, &err)) {
+                gpu_check_report(0, "decode attn", err.msg, 1, 0);
+                return;
+            }
+            double d = dec_run(be, cs[i].s, cs[i].n, 32, 8, 128, 0, 200, dts[k]);
+            printf("dectime %-20s kv %-4s 201 calls, worst %.3g\n", cs[i].what,
+                   rp_kv_dtype_name(dts[k]), d);
+            fflush(stdout);
+            rp_backend_free(be);
         }
-        double d = dec_run(be, cs[i].s, cs[i].n, 32, 8, 128, 0, 200);
-        printf("dectime %-20s 201 calls, worst %.3g\n", cs[i].what, d);
-        fflush(stdout);
-        rp_backend_free(be);
-    }
 }

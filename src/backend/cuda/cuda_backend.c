@@ -450,7 +450,6 @@ static void cuda_step_begin(rp_backend *bk, const rp_kv_layout *kv, const rp_ste
                             int n_seqs)
 {
     cuda_backend *b = CB(bk);
-    RP_ASSERT(kv->dtype == RP_KV_F32); /* the pool refuses other types on CUDA */
     int n = 0, n_tbl = 0;
     for (int s = 0; s < n_seqs; s++) {
         n += seqs[s].n_tok;
@@ -476,10 +475,16 @@ static void cuda_step_begin(rp_backend *bk, const rp_kv_layout *kv, const rp_ste
             b->toks[seqs[s].t0 + i] = (rp_cuda_tok){.tbl = off, .pos = seqs[s].pos0 + i};
         off += seqs[s].n_blocks;
     }
+    /* rp_backend_kv_dtype_ok admits only the types the kernels store (cuda_kv.cuh) */
+    RP_ASSERT(kv->dtype == RP_KV_F32 || kv->dtype == RP_KV_BF16 || kv->dtype == RP_KV_F16);
+    size_t esz = kv->dtype == RP_KV_F32 ? 4 : 2;
     rp_cuda_kv ck = {.base = kv->base,
+                     .dt = kv->dtype == RP_KV_BF16  ? RP_CUDA_BF16
+                           : kv->dtype == RP_KV_F16 ? RP_CUDA_F16
+                                                    : RP_CUDA_F32,
                      .block_tokens = kv->block_tokens,
-                     .block_floats = (long)(kv->block_bytes / sizeof(float)),
-                     .half_floats = (long)(kv->half_bytes / sizeof(float))};
+                     .block_elems = (long)(kv->block_bytes / esz),
+                     .half_elems = (long)(kv->half_bytes / esz)};
     rp_cuda_step(b->ctx, b->toks, n, b->tbl, n_tbl, &ck);
 }
 

@@ -1,11 +1,12 @@
-/* backend/cuda/cuda_decode.cu - decode attention over the paged f32 KV pool (CUDA C++).
- * What the kernels do and why: cuda_decode.h.
+/* backend/cuda/cuda_decode.cu - decode attention over the paged KV pool (f32, bf16 or f16
+ * rows; CUDA C++). What the kernels do and why: cuda_decode.h.
  *
- * Layout of a warp's work: a K / V row is D floats = D / 4 16-byte pieces; LG lanes (the
- * power of two >= D / 4, at most 32) share one row, each holding VPL pieces, so one warp
- * instruction covers KPI = 32 / LG keys. Each lane keeps U = 8 / VPL such slots, i.e. 8
- * 16-byte K loads and 8 V loads in flight, for KW = KPI * U keys per warp per iteration
- * (D = 128: 8 keys, 8 KB a warp). Scores are summed over the LG lanes of a key group by
+ * Layout of a warp's work: a K / V row is D elements = D / 4 pieces of 4 (16 bytes of f32, 8
+ * of a 16-bit type); LG lanes (the power of two >= D / 4, at most 32) share one row, each
+ * holding VPL pieces, so one warp instruction covers KPI = 32 / LG keys. Each lane keeps
+ * U = 8 / VPL such slots, i.e. 8 K loads and 8 V loads in flight, for KW = KPI * U keys per
+ * warp per iteration (D = 128: 8 keys, 8 KB a warp in f32, 4 KB in 16 bits). The loaded
+ * pieces stay in their stored type in registers and are widened to f32 where they are used. Scores are summed over the LG lanes of a key group by
  * butterfly shuffles; the max, the softmax sum and the V accumulators stay per lane until the
  * warp's keys are done (the running max is warp-uniform, so rescaling commutes with the final
  * sum over key groups).
@@ -15,6 +16,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_decode.h"
+#include "backend/cuda/cuda_kv.cuh"
 
 enum { DA_WARPS = 4, DA_LOADS = 8, DA_MAX_SPLIT = 128 };
 
@@ -30,7 +32,7 @@ template <int D> struct da_shape {
 
 __device__ __forceinline__ float4 f4_zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
-template <int D, int G>
+template <int D, int G, int DT>
 __global__ void __launch_bounds__(DA_WARPS * 32)
     dec_attn_kernel(const rp_cuda_tok *__restrict__ toks, const int32_t *__restrict__ tbl,
                     rp_cuda_kv kv, int layer, const float *__restrict__ q,
@@ -56,24 +58,25 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
     const int j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     const int jb = j0 + sp * per_split, je = min(jb + per_split, pos + 1);
     const long kvd = (long)KVH * D;
-    const float *kbase = kv.base + (long)(2 * layer) * kv.half_floats + (long)kvh * D;
-    float4 kk[S::U][S::VPL], vv[S::U][S::VPL];
+    typedef typename kv_raw4_t<DT>::T raw4;
+    const long kbase = (long)(2 * layer) * kv.half_elems + (long)kvh * D;
+    raw4 kk[S::U][S::VPL], vv[S::U][S::VPL];
     bool ok[S::U];
     auto load_kv = [&](int it) {
 #pragma unroll
         for (int u = 0; u < S::U; u++) {
             int j = it + u * S::KPI + kg;
             ok[u] = j < je;
-            const float *r = kbase;
+            long r = kbase;
             if (ok[u])
-                r += (long)tbl[d.tbl + j / kv.block_tokens] * kv.block_floats +
+                r += (long)tbl[d.tbl + j / kv.block_tokens] * kv.block_elems +
                      (long)(j % kv.block_tokens) * kvd;
 #pragma unroll
             for (int v = 0; v < S::VPL; v++) {
                 int f = li + S::LG * v;
                 bool in = ok[u] && f < S::V4;
-                kk[u][v] = in ? *(const float4 *)(r + 4 * f) : f4_zero();
-                vv[u][v] = in ? *(const float4 *)(r + kv.half_floats + 4 * f) : f4_zero();
+                kk[u][v] = in ? kv_raw4<DT>(kv.base, r + 4 * f) : raw4{};
+                vv[u][v] = in ? kv_raw4<DT>(kv.base, r + kv.half_elems + 4 * f) : raw4{};
             }
         }
     };
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
                 float a = 0.0f;
 #pragma unroll
                 for (int v = 0; v < S::VPL; v++) {
-                    float4 x = qr[g][v], y = kk[u][v];
+                    float4 x = qr[g][v], y = kv_widen4<DT>(kk[u][v]);
                     a = fmaf(x.x, y.x, a);
                     a = fmaf(x.y, y.y, a);
                     a = fmaf(x.z, y.z, a);
@@ -154,10 +157,11 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
                 l[g] += p;
 #pragma unroll
                 for (int v = 0; v < S::VPL; v++) {
-                    acc[g][v].x = fmaf(p, vv[u][v].x, acc[g][v].x);
-                    acc[g][v].y = fmaf(p, vv[u][v].y, acc[g][v].y);
-                    acc[g][v].z = fmaf(p, vv[u][v].z, acc[g][v].z);
-                    acc[g][v].w = fmaf(p, vv[u][v].w, acc[g][v].w);
+                    float4 y = kv_widen4<DT>(vv[u][v]);
+                    acc[g][v].x = fmaf(p, y.x, acc[g][v].x);
+                    acc[g][v].y = fmaf(p, y.y, acc[g][v].y);
+                    acc[g][v].z = fmaf(p, y.z, acc[g][v].z);
+                    acc[g][v].w = fmaf(p, y.w, acc[g][v].w);
                 }
             }
         }
@@ -311,7 +315,7 @@ static int da_kb(int D)
 int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv)
 {
     return da_kb(D) > 0 && (G == 1 || G == 2 || G == 4 || G == 8) && G * D <= 2048 &&
-           kv->block_floats % 4 == 0 && kv->half_floats % 4 == 0 &&
+           kv->block_elems % 4 == 0 && kv->half_elems % 4 == 0 &&
            (uintptr_t)kv->base % 16 == 0;
 }
 
@@ -333,8 +337,9 @@ static void da_go(cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks, 
                   int KVH, float scale, int window, int n_split, int per_split, unsigned *cnt,
                   int pre)
 {
-    pdl_launch(pdl, dec_attn_kernel<D, G>, grid, dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q,
-               out, part, H, KVH, scale, window, n_split, per_split, cnt, pre);
+    KV_DISPATCH(kv.dt, pdl_launch(pdl, dec_attn_kernel<D, G, KDT>, grid, dim3(DA_WARPS * 32), st,
+                                  toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
+                                  n_split, per_split, cnt, pre));
 }
 
 template <int D>

@@ -1,4 +1,5 @@
-/* backend/cuda/cuda_decode.h - decode attention over the paged f32 KV pool (cuda_decode.cu).
+/* backend/cuda/cuda_decode.h - decode attention over the paged KV pool (cuda_decode.cu), rows
+ * stored as f32, bf16 or f16 (cuda_kv.cuh).
  *
  * For steps the flash prefill kernel does not take (decode, engine batches of <= 64 tokens,
  * the fixtures' short prompts): a flash-decoding split over the keys. A block of DA_WARPS
@@ -10,7 +11,7 @@
  * (max, sum, acc) partials are merged in split order (deterministic): by the last block of
  * each (head group, token) to finish (an atomic counter per pair, cnt), or with cnt NULL by
  * a second kernel.
- * Results are plain f32 (no rounding of q, K, V or P).
+ * Arithmetic is plain f32 on K and V as stored (no rounding of q or P).
  *
  * Ownership: part is scratch the caller owns (n_tok * H * n_split * (D + 2) floats); so is
  * cnt (n_tok * H / G counters, zero before the first launch; each launch leaves them zero).

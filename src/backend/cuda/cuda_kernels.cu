@@ -71,6 +71,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_decode.h"
+#include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
@@ -2891,24 +2892,23 @@ extern "C" void rp_cuda_step(rp_cuda_ctx *c, const rp_cuda_tok *toks, int n, con
     c->rec_dirty = 0;
 }
 
-/* The f32 row start of (layer, K or V, position) of token d's sequence. */
-__device__ __forceinline__ float *kv_row(const rp_cuda_kv &kv, const int32_t *tbl,
-                                         const rp_cuda_tok &d, int layer, int v, int pos)
+/* The element offset of (layer, K or V, position)'s half-block of token d's sequence. */
+__device__ __forceinline__ long kv_row(const rp_cuda_kv &kv, const int32_t *tbl,
+                                       const rp_cuda_tok &d, int layer, int v, int pos)
 {
-    long blk = tbl[d.tbl + pos / kv.block_tokens];
-    return kv.base + blk * kv.block_floats + (long)(2 * layer + v) * kv.half_floats;
+    return kv_off(kv, tbl, d.tbl, layer, v, pos);
 }
 
 __global__ void kv_store_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_cuda_kv kv,
                                 int layer, const float *k, const float *v, int kvd)
 {
     rp_cuda_tok d = toks[blockIdx.x];
-    size_t off = (size_t)(d.pos % kv.block_tokens) * kvd;
-    float *kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
-    float *vd = kv_row(kv, tbl, d, layer, 1, d.pos) + off;
+    long off = (long)(d.pos % kv.block_tokens) * kvd;
+    long kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
+    long vd = kv_row(kv, tbl, d, layer, 1, d.pos) + off;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
-        kd[i] = k[(size_t)blockIdx.x * kvd + i];
-        vd[i] = v[(size_t)blockIdx.x * kvd + i];
+        kv_put(kv, kd + i, k[(size_t)blockIdx.x * kvd + i]);
+        kv_put(kv, vd + i, v[(size_t)blockIdx.x * kvd + i]);
     }
 }
 
@@ -2924,9 +2924,9 @@ __global__ void rope_kv_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_c
     int t = blockIdx.x;
     rp_cuda_tok d = toks[t];
     int kvd = hk * head_dim, tail = head_dim - 2 * half;
-    size_t off = (size_t)(d.pos % kv.block_tokens) * kvd;
-    float *kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
-    float *vd = kv_row(kv, tbl, d, layer, 1, d.pos) + off;
+    long off = (long)(d.pos % kv.block_tokens) * kvd;
+    long kd = kv_row(kv, tbl, d, layer, 0, d.pos) + off;
+    long vd = kv_row(kv, tbl, d, layer, 1, d.pos) + off;
     int nq = hq * half, nk = hk * half, nt = hk * tail;
     for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < nq + nk + nt + kvd;
          idx += gridDim.y * blockDim.x) {
@@ -2942,15 +2942,15 @@ __global__ void rope_kv_kernel(const rp_cuda_tok *toks, const int32_t *tbl, rp_c
             x[ia] = ra;
             x[ib] = rb;
             if (idx >= nq) {
-                kd[h * head_dim + ia] = ra;
-                kd[h * head_dim + ib] = rb;
+                kv_put(kv, kd + h * head_dim + ia, ra);
+                kv_put(kv, kd + h * head_dim + ib, rb);
             }
         } else if (idx < nq + nk + nt) {
             int r = idx - nq - nk, h = r / tail, e = 2 * half + r % tail;
-            kd[h * head_dim + e] = k[((long)t * hk + h) * head_dim + e];
+            kv_put(kv, kd + h * head_dim + e, k[((long)t * hk + h) * head_dim + e]);
         } else {
             int e = idx - nq - nk - nt;
-            vd[e] = v[(size_t)t * kvd + e];
+            kv_put(kv, vd + e, v[(size_t)t * kvd + e]);
         }
     }
 }
@@ -3014,7 +3014,7 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p)
                  : "r"(a));
 }
 
-template <int D>
+template <int D, int DT>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_prefill_kernel(const int2 *tiles, const rp_cuda_tok *toks, const int32_t *tbl,
                          rp_cuda_kv kv, int layer, const float *q, float *out, int H, int KVH,
@@ -3062,9 +3062,9 @@ __global__ void __launch_bounds__(FA_THREADS)
             int kr = i / (D / 4), c4 = (i % (D / 4)) * 4, j = kb + kr;
             float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
             if (j <= jhi) {
-                size_t off = (size_t)(j % kv.block_tokens) * kvd + (size_t)kvh * D + c4;
-                kx = *(const float4 *)(kv_row(kv, tbl, d0, layer, 0, j) + off);
-                vx = *(const float4 *)(kv_row(kv, tbl, d0, layer, 1, j) + off);
+                long off = (long)(j % kv.block_tokens) * kvd + (long)kvh * D + c4;
+                kx = kv_load4<DT>(kv.base, kv_row(kv, tbl, d0, layer, 0, j) + off);
+                vx = kv_load4<DT>(kv.base, kv_row(kv, tbl, d0, layer, 1, j) + off);
             }
             uint2 kp = make_uint2(pack_bf16x2(kx.x, kx.y), pack_bf16x2(kx.z, kx.w));
             uint2 vp = make_uint2(pack_bf16x2(vx.x, vx.y), pack_bf16x2(vx.z, vx.w));
@@ -3155,7 +3155,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 static int flash_ok(const rp_cuda_ctx *c, int D)
 {
     return c->fa_min > 0 && c->n_tok >= c->fa_min && c->n_fa > 0 && (D == 64 || D == 128) &&
-           c->kv.block_floats % 4 == 0 && c->kv.half_floats % 4 == 0;
+           c->kv.block_elems % 4 == 0 && c->kv.half_elems % 4 == 0;
 }
 
 static void flash_launch(rp_cuda_ctx *c, int layer, const float *q, float *out, int H, int KVH,
@@ -3169,11 +3169,11 @@ static void flash_launch(rp_cuda_ctx *c, int layer, const float *q, float *out, 
     float qs = scale * 1.4426950408889634f;
     LAUNCH(c, {
         if (D == 128)
-            flash_prefill_kernel<128><<<grid, FA_THREADS, 0, c->stream>>>(
-                tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
+            KV_DISPATCH(kv.dt, flash_prefill_kernel<128, KDT><<<grid, FA_THREADS, 0, c->stream>>>(
+                                   tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window));
         else
-            flash_prefill_kernel<64><<<grid, FA_THREADS, 0, c->stream>>>(
-                tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window);
+            KV_DISPATCH(kv.dt, flash_prefill_kernel<64, KDT><<<grid, FA_THREADS, 0, c->stream>>>(
+                                   tiles, td, tbl, kv, layer, q, out, H, KVH, qs, window));
         LAUNCHED();
     });
 }
@@ -3214,15 +3214,16 @@ __global__ void __launch_bounds__(ACH)
 #pragma unroll 2
     for (int j = warp; j < nk; j += ACH / 32) {
         int p = jb + j;
-        const float *kr = kv_row(kv, tbl, d, layer, 0, p) + (size_t)(p % kv.block_tokens) * kvd +
-                          (size_t)kvh * D;
+        long kr = kv_row(kv, tbl, d, layer, 0, p) + (long)(p % kv.block_tokens) * kvd +
+                  (long)kvh * D;
         float s[G];
 #pragma unroll
         for (int g = 0; g < G; g++)
             s[g] = 0.0f;
         if ((D & 3) == 0) {
             for (int i = lane * 4; i < D; i += 128) {
-                float4 k4 = *(const float4 *)(kr + i);
+                float4 k4 = make_float4(kv_get(kv, kr + i), kv_get(kv, kr + i + 1),
+                                        kv_get(kv, kr + i + 2), kv_get(kv, kr + i + 3));
 #pragma unroll
                 for (int g = 0; g < G; g++) {
                     float4 q4 = *(const float4 *)(qs + g * D + i);
@@ -3233,7 +3234,7 @@ __global__ void __launch_bounds__(ACH)
             for (int i = lane; i < D; i += 32)
 #pragma unroll
                 for (int g = 0; g < G; g++)
-                    s[g] += qs[g * D + i] * kr[i];
+                    s[g] += qs[g * D + i] * kv_get(kv, kr + i);
         }
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -3261,8 +3262,8 @@ __global__ void __launch_bounds__(ACH)
 #pragma unroll 4
         for (int j = 0; j < nk; j++) {
             int p = jb + j;
-            float vv = kv_row(kv, tbl, d, layer, 1, p)[(size_t)(p % kv.block_tokens) * kvd +
-                                                       (size_t)kvh * D + i];
+            float vv = kv_get(kv, kv_row(kv, tbl, d, layer, 1, p) +
+                                      (long)(p % kv.block_tokens) * kvd + (long)kvh * D + i);
 #pragma unroll
             for (int g = 0; g < G; g++)
                 acc[g] = fmaf(ps[g * ACH + j], vv, acc[g]);
@@ -3551,11 +3552,11 @@ __global__ void __launch_bounds__(SINK_THREADS)
     __syncthreads();
     float m = -INFINITY, l = 0.0f;
     for (int p = j0 + tid; p <= pos; p += SINK_THREADS) {
-        const float *kr = kv_row(kv, tbl, d, layer, 0, p) + (size_t)(p % kv.block_tokens) * kvd +
-                          (size_t)kvh * D;
+        long kr = kv_row(kv, tbl, d, layer, 0, p) + (long)(p % kv.block_tokens) * kvd +
+                  (long)kvh * D;
         float sc = 0.0f;
         for (int i = 0; i < D; i++)
-            sc = fmaf(qs[i], kr[i], sc);
+            sc = fmaf(qs[i], kv_get(kv, kr + i), sc);
         sc *= scale;
         if (sc > m) {
             l = l * expf(m - sc) + 1.0f;

@@ -33,11 +33,14 @@ typedef struct rp_cuda_tok {
     int pos;
 } rp_cuda_tok;
 
-/* The step's KV pool (f32 rows; layout as rp_kv_layout in backend.h, in floats). */
+/* The step's KV pool: layout as rp_kv_layout in backend.h, with the offsets counted in
+ * elements of the stored type dt (RP_CUDA_F32, RP_CUDA_BF16 or RP_CUDA_F16: rows of
+ * head_dim elements, rounded to nearest even on store as the host codec rounds). */
 typedef struct rp_cuda_kv {
-    float *base;
+    void *base;
+    int dt;
     int block_tokens;
-    long block_floats, half_floats;
+    long block_elems, half_elems;
 } rp_cuda_kv;
 
 int rp_cuda_device_count(void);
