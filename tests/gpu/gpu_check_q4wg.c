@@ -15,7 +15,8 @@
  * order differs (tolerance 2e-3 on outputs of order 1). Each runs twice and the two results
  * must be equal bit for bit (the split-k sum has a fixed order). A failure prints the first
  * element past the tolerance and the worst one.
- * Timing (`rapid_gpu_check q4wgtime`): RAPID_CUDA_Q4WG=5 and =0 (qmm2_kernel), per shape and
+ * Timing (`rapid_gpu_check q4wgtime`): RAPID_CUDA_Q4WG=5 (the default split, then capped by
+ * RAPID_CUDA_Q4WG_SPLIT=4 and =2) and =0 (qmm2_kernel), per shape and
  * token count (8, 16, 32, 64), the best of 3 passes of 30 back-to-back calls (host wall time,
  * one sync per pass; the x rounding kernel included), as microseconds per call.
  * Threading: single-threaded test program. Errors: a failed check is counted, never fatal.
@@ -376,11 +377,15 @@ void gpu_q4wg_timing(void)
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096};
     const int ns[QT_NS] = {8, 16, 32, 64};
     const char *names[QT_SHAPES] = {"qkv", "o", "gate/up", "down"};
-    const char *val[2] = {"5", "0"}, *label[2] = {"Q4WG=5", "Q4WG=0 (qmm2)"};
-    for (int k = 0; k < 2; k++) {
-        rp_backend *be = q4_backend("RAPID_CUDA_Q4WG", val[k]);
+    /* the default split (by cluster occupancy), capped at 4 and 2, and qmm2_kernel */
+    const char *var[4] = {"RAPID_CUDA_Q4WG", "RAPID_CUDA_Q4WG_SPLIT", "RAPID_CUDA_Q4WG_SPLIT",
+                          "RAPID_CUDA_Q4WG"},
+               *val[4] = {"5", "4", "2", "0"},
+               *label[4] = {"Q4WG=5", "SPLIT<=4", "SPLIT<=2", "Q4WG=0 (qmm2)"};
+    for (int k = 0; k < 4; k++) {
+        rp_backend *be = q4_backend(var[k], val[k]);
         if (!be) {
-            q4_done(be, "RAPID_CUDA_Q4WG");
+            q4_done(be, var[k]);
             return;
         }
         double u[QT_SHAPES][QT_NS];
@@ -395,6 +400,6 @@ void gpu_q4wg_timing(void)
             printf("\n");
         }
         fflush(stdout);
-        q4_done(be, "RAPID_CUDA_Q4WG");
+        q4_done(be, var[k]);
     }
 }
