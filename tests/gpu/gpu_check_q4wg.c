@@ -15,8 +15,9 @@
  * order differs (tolerance 2e-3 on outputs of order 1). Each runs twice and the two results
  * must be equal bit for bit (the split-k sum has a fixed order). A failure prints the first
  * element past the tolerance and the worst one.
- * Timing (`rapid_gpu_check q4wgtime`): RAPID_CUDA_Q4WG=5 (the default split, then capped by
- * RAPID_CUDA_Q4WG_SPLIT=4 and =2) and =0 (qmm2_kernel), per shape and
+ * The weight copies' L2 prefetch: the default (256 bytes), RAPID_CUDA_Q4WG_PF=1 (128) and =0.
+ * Timing (`rapid_gpu_check q4wgtime`): RAPID_CUDA_Q4WG=5 (the default prefetch, then
+ * RAPID_CUDA_Q4WG_PF=1 and =0) and =0 (qmm2_kernel), per shape and
  * token count (8, 16, 32, 64), the best of 3 passes of 30 back-to-back calls (host wall time,
  * one sync per pass; the x rounding kernel included), as microseconds per call.
  * Threading: single-threaded test program. Errors: a failed check is counted, never fatal.
@@ -305,6 +306,17 @@ void gpu_q4wg_checks(void)
         q4_check(be, "q4wg split<=3", 64, RP_DT_BF16, 3, odd3, 4096, 40);
     }
     q4_done(be, "RAPID_CUDA_Q4WG_SPLIT");
+    const char *pfs[2] = {"1", "0"}; /* the other L2 prefetch sizes (the same bytes arrive) */
+    for (int k = 0; k < 2; k++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "q4wg pf=%s", pfs[k]);
+        be = q4_backend("RAPID_CUDA_Q4WG_PF", pfs[k]);
+        if (be) {
+            q4_check(be, tag, 64, RP_DT_BF16, 3, qkv, 4096, 64);
+            q4_check(be, tag, 64, RP_DT_BF16, 1, o, 14336, 17);
+        }
+        q4_done(be, "RAPID_CUDA_Q4WG_PF");
+    }
     be = q4_backend("RAPID_CUDA_Q4WG", "0"); /* control: qmm2_kernel */
     if (be) {
         q4_check(be, "q4wg off (qmm2)", 64, RP_DT_BF16, 3, qkv, 4096, 64);
@@ -377,11 +389,11 @@ void gpu_q4wg_timing(void)
     const long qkv[3] = {4096, 1024, 1024}, gu[2] = {14336, 14336}, o[1] = {4096};
     const int ns[QT_NS] = {8, 16, 32, 64};
     const char *names[QT_SHAPES] = {"qkv", "o", "gate/up", "down"};
-    /* the default split (by cluster occupancy), capped at 4 and 2, and qmm2_kernel */
-    const char *var[4] = {"RAPID_CUDA_Q4WG", "RAPID_CUDA_Q4WG_SPLIT", "RAPID_CUDA_Q4WG_SPLIT",
+    /* the default (256-byte L2 prefetch of the weights), 128 bytes, none, and qmm2_kernel */
+    const char *var[4] = {"RAPID_CUDA_Q4WG", "RAPID_CUDA_Q4WG_PF", "RAPID_CUDA_Q4WG_PF",
                           "RAPID_CUDA_Q4WG"},
-               *val[4] = {"5", "4", "2", "0"},
-               *label[4] = {"Q4WG=5", "SPLIT<=4", "SPLIT<=2", "Q4WG=0 (qmm2)"};
+               *val[4] = {"5", "1", "0", "0"},
+               *label[4] = {"Q4WG=5", "PF=1", "PF=0", "Q4WG=0 (qmm2)"};
     for (int k = 0; k < 4; k++) {
         rp_backend *be = q4_backend(var[k], val[k]);
         if (!be) {

@@ -1889,13 +1889,17 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
     int q4 = q4wg_knob(c);
     if (q4 > 0 && n_tok >= q4 && n_tok <= 64 && w[0]->bits == 4 && cols % RP_Q4WG_BK == 0) {
         /* the wgmma kernel; its split by the clusters resident at once (cuda_wgmma_q4.h),
-         * RAPID_CUDA_Q4WG_SPLIT=S (1..8) caps it at S */
+         * RAPID_CUDA_Q4WG_SPLIT=S (1..8) caps it at S; RAPID_CUDA_Q4WG_PF=0 / 1 / 2: the
+         * weight copies' L2 prefetch (none, 128, 256 bytes; default 2). Once-flag bits 24..27
+         * and 28..29 keep them. */
         int *once = rp_cuda_hook_once(c);
         if (!(*once & 128)) {
             rp_q4wg_setup();
             const char *e = getenv("RAPID_CUDA_Q4WG_SPLIT");
             int cap = e && e[0] >= '1' && e[0] <= '8' && !e[1] ? e[0] - '0' : 0;
-            *once = (*once & ~(15 << 24)) | 128 | cap << 24;
+            const char *p = getenv("RAPID_CUDA_Q4WG_PF");
+            int pf = p && p[0] >= '0' && p[0] <= '2' && !p[1] ? p[0] - '0' : 2;
+            *once = (*once & ~(63 << 24)) | 128 | cap << 24 | pf << 28;
         }
         q4wg_call call;
         memset(&call, 0, sizeof call);
@@ -1909,6 +1913,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         call.a.gs = w[0]->gs;
         call.a.sf = w[0]->sf;
         call.a.n = n_tok;
+        call.a.pf = (*once >> 28) & 3;
         long sp = rp_q4wg_splits(r, cols, n_tok, (*once >> 24) & 15);
         call.a.kspan = ((cols + sp - 1) / sp + RP_Q4WG_BK - 1) / RP_Q4WG_BK * RP_Q4WG_BK;
         call.a.x = (const uint16_t *)rp_cuda_qscratch(c, 2, (size_t)n_tok * cols * 2);

@@ -236,6 +236,23 @@ __device__ __forceinline__ void q4_cp_small(uint32_t dst, const void *src, int n
                      : "memory");
 }
 
+/* 16 weight bytes global -> shared (cp.async.cg, the L2 path), pf 1 / 2: with the L2 asked to
+ * fetch the whole 128 / 256 bytes around them. A step reads only 64 bytes of each of its
+ * rows, rows 2 KB (4096 columns) or more apart; the next steps read the bytes after them. */
+__device__ __forceinline__ void q4_cp_w(uint32_t dst, const void *src, int bytes, int pf)
+{
+    if (pf == 2)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst),
+                     "l"(src), "r"(bytes)
+                     : "memory");
+    else if (pf == 1)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst),
+                     "l"(src), "r"(bytes)
+                     : "memory");
+    else
+        cp_async16(dst, src, bytes);
+}
+
 template <int NT, int F>
 __global__ void __launch_bounds__(128, 2) q4wg_kernel(const rp_q4wg_args a)
 {
@@ -251,7 +268,7 @@ __global__ void __launch_bounds__(128, 2) q4wg_kernel(const rp_q4wg_args a)
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smp);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const long R = a.r0[3], cols = a.cols, row0 = (long)blockIdx.x * RP_Q4WG_BM;
-    const int sf = a.sf, esz = F ? 8 : 4, gs = a.gs;
+    const int sf = a.sf, esz = F ? 8 : 4, gs = a.gs, pf = a.pf;
     const int sbytes = RP_Q4WG_BK / gs * esz, scp = sbytes < 16 ? sbytes : 16, sn = sbytes / scp;
     const long wpr = cols / 32; /* uint4 of weights per row */
     /* loaders: weight chunk tid & 3 of rows (tid >> 2) + 32 i; the scales of row tid; x chunk
@@ -288,8 +305,8 @@ __global__ void __launch_bounds__(128, 2) q4wg_kernel(const rp_q4wg_args a)
         long k_ = kb + (long)(st) * RP_Q4WG_BK;                                                \
         uint32_t d_ = sb + (slot) * SB + XB;                                                   \
         _Pragma("unroll") for (int i = 0; i < 4; i++)                                          \
-            cp_async16(d_ + ((tid >> 2) + 32 * i) * 64 + (tid & 3) * 16, wsrc[i] + k_ / 32,    \
-                       wbytes[i]);                                                             \
+            q4_cp_w(d_ + ((tid >> 2) + 32 * i) * 64 + (tid & 3) * 16, wsrc[i] + k_ / 32,       \
+                    wbytes[i], pf);                                                            \
         for (int j_ = 0; j_ < sn; j_++)                                                        \
             q4_cp_small(d_ + WB + tid * SR + j_ * scp, ssrc + k_ / gs * esz + j_ * scp, scp,   \
                         sbz);                                                                  \

@@ -40,6 +40,7 @@ typedef struct rp_q4wg_args {
     const uint16_t *x; /* [n][cols] bf16 in the q4wg order */
     int n;             /* 1..64 tokens */
     long kspan;        /* columns per split: a multiple of RP_Q4WG_BK */
+    int pf;            /* the weight copies' L2 prefetch: 0 none, 1 128 bytes, 2 256 bytes */
 } rp_q4wg_args;
 
 /* 1 when the current device is compute capability 9.0 (the sm_90a code runs there). */
