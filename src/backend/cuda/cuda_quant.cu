@@ -36,7 +36,11 @@
  *     whose columns are not a multiple of 128, and 65..127 tokens.
  *  3. 5..64 tokens of 4-bit weights: qmm2_kernel, the same numerics with weights, scales and
  *     x staged through shared memory by cp.async, split k reduced inside a thread block
- *     cluster (see its section; RAPID_CUDA_QMM2).
+ *     cluster (see its section; RAPID_CUDA_QMM2). On compute capability 9.0 the wgmma
+ *     version of it takes them first (cuda_wgmma_q4.cu: the dequantized weights as wgmma's
+ *     register A operand, x from shared memory in the order qx_bf16_kernel's mode 2 writes;
+ *     RAPID_CUDA_Q4WG=N from N tokens, default 5, 0: off; RAPID_CUDA_Q4WG_SPLIT,
+ *     RAPID_CUDA_Q4WG_PF: see the dispatch).
  *  4. Steps of >= 128 tokens (RAPID_CUDA_QDQ): each weight dequantized once into a bf16
  *     scratch, then the bf16 GEMM (cuBLASLt): prefill at bf16 GEMM speed (see qdq_matmul).
  */
