@@ -17,7 +17,8 @@
  * 4/8-bit kernels and quantized fixtures: gpu_check_quant.c (arguments: "kernels", "qkernels", a fixture name,
  * "quant" for every quantized fixture, none for everything); GGUF weights: gpu_check_gguf.c
  * (with the quantized kernel checks, and "gguf" for every fixture's GGUF twins); the wgmma
- * skinny GEMM: gpu_check_wgmma.c ("wg" for its checks alone, "wgtime" for its timings).
+ * skinny GEMM: gpu_check_wgmma.c ("wg" for its checks alone, "wgtime" for its timings); its
+ * MLX 4-bit twin: gpu_check_q4wg.c ("q4wg", "q4wgtime").
  */
 #include <math.h>
 #include <stdio.h>
@@ -647,6 +648,7 @@ static void kernel_checks(int dense, int quant)
     rp_backend_free(be);
     gpu_gemm_kernel_checks();
     gpu_wg_checks();
+    gpu_q4wg_checks();
     attention_checks();
     gpu_decode_checks();
     gpu_mv1_checks();
@@ -702,6 +704,15 @@ int main(int argc, char **argv)
     if (!all && strcmp(argv[1], "wgtime") == 0) {
         gpu_wg_timing();
         return 0;
+    }
+    if (!all && strcmp(argv[1], "q4wgtime") == 0) {
+        gpu_q4wg_timing();
+        return 0;
+    }
+    if (!all && strcmp(argv[1], "q4wg") == 0) { /* the 4-bit wgmma GEMM's checks alone */
+        gpu_q4wg_checks();
+        printf("gpu_check: %d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
     }
     if (!all && strcmp(argv[1], "wg") == 0) { /* the wgmma GEMM's checks alone */
         gpu_wg_checks();

@@ -75,6 +75,9 @@ void gpu_gemm_kernel_checks(void);
 /* The wgmma skinny GEMM (gpu_check_wgmma.c; own backends) and `rapid_gpu_check wgtime`. */
 void gpu_wg_checks(void);
 void gpu_wg_timing(void);
+/* The MLX 4-bit wgmma GEMM (gpu_check_q4wg.c; own backends) and `rapid_gpu_check q4wgtime`. */
+void gpu_q4wg_checks(void);
+void gpu_q4wg_timing(void);
 /* Fixture `name` quantized to MLX 4/8-bit: GPU vs CPU logits and greedy tokens; the prefill
  * tolerance is scaled by the fixture's rounding sensitivity (>= 1, gpu_check.c). */
 void gpu_quant_fixture(const char *name, float sensitivity);

@@ -16,7 +16,7 @@ endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 add_library(rapid_cuda STATIC src/backend/cuda/cuda_kernels.cu src/backend/cuda/cuda_quant.cu
-  src/backend/cuda/cuda_wgmma.cu
+  src/backend/cuda/cuda_wgmma.cu src/backend/cuda/cuda_wgmma_q4.cu
   src/backend/cuda/cuda_decode.cu src/backend/cuda/cuda_sample.cu)
 # the GPU draw repeats the host's arithmetic operation for operation (cuda_sample.cu)
 set_source_files_properties(src/backend/cuda/cuda_sample.cu PROPERTIES COMPILE_OPTIONS "--fmad=false")

@@ -36,7 +36,11 @@
  *     whose columns are not a multiple of 128, and 65..127 tokens.
  *  3. 5..64 tokens of 4-bit weights: qmm2_kernel, the same numerics with weights, scales and
  *     x staged through shared memory by cp.async, split k reduced inside a thread block
- *     cluster (see its section; RAPID_CUDA_QMM2).
+ *     cluster (see its section; RAPID_CUDA_QMM2). On compute capability 9.0 the wgmma
+ *     version of it takes them first (cuda_wgmma_q4.cu: the dequantized weights as wgmma's
+ *     register A operand, x from shared memory in the order qx_bf16_kernel's mode 2 writes;
+ *     RAPID_CUDA_Q4WG=N from N tokens, default 5, 0: off; RAPID_CUDA_Q4WG_SPLIT,
+ *     RAPID_CUDA_Q4WG_PF: see the dispatch).
  *  4. Steps of >= 128 tokens (RAPID_CUDA_QDQ): each weight dequantized once into a bf16
  *     scratch, then the bf16 GEMM (cuBLASLt): prefill at bf16 GEMM speed (see qdq_matmul).
  */
@@ -52,6 +56,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_quant.h"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/cuda_wgmma_q4.h"
 
 enum { QMV_WARPS = 8, QMM_WARPS = 4 };
 
@@ -851,12 +856,28 @@ __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
 
 /* ---- more tokens: bf16 dequantization on the tensor cores --------------------------------- */
 
+/* perm 0: pairs (2j, 2j + 1) of each 8 elements; 1: pairs (j, j + 4); 2: the q4wg order of
+ * each 128 elements (cuda_wgmma_q4.h, rp_q4wg_xorder; rows a multiple of 128 long) */
 __global__ void qx_bf16_kernel(const float *__restrict__ x, long n8, int perm,
                                uint4 *__restrict__ out)
 {
     pdl_wait();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
          i += (long)gridDim.x * blockDim.x) {
+        if (perm == 2) { /* positions 8 (i % 16) .. + 7 of 128-element block i / 16 */
+            const float *xb = x + i / 16 * 128;
+            int p0 = (int)(i % 16) * 8;
+            uint32_t o[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float lo = __ldg(xb + rp_q4wg_xorder(p0 + 2 * j)),
+                      hi = __ldg(xb + rp_q4wg_xorder(p0 + 2 * j + 1));
+                __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+                o[j] = *(uint32_t *)&h;
+            }
+            out[i] = make_uint4(o[0], o[1], o[2], o[3]);
+            continue;
+        }
         const float4 *p = (const float4 *)x + 2 * i;
         float4 a = __ldg(p), b = __ldg(p + 1);
         float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -1665,6 +1686,40 @@ static void qmm2_run(const void *args, void *stream, int pdl)
     CK(cudaGetLastError());
 }
 
+/* RAPID_CUDA_Q4WG=N: 4-bit steps of N..64 tokens on the wgmma kernel (cuda_wgmma_q4.cu),
+ * default 5; 0: never (qmm2_kernel serves them). Read once into the context's once-flags
+ * (bit 6: read; bits 16..22: N, 0 where the device is not compute capability 9.0, the only
+ * one with the kernel's sm_90a code). */
+static int q4wg_knob(rp_cuda_ctx *c)
+{
+    int *once = rp_cuda_hook_once(c);
+    if (!(*once & 64)) {
+        const char *e = getenv("RAPID_CUDA_Q4WG");
+        int v = e && *e ? atoi(e) : 5;
+        v = v < 0 ? 0 : v > 65 ? 65 : v;
+        if (!rp_q4wg_usable())
+            v = 0;
+        *once = (*once & ~(127 << 16)) | 64 | v << 16;
+    }
+    return (*once >> 16) & 127;
+}
+
+typedef struct q4wg_call {
+    rp_q4wg_args a;
+    const float *x;
+} q4wg_call;
+
+static void q4wg_run(const void *args, void *stream, int pdl)
+{
+    const q4wg_call *c = (const q4wg_call *)args;
+    cudaStream_t s = (cudaStream_t)stream;
+    long n8 = (long)c->a.n * c->a.cols / 8;
+    unsigned xb = (unsigned)((n8 + 255) / 256 < 4096 ? (n8 + 255) / 256 : 4096);
+    pdl_launch(pdl, qx_bf16_kernel, dim3(xb), dim3(256), s, c->x, n8, 2, (uint4 *)c->a.x);
+    rp_q4wg_launch(c->a, pdl, s);
+    CK(cudaGetLastError());
+}
+
 static void qmm_run(const void *args, void *stream, int pdl)
 {
     const qmm_call *c = (const qmm_call *)args;
@@ -1701,6 +1756,7 @@ static void qemb_run(const void *args, void *stream, int pdl)
 static_assert(sizeof(qmv_call) <= RP_CUDA_HOOK_ARGS, "qmv_call too big for the hook");
 static_assert(sizeof(qmm_call) <= RP_CUDA_HOOK_ARGS, "qmm_call too big for the hook");
 static_assert(sizeof(qmm2_call) <= RP_CUDA_HOOK_ARGS, "qmm2_call too big for the hook");
+static_assert(sizeof(q4wg_call) <= RP_CUDA_HOOK_ARGS, "q4wg_call too big for the hook");
 static_assert(sizeof(qemb_call) <= RP_CUDA_HOOK_ARGS, "qemb_call too big for the hook");
 
 extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const *w,
@@ -1832,6 +1888,41 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
     if (qdq > 0 && n_tok >= qdq) {
         for (int i = 0; i < n; i++)
             qdq_matmul(c, w[i], x, n_tok, y[i]);
+        return;
+    }
+    int q4 = q4wg_knob(c);
+    if (q4 > 0 && n_tok >= q4 && n_tok <= 64 && w[0]->bits == 4 && cols % RP_Q4WG_BK == 0) {
+        /* the wgmma kernel; its split by the clusters resident at once (cuda_wgmma_q4.h),
+         * RAPID_CUDA_Q4WG_SPLIT=S (1..8) caps it at S; RAPID_CUDA_Q4WG_PF=0 / 1 / 2: the
+         * weight copies' L2 prefetch (none, 128, 256 bytes; default 2). Once-flag bits 24..27
+         * and 28..29 keep them. */
+        int *once = rp_cuda_hook_once(c);
+        if (!(*once & 128)) {
+            rp_q4wg_setup();
+            const char *e = getenv("RAPID_CUDA_Q4WG_SPLIT");
+            int cap = e && e[0] >= '1' && e[0] <= '8' && !e[1] ? e[0] - '0' : 0;
+            const char *p = getenv("RAPID_CUDA_Q4WG_PF");
+            int pf = p && p[0] >= '0' && p[0] <= '2' && !p[1] ? p[0] - '0' : 2;
+            *once = (*once & ~(63 << 24)) | 128 | cap << 24 | pf << 28;
+        }
+        q4wg_call call;
+        memset(&call, 0, sizeof call);
+        for (int i = 0; i < n; i++) {
+            call.a.q[i] = w[i]->q;
+            call.a.sb[i] = w[i]->sb;
+            call.a.y[i] = y[i];
+        }
+        memcpy(call.a.r0, r0, sizeof r0);
+        call.a.cols = cols;
+        call.a.gs = w[0]->gs;
+        call.a.sf = w[0]->sf;
+        call.a.n = n_tok;
+        call.a.pf = (*once >> 28) & 3;
+        long sp = rp_q4wg_splits(r, cols, n_tok, (*once >> 24) & 15);
+        call.a.kspan = ((cols + sp - 1) / sp + RP_Q4WG_BK - 1) / RP_Q4WG_BK * RP_Q4WG_BK;
+        call.a.x = (const uint16_t *)rp_cuda_qscratch(c, 2, (size_t)n_tok * cols * 2);
+        call.x = x;
+        rp_cuda_hook_run(c, 1, q4wg_run, &call, sizeof call);
         return;
     }
     int q2 = rp_cuda_hook_qmm2(c);
