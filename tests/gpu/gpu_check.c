@@ -693,6 +693,11 @@ int main(int argc, char **argv)
         gpu_qmv_timing();
         return 0;
     }
+    if (!all && strcmp(argv[1], "dec") == 0) { /* the decode attention's checks alone */
+        gpu_decode_checks();
+        printf("gpu_check: %d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
     if (!all && strcmp(argv[1], "dectime") == 0) {
         gpu_decode_timing();
         return 0;

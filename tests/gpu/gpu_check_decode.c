@@ -256,6 +256,16 @@ void gpu_decode_checks(void)
     dec_cases(be, RP_KV_F16);
     rope_checks(be, "rope + attn", RP_KV_F32);
     rope_checks(be, "rope + attn", RP_KV_BF16);
+    /* the other split plans (RAPID_CUDA_DA): the first rule, and the 4-load kernel always */
+    const char *modes[2] = {"1", "3"};
+    for (int i = 0; i < 2; i++) {
+        rp_backend *bm = gpu_backend_with("RAPID_CUDA_DA", modes[i]);
+        if (!bm)
+            continue;
+        dec_cases(bm, RP_KV_F32);
+        dec_cases(bm, RP_KV_BF16);
+        rp_backend_free(bm);
+    }
     matvec_checks(be, "matvec");
     rp_backend_free(be);
     be = NULL;
@@ -274,15 +284,19 @@ void gpu_decode_checks(void)
 void gpu_decode_timing(void)
 {
     const dec_seq p80[] = {{79, 1}}, p600[] = {{599, 1}}, p1000[] = {{999, 1}};
-    dec_seq s64[64];
-    for (int i = 0; i < 64; i++)
+    dec_seq s64[64], b64[64], l64[64];
+    for (int i = 0; i < 64; i++) {
         s64[i] = (dec_seq){(i * 37 + 5) % 300, 1};
+        b64[i] = (dec_seq){16 + (i * 37) % 128, 1};  /* rapid bench --streams 64 --gen 128 */
+        l64[i] = (dec_seq){512 + (i * 37) % 128, 1}; /* the same after a 512-token prompt */
+    }
     const struct {
         const dec_seq *s;
         int n;
         const char *what;
-    } cs[] = {{p80, 1, "80 positions"}, {p600, 1, "600 positions"},
-              {p1000, 1, "1000 positions"}, {s64, 64, "64 seqs at 5..300"}};
+    } cs[] = {{p80, 1, "80 positions"},        {p600, 1, "600 positions"},
+              {p1000, 1, "1000 positions"},    {s64, 64, "64 seqs at 5..300"},
+              {b64, 64, "64 seqs at 16..144"}, {l64, 64, "64 seqs at 512..640"}};
     const rp_kv_dtype dts[2] = {RP_KV_F32, RP_KV_BF16};
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) { /* a backend each: its profile */

@@ -18,21 +18,23 @@
 #include "backend/cuda/cuda_decode.h"
 #include "backend/cuda/cuda_kv.cuh"
 
-enum { DA_WARPS = 4, DA_LOADS = 8, DA_MAX_SPLIT = 128 };
+enum { DA_WARPS = 4, DA_MAX_SPLIT = 128 };
 
-template <int D> struct da_shape {
+/* NL: a lane's K (and V) loads in flight, 8, or 4 for heads of 64+ (fewer registers, so more
+ * blocks per SM: the many-sequence steps, whose blocks otherwise take several waves) */
+template <int D, int NL> struct da_shape {
     static constexpr int V4 = D / 4;
     static constexpr int LG = V4 > 16 ? 32 : V4 > 8 ? 16 : V4 > 4 ? 8 : V4 > 2 ? 4 : V4 > 1 ? 2 : 1;
     static constexpr int VPL = (V4 + LG - 1) / LG;
     static constexpr int KPI = 32 / LG;
-    static constexpr int U = DA_LOADS / VPL > 0 ? DA_LOADS / VPL : 1;
+    static constexpr int U = NL / VPL > 0 ? NL / VPL : 1;
     static constexpr int KW = KPI * U;
     static constexpr int KB = KW * DA_WARPS;
 };
 
 __device__ __forceinline__ float4 f4_zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
-template <int D, int G, int DT>
+template <int D, int G, int DT, int NL>
 __global__ void __launch_bounds__(DA_WARPS * 32)
     dec_attn_kernel(const rp_cuda_tok *__restrict__ toks, const int32_t *__restrict__ tbl,
                     rp_cuda_kv kv, int layer, const float *__restrict__ q,
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(DA_WARPS * 32)
                     float scale, int window, int n_split, int per_split, unsigned *cnt,
                     int pre)
 {
-    typedef da_shape<D> S;
+    typedef da_shape<D, NL> S;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* the next kernel (the o projection's matvec) may launch and load its first weights; it
      * waits (griddepcontrol.wait) for all of this grid before it reads out */
@@ -298,72 +300,145 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-static int da_kb(int D)
+static int da_kb(int D, int L)
 {
+#define DA_KB(DD)                                                                              \
+    case DD: return L == 4 ? da_shape<DD, 4>::KB : da_shape<DD, 8>::KB;
     switch (D) {
-    case 8: return da_shape<8>::KB;
-    case 16: return da_shape<16>::KB;
-    case 24: return da_shape<24>::KB;
-    case 32: return da_shape<32>::KB;
-    case 64: return da_shape<64>::KB;
-    case 128: return da_shape<128>::KB;
-    case 256: return da_shape<256>::KB;
+        DA_KB(8)
+        DA_KB(16)
+        DA_KB(24)
+        DA_KB(32)
+        DA_KB(64)
+        DA_KB(128)
+        DA_KB(256)
     default: return 0;
     }
+#undef DA_KB
 }
 
 int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv)
 {
-    return da_kb(D) > 0 && (G == 1 || G == 2 || G == 4 || G == 8) && G * D <= 2048 &&
+    return da_kb(D, 8) > 0 && (G == 1 || G == 2 || G == 4 || G == 8) && G * D <= 2048 &&
            kv->block_elems % 4 == 0 && kv->half_elems % 4 == 0 &&
            (uintptr_t)kv->base % 16 == 0;
 }
 
-void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *per_split)
+/* The 4-load kernels exist for heads of 64 and more (the small heads' rows are a few lanes
+ * wide: 8 loads a lane are few bytes already). */
+template <int D> static constexpr int da_l(int L) { return D >= 64 && L == 4 ? 4 : 8; }
+
+/* Blocks of the (D, G, DT, L) kernel resident on one SM (asked once; at least 1). */
+template <int D, int G, int DT, int L> static int da_per_sm()
 {
-    int kb = da_kb(D);
+    static int n = 0;
+    if (n == 0) {
+        int b = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, dec_attn_kernel<D, G, DT, L>,
+                                                         DA_WARPS * 32, 0));
+        n = b > 0 ? b : 1;
+    }
+    return n;
+}
+
+template <int D> static int da_per_sm_g(int G, int dt, int L)
+{
+#define DA_PS(GG)                                                                              \
+    case GG: {                                                                                 \
+        int r = 0;                                                                             \
+        if (L == 4 && D >= 64)                                                                 \
+            KV_DISPATCH(dt, r = da_per_sm<D, GG, KDT, da_l<D>(4)>());                          \
+        else                                                                                   \
+            KV_DISPATCH(dt, r = da_per_sm<D, GG, KDT, 8>());                                   \
+        return r;                                                                              \
+    }
+    switch (G) {
+        DA_PS(8)
+        DA_PS(4)
+        DA_PS(2)
+    default:
+        DA_PS(1)
+    }
+#undef DA_PS
+}
+
+static int da_per_sm_any(int D, int G, int dt, int L)
+{
+    switch (D) {
+    case 8: return da_per_sm_g<8>(G, dt, L);
+    case 16: return da_per_sm_g<16>(G, dt, L);
+    case 24: return da_per_sm_g<24>(G, dt, L);
+    case 32: return da_per_sm_g<32>(G, dt, L);
+    case 64: return da_per_sm_g<64>(G, dt, L);
+    case 128: return da_per_sm_g<128>(G, dt, L);
+    default: return da_per_sm_g<256>(G, dt, L);
+    }
+}
+
+void rp_cuda_dec_plan(int D, int G, int dt, int mode, int span, long units, int sms,
+                      int *n_split, int *per_split, int *loads)
+{
+    int L = 8;
+    long want;
+    if (mode == 1) { /* the first rule: about 4 blocks per SM, rounded up */
+        want = (4L * sms + units - 1) / units;
+    } else {
+        /* the grid in one wave of resident blocks: as many splits as fit beside the units,
+         * rounded down (1 when the units alone fill the GPU); mode 0 takes the 4-load
+         * kernel where the 8-load one's units would not fit in one wave, mode 3 always */
+        long r8 = (long)da_per_sm_any(D, G, dt, 8) * sms;
+        L = mode == 3 || (mode == 0 && units > r8 && D >= 64) ? 4 : 8;
+        long res = L == 4 ? (long)da_per_sm_any(D, G, dt, 4) * sms : r8;
+        want = res / units;
+    }
+    int kb = da_kb(D, L);
     int n_chunks = (span + kb - 1) / kb;
-    long want = (4L * sms + units - 1) / units; /* about 4 blocks per SM */
     int ns = (int)(want < n_chunks ? want : n_chunks);
     ns = ns < 1 ? 1 : ns > DA_MAX_SPLIT ? DA_MAX_SPLIT : ns;
     int per = (n_chunks + ns - 1) / ns * kb;
     *per_split = per;
     *n_split = (span + per - 1) / per;
+    *loads = L;
 }
 
 template <int D, int G>
 static void da_go(cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks, const int32_t *tbl,
                   rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                   int KVH, float scale, int window, int n_split, int per_split, unsigned *cnt,
-                  int pre)
+                  int pre, int L)
 {
-    KV_DISPATCH(kv.dt, pdl_launch(pdl, dec_attn_kernel<D, G, KDT>, grid, dim3(DA_WARPS * 32), st,
-                                  toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                                  n_split, per_split, cnt, pre));
+    if (L == 4 && D >= 64)
+        KV_DISPATCH(kv.dt, pdl_launch(pdl, dec_attn_kernel<D, G, KDT, da_l<D>(4)>, grid,
+                                      dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q, out, part,
+                                      H, KVH, scale, window, n_split, per_split, cnt, pre));
+    else
+        KV_DISPATCH(kv.dt, pdl_launch(pdl, dec_attn_kernel<D, G, KDT, 8>, grid,
+                                      dim3(DA_WARPS * 32), st, toks, tbl, kv, layer, q, out, part,
+                                      H, KVH, scale, window, n_split, per_split, cnt, pre));
 }
 
 template <int D>
 static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_tok *toks,
                     const int32_t *tbl, rp_cuda_kv kv, int layer, const float *q, float *out,
                     float *part, int H, int KVH, float scale, int window, int n_split,
-                    int per_split, unsigned *cnt, int pre)
+                    int per_split, unsigned *cnt, int pre, int L)
 {
     switch (G) {
     case 8:
         da_go<D, 8>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split, cnt, pre);
+                    n_split, per_split, cnt, pre, L);
         break;
     case 4:
         da_go<D, 4>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split, cnt, pre);
+                    n_split, per_split, cnt, pre, L);
         break;
     case 2:
         da_go<D, 2>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split, cnt, pre);
+                    n_split, per_split, cnt, pre, L);
         break;
     default:
         da_go<D, 1>(st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,
-                    n_split, per_split, cnt, pre);
+                    n_split, per_split, cnt, pre, L);
         break;
     }
 }
@@ -371,13 +446,13 @@ static void da_go_g(int G, cudaStream_t st, int pdl, dim3 grid, const rp_cuda_to
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split, unsigned *cnt, int pre)
+                      int per_split, unsigned *cnt, int pre, int loads)
 {
     dim3 grid((unsigned)(H / G), (unsigned)n_tok, (unsigned)n_split);
 #define DA_CASE(DD)                                                                            \
     case DD:                                                                                   \
         da_go_g<DD>(G, st, pdl, grid, toks, tbl, kv, layer, q, out, part, H, KVH, scale, window,    \
-                    n_split, per_split, cnt, pre);                                             \
+                    n_split, per_split, cnt, pre, loads);                                      \
         break;
     switch (D) {
         DA_CASE(8)

@@ -30,8 +30,13 @@
  * G in 1, 2, 4, 8; rows 16-byte aligned). */
 int rp_cuda_dec_ok(int D, int G, const rp_cuda_kv *kv);
 /* Splits for a step of n_tok tokens whose longest key span is span, with `units` = n_tok *
- * H / G blocks per split, on a GPU of sms multiprocessors. */
-void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *per_split);
+ * H / G blocks per split, on a GPU of sms multiprocessors, for the pool's type dt, and the
+ * loads a lane keeps in flight (*loads: 8, or 4 for heads of 64+). mode (RAPID_CUDA_DA):
+ * 0 (default) the grid in one wave of resident blocks (cudaOccupancy...), with the 4-load
+ * kernel where the 8-load one's units alone would not fit; 1 the first rule (about 4 blocks
+ * per SM, rounded up; 8 loads); 2 one wave with 8 loads; 3 one wave with 4 loads. */
+void rp_cuda_dec_plan(int D, int G, int dt, int mode, int span, long units, int sms,
+                      int *n_split, int *per_split, int *loads);
 /* Launches the attention (and, for n_split > 1 without cnt, the merge) on st; pdl: as
  * programmatic dependent launches (each kernel waits for its predecessor before it reads
  * what it wrote). pre: every token is its sequence's only one in this step (the keys before
@@ -39,6 +44,6 @@ void rp_cuda_dec_plan(int D, int span, long units, int sms, int *n_split, int *p
 void rp_cuda_dec_attn(cudaStream_t st, int pdl, const rp_cuda_tok *toks, const int32_t *tbl,
                       rp_cuda_kv kv, int layer, const float *q, float *out, float *part, int H,
                       int KVH, int D, int G, float scale, int window, int n_tok, int n_split,
-                      int per_split, unsigned *cnt, int pre);
+                      int per_split, unsigned *cnt, int pre, int loads);
 
 #endif

@@ -25,7 +25,8 @@
  *  2. Attention: steps of at least 65 tokens (prefill chunks, big engine batches) go to the
  *     flash kernel (see "flash prefill attention": tensor cores, bf16 Q/K/V/P;
  *     RAPID_CUDA_FLASH=N sets the threshold, 0 turns it off). Smaller steps: the split-key
- *     decode kernel of cuda_decode.cu (f32; head sizes 8..256) unless RAPID_CUDA_DECATTN=0,
+ *     decode kernel of cuda_decode.cu (f32 arithmetic on f32 / bf16 / f16 rows; head sizes
+ *     8..256; RAPID_CUDA_DA: its split plan) unless RAPID_CUDA_DECATTN=0,
  *     else (and for other head sizes) the chunked kernel here: one block per
  *     (query token, group of query heads sharing a KV head, chunk of 32 or 128 keys); a warp
  *     scores one key at a time for every head of the group (one coalesced K row read per
@@ -190,6 +191,7 @@ struct rp_cuda_ctx {
     int kvrope;             /* RoPE of k fused into the KV store (RAPID_CUDA_KVROPE=0: off) */
     int dec_attn;           /* the split-key decode attention (cuda_decode.cu); 0: the
                              * chunked kernel below (RAPID_CUDA_DECATTN=0) */
+    int dec_mode;           /* its split plan (RAPID_CUDA_DA=0..3, cuda_decode.h; default 0) */
     int dec_merge;          /* its splits merged by the last block (RAPID_CUDA_DECMERGE=0: by
                              * a second kernel) */
     unsigned *da_cnt;       /* ... with these counters (da_cnt_n of them, zero between launches) */
@@ -565,6 +567,8 @@ extern "C" rp_cuda_ctx *rp_cuda_ctx_new(int device, char *err, size_t err_len)
     c->fa_min = fa && *fa ? atoi(fa) : 65;
     const char *da = getenv("RAPID_CUDA_DECATTN");
     c->dec_attn = !(da && strcmp(da, "0") == 0);
+    const char *dmo = getenv("RAPID_CUDA_DA");
+    c->dec_mode = dmo && *dmo >= '0' && *dmo <= '3' && !dmo[1] ? *dmo - '0' : 0;
     const char *dm = getenv("RAPID_CUDA_DECMERGE");
     c->dec_merge = !(dm && strcmp(dm, "0") == 0);
     const char *dp = getenv("RAPID_CUDA_DECPRE");
@@ -3323,7 +3327,9 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
         G = 1;
     if (c->dec_attn && rp_cuda_dec_ok(D, G, &c->kv)) {
         int n_split, per_split;
-        rp_cuda_dec_plan(D, span, (long)c->n_tok * (H / G), c->sms, &n_split, &per_split);
+        int loads = 8;
+        rp_cuda_dec_plan(D, G, c->kv.dt, c->dec_mode, span, (long)c->n_tok * (H / G), c->sms,
+                         &n_split, &per_split, &loads);
         float *part = NULL;
         if (n_split > 1)
             part = (float *)grow(c, (void **)&c->part, &c->part_bytes,
@@ -3348,7 +3354,7 @@ extern "C" void rp_cuda_attention(rp_cuda_ctx *c, int layer, const float *q, flo
         int nt = c->n_tok, pdl = c->pdl_small, pre = c->step_single;
         LAUNCH(c, {
             rp_cuda_dec_attn(c->stream, pdl, td, tbl, kv, layer, q, out, part, H, KVH, D, G,
-                             scale, window, nt, n_split, per_split, cnt, pre);
+                             scale, window, nt, n_split, per_split, cnt, pre, loads);
         });
         return;
     }
