@@ -51,9 +51,12 @@
  *  6. Greedy sampling: rp_cuda_argmax leaves only the ids to copy back.
  * Knobs measured on the H200 (NOTES.md): RAPID_CUDA_TC=MT,U, RAPID_CUDA_TC2=N, RAPID_CUDA_WG=N,
  * RAPID_CUDA_WG_SPLIT=S, RAPID_CUDA_WG_BM=256,
- * RAPID_CUDA_QMM2=N, RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
+ * RAPID_CUDA_QMM2=N, RAPID_CUDA_Q4WG=N, RAPID_CUDA_Q4WG_SPLIT=S, RAPID_CUDA_Q4WG_PF=0|1|2,
+ * RAPID_CUDA_QDQ=N (the MLX paths, cuda_quant.cu), RAPID_CUDA_MV_UNROLL=4|8|16,
  * RAPID_CUDA_MV1=0|4|8, RAPID_CUDA_MV1_GRID=0, RAPID_CUDA_MV1_BPS=N, RAPID_CUDA_MV1_SILU=0,
- * RAPID_CUDA_QMV_SILU=1, RAPID_CUDA_DECMERGE=0, RAPID_CUDA_DECPRE=0 (NOTES.md, session 5), RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
+ * RAPID_CUDA_QMV_SILU=1, RAPID_CUDA_DECMERGE=0, RAPID_CUDA_DECPRE=0 (NOTES.md, session 5),
+ * RAPID_CUDA_DA=0..3 (the decode attention's split plan, cuda_decode.h; session 20),
+ * RAPID_CUDA_PROFILE=1 (synchronised wall time per op) or 2 (GPU time per op from events).
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>

@@ -25,7 +25,9 @@
  *     bf16 scales, in f32 for f32 / f16 ones) and multiplied on the
  *     tensor cores (mma.sync m16n8k16, f32 accumulators), 64 tokens per pass; grids too small
  *     for the GPU split k, a second kernel sums the splits in order (deterministic).
- *   5..64 tokens, 4-bit (RAPID_CUDA_QMM2): the same numerics with the weights, scales and x
+ *   5..64 tokens, 4-bit: on sm_90 the wgmma kernel (cuda_wgmma_q4.cu, RAPID_CUDA_Q4WG=N,
+ *     default 5; 0: never), A the weights dequantized into registers as qmm_kernel rounds
+ *     them; elsewhere (RAPID_CUDA_QMM2) the same numerics with the weights, scales and x
  *     staged through shared memory by cp.async (qmm2_kernel, cuda_quant.cu).
  *   n_tok >= RAPID_CUDA_QDQ (default 128; prefill): each weight is dequantized once into a
  *     bf16 scratch (rounded as above, at most 256 MB of rows at a time) and multiplied by the
