@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""rapid models, ls, info, recipe, doctor, alias and bench: their output and exit codes,
+"""rapid models, ls, info, recipe, doctor, alias, bench and generate --kv-cache-dtype: their output and exit codes,
 including a missing model, no GPU (and a fake nvidia-smi), a broken cache dir, a busy port,
 and the catalog file itself (required fields, the defaults, recipes naming real aliases)."""
 import json
@@ -193,6 +193,24 @@ def main():
     check(rc == 0 and "tier 16 GB" in out, "recipe --memory")
     rc, out, err = run(["recipe", "--memory", "lots"], env)
     check(rc == 2, "recipe --memory garbage: exit 2")
+
+    # generate --kv-cache-dtype: every storage type greedy-decodes the fixture, the 16-bit
+    # ones to f32's ids (int8 / int4 round K and V coarsely enough that a near tie could
+    # flip: only well-formed ids there); a bad value is a usage error naming the types
+    fx = os.path.join(SRC, "tests", "golden", "models", "llama_gqa")
+    ids = ",".join(map(str, json.load(open(os.path.join(fx, "ids.json")))["ids"]))
+    gen = ["generate", "--model", fx, "--ids", ids, "--max-tokens", "6", "--ignore-eos",
+           "--device", "cpu"]
+    outs = {}
+    for kt in ("f32", "bf16", "f16", "int8", "int4"):
+        rc, out, err = run(gen + ["--kv-cache-dtype", kt], base)
+        outs[kt] = out.strip() if rc == 0 else None
+    check(all(o and re.fullmatch(r"\d+(,\d+){5}", o) for o in outs.values()) and
+          outs["bf16"] == outs["f32"] and outs["f16"] == outs["f32"],
+          "generate --kv-cache-dtype: every type decodes, 16-bit ones as f32 (%s)" % outs)
+    rc, out, err = run(gen + ["--kv-cache-dtype", "fp8"], base)
+    check(rc == 2 and "--kv-cache-dtype must be f32, bf16, f16, int8 or int4" in err,
+          "generate --kv-cache-dtype fp8: usage error")
 
     # serve --device (the server's load runs after the listener is up: a bad device is a
     # load failure, exit 1 with the reason; a bad value is a usage error, exit 2)
