@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """rapid models, ls, info, recipe, doctor, alias, bench and generate --kv-cache-dtype: their
-output and exit codes, including a missing model, no GPU (and a fake nvidia-smi), a broken cache dir, a busy port,
-and the catalog file itself (required fields, the defaults, recipes naming real aliases)."""
+output and exit codes, including a missing model, no GPU (and a fake nvidia-smi), a broken
+cache dir, a busy port, and the catalog file itself (required fields, the defaults, recipes
+naming real aliases)."""
 import json
 import os
 import re
