@@ -69,6 +69,51 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* The staged GEMMs' prologue (tc2_kernel, qmm2_kernel, wg_kernel, q4wg_kernel): the weight
+ * copies of the first S - 1 of nk k steps are requested before the programmatic-launch wait
+ * (the weights never change), x's after it, one commit group per step (empty past nk, so the
+ * main loop's wait counts stay the same). */
+template <int S, typename W, typename X>
+__device__ __forceinline__ void stage_fill(int nk, W &&load_w, X &&load_x)
+{
+#pragma unroll
+    for (int st = 0; st < S - 1; st++)
+        if (st < nk)
+            load_w(st);
+    pdl_wait();
+#pragma unroll
+    for (int st = 0; st < S - 1; st++) {
+        if (st < nk)
+            load_x(st);
+        cp_async_commit();
+    }
+}
+
+/* After wgmma.wait_group 0: ties every accumulator register to this point (an empty asm that
+ * reads and writes each), so no later use is moved above the wait (wg_kernel, q4wg_kernel). */
+template <int NT> __device__ __forceinline__ void acc_fence(float (&acc)[2][NT][4])
+{
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                asm volatile("" : "+f"(acc[mi][nt][e])::"memory");
+}
+
+/* The two 16-row tiles x NT 8-token tiles of f32 accumulators those kernels keep, zeroed. */
+template <int NT> __device__ __forceinline__ void acc_zero(float (&acc)[2][NT][4])
+{
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mi][nt][e] = 0.0f;
+}
+
 template <typename... P, typename... A>
 static void pdl_launch(int pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args)
 {

@@ -1952,25 +1952,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2) tc2_kernel(tc_args a)
             if (lr + 16 * i < NT * 8)                                                          \
                 cp_async16(d_ + swz128_off(lr + 16 * i, lc), xsrc[i] + k_, 16);                \
     } while (0)
-#pragma unroll
-    for (int st = 0; st < TC2_STAGES - 1; st++)
-        if (st < nk)
-            TC2_LOAD_W(st, st);
-    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
-#pragma unroll
-    for (int st = 0; st < TC2_STAGES - 1; st++) {
-        if (st < nk)
-            TC2_LOAD_X(st, st);
-        cp_async_commit();
-    }
+    /* the weights never change: only x waits for the previous kernel */
+    stage_fill<TC2_STAGES>(
+        nk, [&](int st) { TC2_LOAD_W(st, st); }, [&](int st) { TC2_LOAD_X(st, st); });
     float acc[2][NT][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[mi][nt][e] = 0.0f;
+    acc_zero<NT>(acc);
     const int ar = warp * 32 + (lane & 15), ach = lane >> 4;          /* A: rows, chunk */
     const int br = (lane & 7) + ((lane >> 4) << 3), bch = (lane >> 3) & 1; /* B: tokens, chunk */
     for (int it = 0; it < nk; it++) {

@@ -54,6 +54,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_deq4.cuh"
 #include "backend/cuda/cuda_quant.h"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/cuda_wgmma_q4.h"
@@ -914,30 +915,6 @@ __device__ __forceinline__ void q_mma(float *d, const uint32_t *a, uint32_t b0, 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t bf2_u(__nv_bfloat162 v) { return *(uint32_t *)&v; }
-__device__ __forceinline__ __nv_bfloat162 u_bf2(uint32_t u) { return *(__nv_bfloat162 *)&u; }
-
-/* The 4 bf16 pairs of 8 nibbles (pairs (p, p + 4)), scale * q + bias each. */
-__device__ __forceinline__ void deq4(uint32_t wd, __nv_bfloat162 s2, __nv_bfloat162 b2, uint32_t *r)
-{
-    const __nv_bfloat162 c128 = u_bf2(0x43004300u);
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
-        uint32_t t = ((wd >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
-        r[p] = bf2_u(__hfma2(__hsub2(u_bf2(t), c128), s2, b2));
-    }
-}
-
-/* deq4 with the fma in f32 (f32 / f16 scales, which bf16 would round): the same pairs. */
-__device__ __forceinline__ void deq4f(uint32_t wd, float s, float b, uint32_t *r)
-{
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
-        float lo = (float)((wd >> (4 * p)) & 15u), hi = (float)((wd >> (4 * p + 16)) & 15u);
-        r[p] = bf2_u(__floats2bfloat162_rn(fmaf(lo, s, b), fmaf(hi, s, b)));
-    }
-}
-
 /* The 2 bf16 pairs of 4 bytes (pairs (0, 1), (2, 3)). */
 __device__ __forceinline__ void deq8(uint32_t wd, float s, float b, uint32_t *r)
 {
@@ -1194,25 +1171,11 @@ __global__ void __launch_bounds__(Q2_WARPS * 32, 1) qmm2_kernel(qmm_args a)
                 cp_async16(d_ + r_ * 256 + (((tid & 15) ^ (r_ & 7)) << 4), xsrc[i] + k_, 16);  \
         }                                                                                      \
     } while (0)
-#pragma unroll
-    for (int st = 0; st < Q2_STAGES - 1; st++)
-        if (st < nk)
-            Q2_LOAD_W(st, st);
-    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
-#pragma unroll
-    for (int st = 0; st < Q2_STAGES - 1; st++) {
-        if (st < nk)
-            Q2_LOAD_X(st, st);
-        cp_async_commit();
-    }
+    /* the weights never change: only x waits for the previous kernel */
+    stage_fill<Q2_STAGES>(
+        nk, [&](int st) { Q2_LOAD_W(st, st); }, [&](int st) { Q2_LOAD_X(st, st); });
     float acc[2][NT][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[mi][nt][e] = 0.0f;
+    acc_zero<NT>(acc);
     const int sgi = 32 * t / gs; /* the lane's scale group within the step */
     for (int it = 0; it < nk; it++) {
         cp_async_wait<Q2_STAGES - 2>();
@@ -1759,6 +1722,24 @@ static_assert(sizeof(qmm2_call) <= RP_CUDA_HOOK_ARGS, "qmm2_call too big for the
 static_assert(sizeof(q4wg_call) <= RP_CUDA_HOOK_ARGS, "q4wg_call too big for the hook");
 static_assert(sizeof(qemb_call) <= RP_CUDA_HOOK_ARGS, "qemb_call too big for the hook");
 
+/* What every 4/8-bit kernel's arguments (qmv_args, qmm_args, rp_q4wg_args) take the same way:
+ * the n stacked matrices, their outputs, the row starts, the columns and the group layout
+ * (the first matrix's: rp_cuda_qmatmul_n runs only matrices that agree on them). */
+template <typename A>
+static void qargs_common(A &a, int n, const rp_cuda_qw *const *w, float *const *y,
+                         const long *r0, long cols)
+{
+    for (int i = 0; i < n; i++) {
+        a.q[i] = w[i]->q;
+        a.sb[i] = w[i]->sb;
+        a.y[i] = y[i];
+    }
+    memcpy(a.r0, r0, sizeof a.r0);
+    a.cols = cols;
+    a.gs = w[0]->gs;
+    a.sf = w[0]->sf;
+}
+
 extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const *w,
                                   const float *x, int n_tok, float *const *y)
 {
@@ -1786,15 +1767,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
     if (n_tok <= 4) {
         qmv_call call;
         memset(&call, 0, sizeof call);
-        for (int i = 0; i < n; i++) {
-            call.a.q[i] = w[i]->q;
-            call.a.sb[i] = w[i]->sb;
-            call.a.y[i] = y[i];
-        }
-        memcpy(call.a.r0, r0, sizeof r0);
-        call.a.cols = cols;
-        call.a.gs = w[0]->gs;
-        call.a.sf = w[0]->sf;
+        qargs_common(call.a, n, w, y, r0, cols);
         call.a.xq = (const int8_t *)rp_cuda_qscratch(c, 0, 2 * (size_t)n_tok * cols);
         call.a.xs = (const float2 *)rp_cuda_qscratch(c, 1,
                                                      sizeof(float2) * (size_t)n_tok * cols / 32);
@@ -1907,15 +1880,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         }
         q4wg_call call;
         memset(&call, 0, sizeof call);
-        for (int i = 0; i < n; i++) {
-            call.a.q[i] = w[i]->q;
-            call.a.sb[i] = w[i]->sb;
-            call.a.y[i] = y[i];
-        }
-        memcpy(call.a.r0, r0, sizeof r0);
-        call.a.cols = cols;
-        call.a.gs = w[0]->gs;
-        call.a.sf = w[0]->sf;
+        qargs_common(call.a, n, w, y, r0, cols);
         call.a.n = n_tok;
         call.a.pf = (*once >> 28) & 3;
         long sp = rp_q4wg_splits(r, cols, n_tok, (*once >> 24) & 15);
@@ -1934,15 +1899,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
         }
         qmm2_call call;
         memset(&call, 0, sizeof call);
-        for (int i = 0; i < n; i++) {
-            call.a.q[i] = w[i]->q;
-            call.a.sb[i] = w[i]->sb;
-            call.a.y[i] = y[i];
-        }
-        memcpy(call.a.r0, r0, sizeof r0);
-        call.a.cols = cols;
-        call.a.gs = w[0]->gs;
-        call.a.sf = w[0]->sf;
+        qargs_common(call.a, n, w, y, r0, cols);
         call.a.n = n_tok;
         /* k split over a cluster only where the row blocks leave half the SMs idle, into
          * whole 128-element steps of at least 4 each, never past one wave */
@@ -1964,15 +1921,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
     }
     qmm_call call;
     memset(&call, 0, sizeof call);
-    for (int i = 0; i < n; i++) {
-        call.a.q[i] = w[i]->q;
-        call.a.sb[i] = w[i]->sb;
-        call.a.y[i] = y[i];
-    }
-    memcpy(call.a.r0, r0, sizeof r0);
-    call.a.cols = cols;
-    call.a.gs = w[0]->gs;
-    call.a.sf = w[0]->sf;
+    qargs_common(call.a, n, w, y, r0, cols);
     call.a.n = n_tok;
     call.bits = w[0]->bits;
     long kstep = w[0]->bits == 4 ? 128 : 64;

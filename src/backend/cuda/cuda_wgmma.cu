@@ -245,25 +245,11 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
             if (lr + LR * i < XR)                                                              \
                 cp_async16(d_ + swz128_off(lr + LR * i, lc), xsrc[i] + k_, 16);                \
     } while (0)
-#pragma unroll
-    for (int st = 0; st < S - 1; st++)
-        if (st < nk)
-            WG_LOAD_W(st, st);
-    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
-#pragma unroll
-    for (int st = 0; st < S - 1; st++) {
-        if (st < nk)
-            WG_LOAD_X(st, st);
-        cp_async_commit();
-    }
+    /* the weights never change: only x waits for the previous kernel */
+    stage_fill<S>(
+        nk, [&](int st) { WG_LOAD_W(st, st); }, [&](int st) { WG_LOAD_X(st, st); });
     float acc[2][NT][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[mi][nt][e] = 0.0f;
+    acc_zero<NT>(acc);
     for (int it = 0; it < nk; it++) {
         cp_async_wait<S - 2>(); /* step it has landed (this thread's copies) */
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -285,14 +271,7 @@ __global__ void __launch_bounds__(128 * G, 3 - G) wg_kernel(const rp_wg_args a)
                                wg_desc(xs + kk * 32));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        /* the accumulators are final only now: keep every later use after the wait */
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    asm volatile("" : "+f"(acc[mi][nt][e])::"memory");
+        acc_fence<NT>(acc); /* the accumulators are final only now */
     }
 #undef WG_LOAD_W
 #undef WG_LOAD_X

@@ -54,6 +54,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_deq4.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_quant.h"
 #include "backend/cuda/cuda_wgmma_q4.h"
@@ -197,32 +198,6 @@ __device__ __forceinline__ void q4_mma(float *d, const uint32_t *a, uint64_t db)
         Q4_MMA_8;
 }
 
-__device__ __forceinline__ uint32_t q4_bf2u(__nv_bfloat162 v) { return *(uint32_t *)&v; }
-__device__ __forceinline__ __nv_bfloat162 q4_u2bf(uint32_t u) { return *(__nv_bfloat162 *)&u; }
-
-/* qmm2's deq4 (bf16 scales): q | 0x4300 is the bf16 128 + q; minus 128 exactly, then one
- * bf16 fma with the group's scale and bias. Pair p = nibbles (p, p + 4). */
-__device__ __forceinline__ void q4_deq(uint32_t wd, __nv_bfloat162 s2, __nv_bfloat162 b2,
-                                       uint32_t *r)
-{
-    const __nv_bfloat162 c128 = q4_u2bf(0x43004300u);
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
-        uint32_t t = ((wd >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
-        r[p] = q4_bf2u(__hfma2(__hsub2(q4_u2bf(t), c128), s2, b2));
-    }
-}
-
-/* qmm2's deq4f (f32 / f16 scales, which bf16 would round): the fma in f32, then rounded. */
-__device__ __forceinline__ void q4_deqf(uint32_t wd, float s, float b, uint32_t *r)
-{
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
-        float lo = (float)((wd >> (4 * p)) & 15u), hi = (float)((wd >> (4 * p + 16)) & 15u);
-        r[p] = q4_bf2u(__floats2bfloat162_rn(fmaf(lo, s, b), fmaf(hi, s, b)));
-    }
-}
-
 /* 4, 8 or 16 bytes through L1 (the scales: cp.async.cg takes only 16) */
 __device__ __forceinline__ void q4_cp_small(uint32_t dst, const void *src, int n, int bytes)
 {
@@ -323,25 +298,11 @@ __global__ void __launch_bounds__(128, 2) q4wg_kernel(const rp_q4wg_args a)
             if ((tid >> 4) + 8 * i < XR)                                                       \
                 cp_async16(d_ + xoff[i], xsrc[i] + k_, 16);                                    \
     } while (0)
-#pragma unroll
-    for (int st = 0; st < S - 1; st++)
-        if (st < nk)
-            Q4_LOAD_W(st, st);
-    pdl_wait(); /* the weights never change: only x waits for the previous kernel */
-#pragma unroll
-    for (int st = 0; st < S - 1; st++) {
-        if (st < nk)
-            Q4_LOAD_X(st, st);
-        cp_async_commit();
-    }
+    /* the weights never change: only x waits for the previous kernel */
+    stage_fill<S>(
+        nk, [&](int st) { Q4_LOAD_W(st, st); }, [&](int st) { Q4_LOAD_X(st, st); });
     float acc[2][NT][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[mi][nt][e] = 0.0f;
+    acc_zero<NT>(acc);
     const int sgi = 32 * t / gs; /* the lane's scale group within the step */
     for (int it = 0; it < nk; it++) {
         cp_async_wait<S - 2>(); /* step it has landed (this thread's copies) */
@@ -374,8 +335,8 @@ __global__ void __launch_bounds__(128, 2) q4wg_kernel(const rp_q4wg_args a)
                     unsigned u = *(const unsigned *)sp;
                     if (sf == RP_CUDA_SB_BF16) {
                         /* the bf16 pair as it is: (scale, bias) = (low, high) halves */
-                        s2[mi][hh] = q4_u2bf((u & 0xffffu) * 0x10001u);
-                        b2[mi][hh] = q4_u2bf((u >> 16) * 0x10001u);
+                        s2[mi][hh] = u_bf2((u & 0xffffu) * 0x10001u);
+                        b2[mi][hh] = u_bf2((u >> 16) * 0x10001u);
                     } else {
                         __half2 h = *(const __half2 *)&u;
                         float2 v = __half22float2(h);
@@ -397,9 +358,9 @@ __global__ void __launch_bounds__(128, 2) q4wg_kernel(const rp_q4wg_args a)
                                   : j == 2 ? wc[mi][hh].z
                                            : wc[mi][hh].w;
                     if (bfs)
-                        q4_deq(wd, s2[mi][hh], b2[mi][hh], r[mi][hh]);
+                        deq4(wd, s2[mi][hh], b2[mi][hh], r[mi][hh]);
                     else
-                        q4_deqf(wd, sc[mi][hh], bc[mi][hh], r[mi][hh]);
+                        deq4f(wd, sc[mi][hh], bc[mi][hh], r[mi][hh]);
                 }
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
@@ -425,14 +386,7 @@ __global__ void __launch_bounds__(128, 2) q4wg_kernel(const rp_q4wg_args a)
         }
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    /* the accumulators are final only now: keep every later use after the wait */
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                asm volatile("" : "+f"(acc[mi][nt][e])::"memory");
+    acc_fence<NT>(acc); /* the accumulators are final only now */
 #undef Q4_LOAD_W
 #undef Q4_LOAD_X
     cp_async_wait<0>();
