@@ -6,8 +6,8 @@
  * holding VPL pieces, so one warp instruction covers KPI = 32 / LG keys. Each lane keeps
  * U = 8 / VPL such slots, i.e. 8 K loads and 8 V loads in flight, for KW = KPI * U keys per
  * warp per iteration (D = 128: 8 keys, 8 KB a warp in f32, 4 KB in 16 bits). The loaded
- * pieces stay in their stored type in registers and are widened to f32 where they are used. Scores are summed over the LG lanes of a key group by
- * butterfly shuffles; the max, the softmax sum and the V accumulators stay per lane until the
+ * pieces stay in their stored type in registers and are widened to f32 where they are used.
+ * Scores are summed over the LG lanes of a key group by butterfly shuffles; the max, the softmax sum and the V accumulators stay per lane until the
  * warp's keys are done (the running max is warp-uniform, so rescaling commutes with the final
  * sum over key groups).
  */
