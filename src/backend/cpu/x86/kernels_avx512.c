@@ -6,7 +6,8 @@
  * vector for all rows, so decode (1 token) streams 4 weight rows at once and prefill reuses
  * each weight load 4 times. 16-bit rows of a full tile go a 64-byte line a row a step with
  * unmasked loads (the same sums in the same order as 16-element steps: kbench bf16 decode
- * 0.94 -> 0.96 of the probe, the 1B model 0.875 -> 0.919 in interleaved runs). Accumulation is f32 (bf16 is widened exactly by a 16-bit shift).
+ * 0.94 -> 0.96 of the probe, the 1B model 0.875 -> 0.919 in interleaved runs).
+ * Accumulation is f32 (bf16 is widened exactly by a 16-bit shift).
  */
 #include <immintrin.h>
 #include <math.h>
