@@ -438,13 +438,16 @@ void rp_qx_quant_act(const float *x, int n_tok, long cols, int run64, int8_t *q,
  * 1 per pass over a tile (the tile stays in L1/L2). */
 
 /* Software prefetch distance in the tile stream (0: none, the hardware streamer only), one
- * prefetch per PK_PF_EVERY 64-byte chunks. A thread's rows are one stream, and the L2
- * streamer alone keeps only a few lines of one stream in flight (about 0.70-0.75 of the
- * probe's bandwidth with no prefetch); a T0 prefetch of every line 4 KB ahead measured
- * 0.86-0.95 of the probe against 0.78-0.87 for every fourth line (kbench, MLX4/MLX8/Q4_0/Q8_0,
- * 2 threads, variants interleaved in one process); 2, 8 and 16 KB and L2 hints were no better. */
+ * prefetch per PK_PF_EVERY 64-byte chunks, every line of a group (codes: pk_dots; scales and
+ * biases: pk_prefetch_scales). A thread's rows are one stream, and the L2 streamer alone keeps
+ * only a few lines of one stream in flight (about 0.70-0.75 of the probe's bandwidth with no
+ * prefetch). With the codes' lines only, 4 KB ahead was best (0.86-0.95 of the probe, 2, 8 and
+ * 16 KB and L2 hints no better); once the scale lines are prefetched too, 1.5 KB is (kbench
+ * decode, 2 threads, Intel Xeon 2.6 GHz, distances interleaved: MLX4 0.89-0.90 of the probe
+ * against 0.84 at 4 KB and 0.83 before; MLX8 0.99 against 0.91; Q8_0 0.95-0.97 against 0.88-0.90;
+ * Q4_0 0.88-0.90 against 0.84; 1 KB, 2 KB and 3 KB between). */
 #ifndef PK_PFD
-#define PK_PFD 4096
+#define PK_PFD 1536
 #endif
 #ifndef PK_PF_EVERY
 #define PK_PF_EVERY 1
@@ -646,6 +649,18 @@ QX_AI __m512i pk_bcast(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
+/* The software prefetch of a group's scale lines (PK_PFD ahead): pk_dots prefetches its 16
+ * chunks of codes, so without this the group's other lines (a 4-bit group of 64: 18 lines, 2
+ * of them not codes) are left to the hardware streamer, and since PK_PFD is no multiple of the
+ * group's bytes those unprefetched lines land among later groups' codes. */
+QX_AI void pk_prefetch_scales(const uint8_t *sp, size_t bytes)
+{
+    if (!PK_PFD)
+        return;
+    for (size_t o = 0; o < bytes; o += 64)
+        _mm_prefetch((const char *)sp + o + PK_PFD, _MM_HINT_T0);
+}
+
 /* Integer sums of one 64-block of a tile with NT tokens' activations xq[j] (offset to the
  * block), as 16-lane vectors per half-block h (k 0..31, 32..63):
  *   8-bit: s[j][h][0] rows 0..15;
@@ -707,6 +722,7 @@ QX_AI void pk_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, 
             acc[j][h] = _mm512_setzero_ps();
     for (long g = 0; g < ng; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + (size_t)bpg * PK_BLOCK;
+        pk_prefetch_scales(sp, gb - (size_t)bpg * PK_BLOCK);
         __m512 sc[2], bi[2];
 #pragma GCC unroll 2
         for (int h = 0; h < nh; h++) {
@@ -761,6 +777,7 @@ QX_AI void pk_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, i
             acc[j][h] = _mm512_setzero_ps();
     for (long g = 0; g < ng; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + PK_BLOCK;
+        pk_prefetch_scales(sp, gb - PK_BLOCK);
         __m512 d[2][2]; /* [32-block][16-row half] */
 #pragma GCC unroll 2
         for (int b = 0; b < 2; b++)
