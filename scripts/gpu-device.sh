@@ -56,6 +56,9 @@
 #            an f32 and a bf16 pool, RAPID_CUDA_PROFILE=2), then pp512 / tg128 / 1 and 64 streams
 #            of the bf16 checkpoint with --kv-cache-dtype in $KV_TYPES (default f32 bf16 f16)
 #            and of the MLX 4-bit one (WITH_MLX4=1) with f32 and bf16
+#   ab4      tg128 of the MLX 4-bit checkpoint (made if missing) with the defaults and with each
+#            env setting of $AB4 (default RAPID_CUDA_QX1=0; commas for several at once), the
+#            whole list run $AB4_REPS times (default 3) interleaved
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
@@ -321,6 +324,19 @@ if [[ $what == *" final "* ]]; then
     env $v LD_LIBRARY_PATH="$RAPID_LIBS" timeout 90 "$B/bin/rapid" bench --model "$model" \
       --device cuda --prompt 512 --gen 128 --streams 64 2>&1 | grep -E "^decode |^streams" |
       sed "s|^|$v: |" | tee -a "$out/final.log"
+  done
+fi
+if [[ $what == *" ab4 "* ]]; then
+  echo "== ab4 (MLX4 tg128: the defaults and each of \$AB4, interleaved \$AB4_REPS times) =="
+  m4=/dev/shm/rapid-llama3-8b-mlx4
+  [ -f "$m4/config.json" ] || python3 scripts/bench/make_model.py "$m4" --shape llama-3-8b --dtype mlx4
+  for r in $(seq "${AB4_REPS:-3}"); do
+    for v in defaults ${AB4:-RAPID_CUDA_QX1=0}; do
+      e=$v; [ "$v" = defaults ] && e=RAPID_AB4=1
+      env ${e//,/ } LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$m4" \
+        --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode" | sed "s|^|run $r $v: |" |
+        tee -a "$out/ab4.log"
+    done
   done
 fi
 if [[ $what == *" kv "* ]]; then

@@ -489,7 +489,11 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  *  - the x split is folded in: after the programmatic-launch wait each block splits all of x
  *    into shared memory as qx_int8_kernel does (qx_split, q2 by a reciprocal; 72 bytes a run,
  *    [part word h][run] so lanes reading consecutive runs hit distinct banks), computing a
- *    held rmsnorm or silu_mul of its input on the way (the fused prologue below);
+ *    held rmsnorm or silu_mul of its input on the way (the fused prologue below); the
+ *    prologue is latency (each dependent round of L2 reads ~1 us, in every call), so where
+ *    x has at most 2 pieces a thread (4096 columns: q/k/v, o, gate/up) it reads x and the
+ *    norm's weight once and norms and splits from registers (qx_split_once), and longer x
+ *    (the down projection's 14336) is read two pieces a round;
  *  - a persistent grid (2 blocks of QV2_WARPS warps per SM at most, never more warps
  *    than tiles), warp w owning the tiles w, w + W, ... (W the grid's warps; tile counts per
  *    warp differ by at most one): a tile is R consecutive stacked rows (they may straddle
@@ -508,6 +512,9 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  * Numerics: qmv_kernel's (the same two-part int8 x, dp4a per run and part, f32 scale / bias);
  * only the order of the per-lane f32 sums differs. */
 enum { QV2_WARPS = 8 };
+/* qmv2_kernel's flags: the early programmatic-launch trigger (RAPID_CUDA_QMV2=3), the
+ * one-round prologue (qx_split_once; RAPID_CUDA_QX1=0: off, session 6's rounds) */
+enum { QV2_F_TRIGGER = 1, QV2_F_ONCE = 2 };
 
 /* The fused prologue (RAPID_CUDA_QMV2 2, 3, 6, 7: a held rmsnorm or silu_mul whose output is
  * this matvec's x, taken in through rp_cuda_hook_take_pro): x = the norm's input x times
@@ -611,6 +618,88 @@ __device__ __forceinline__ void qx_split(const float *__restrict__ x, const qv2_
     }
 }
 
+/* The whole prologue in one round of L2 reads, for x of at most 2 nth pieces (every 8B-shape
+ * x but the down projection's): each thread loads its pieces tid and tid + nth (x and the
+ * norm's weight or up) together, sums the squares of the ones in range (piece tid's 8 then
+ * piece tid + nth's, then the warps' sums in warp order: the same in every block), and norms
+ * and splits them from registers, where qx_norm_inv + qx_split read x (and the weight) in up
+ * to three dependent rounds. Numerics: qx_split's; the norm's f32 sum in another order. */
+template <int PRO>
+__device__ __forceinline__ void qx_split_once(const float *__restrict__ x, const qv2_pro &p,
+                                              float *out, long cols, int perm, long nr, uint4 *sx,
+                                              float2 *sd, float *red)
+{
+    const int tid = threadIdx.x, nth = blockDim.x;
+    const long np = cols / 8;
+    const bool two = np > nth; /* the same in the block */
+    const bool wt = PRO == QV2_SILU || (PRO == QV2_NORM && p.x2);
+    float4 f[2][2], g[2][2] = {};
+#pragma unroll
+    for (int b = 0; b < 2; b++) {
+        if (b == 1 && !two)
+            break;
+        long i = tid + (long)b * nth, ic = i < np ? i : np - 1;
+        f[b][0] = __ldg((const float4 *)(x + ic * 8));
+        f[b][1] = __ldg((const float4 *)(x + ic * 8) + 1);
+        if (wt) {
+            g[b][0] = __ldg((const float4 *)(p.x2 + ic * 8));
+            g[b][1] = __ldg((const float4 *)(p.x2 + ic * 8) + 1);
+        }
+    }
+    float inv = 1.0f;
+    if (PRO == QV2_NORM) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int b = 0; b < 2; b++)
+            if (tid + (long)b * nth < np)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    ss += f[b][h].x * f[b][h].x + f[b][h].y * f[b][h].y +
+                          f[b][h].z * f[b][h].z + f[b][h].w * f[b][h].w;
+        ss = q_warp_sum(ss);
+        if (tid % 32 == 0)
+            red[tid / 32] = ss;
+        __syncthreads();
+        float t = 0.0f;
+        for (int w = 0; w < nth / 32; w++)
+            t += red[w];
+        inv = 1.0f / sqrtf(t / (float)cols + p.eps);
+    }
+#pragma unroll
+    for (int b = 0; b < 2; b++) {
+        if (b == 1 && !two)
+            break;
+        long i = tid + (long)b * nth;
+        bool live = i < np;
+        float v[8] = {f[b][0].x, f[b][0].y, f[b][0].z, f[b][0].w,
+                      f[b][1].x, f[b][1].y, f[b][1].z, f[b][1].w};
+        if (PRO != QV2_COPY) {
+            float u[8] = {g[b][0].x, g[b][0].y, g[b][0].z, g[b][0].w,
+                          g[b][1].x, g[b][1].y, g[b][1].z, g[b][1].w};
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (PRO == QV2_NORM) {
+                    v[k] *= inv;
+                    if (p.x2)
+                        v[k] *= p.add_one ? u[k] + 1.0f : u[k];
+                } else {
+                    v[k] = v[k] / (1.0f + expf(-v[k])) * u[k];
+                }
+            }
+            if (out && live) {
+                float4 *o = (float4 *)(out + i * 8);
+                o[0] = make_float4(v[0], v[1], v[2], v[3]);
+                o[1] = make_float4(v[4], v[5], v[6], v[7]);
+            }
+        }
+        uint32_t w1[2], w2[2];
+        float d, sum;
+        qx_piece<true>(v, perm, w1, w2, d, sum);
+        if (live)
+            qx_put(sx, sd, nr, i, w1, w2, d, sum);
+    }
+}
+
 __device__ __forceinline__ void pdl_trigger()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -686,7 +775,7 @@ __device__ __forceinline__ void qv2_store(const qmv_args &a, int row, float v)
 
 template <int BITS, int R, int U, int PRO, int NB>
 __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
-    qmv2_kernel(qmv_args a, const float *__restrict__ x, qv2_pro pro, int perm, int trigger)
+    qmv2_kernel(qmv_args a, const float *__restrict__ x, qv2_pro pro, int perm, int flags)
 {
     constexpr int V = BITS / 4; /* uint4 per run; U runs per lane and item */
     extern __shared__ uint4 sm_v[];
@@ -716,14 +805,23 @@ __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
         load(b0, s0);
     pdl_wait(); /* x is the previous kernel's; the weights never change */
     __shared__ float red[QV2_WARPS];
-    float inv = PRO == QV2_NORM ? qx_norm_inv(x, a.cols, pro.eps, red) : 1.0f;
-    qx_split<PRO, NB>(x, pro, blockIdx.x == 0 ? pro.out : nullptr, inv, 0, a.cols / 8,
-                      threadIdx.x, blockDim.x, perm, nr, sx, sd);
+    float *pout = blockIdx.x == 0 ? pro.out : nullptr;
+    if (!PP && (flags & QV2_F_ONCE) && a.cols / 8 <= 2 * (long)blockDim.x) {
+        qx_split_once<PRO>(x, pro, pout, a.cols, perm, nr, sx, sd, red);
+    } else {
+        float inv = PRO == QV2_NORM ? qx_norm_inv(x, a.cols, pro.eps, red) : 1.0f;
+        if (!PP && (flags & QV2_F_ONCE)) /* long x: two pieces' reads a round */
+            qx_split<PRO, 2>(x, pro, pout, inv, 0, a.cols / 8, threadIdx.x, blockDim.x, perm,
+                             nr, sx, sd);
+        else
+            qx_split<PRO, NB>(x, pro, pout, inv, 0, a.cols / 8, threadIdx.x, blockDim.x, perm,
+                              nr, sx, sd);
+    }
     /* the second item's loads after the split (whose registers they would take: spills) */
     if (PP && n_items > 1)
         load(b1, s1);
     __syncthreads();
-    if (trigger)
+    if (flags & QV2_F_TRIGGER)
         pdl_trigger();
     float acc[R];
 #pragma unroll
@@ -1393,9 +1491,20 @@ static int qmv2_knob(rp_cuda_ctx *c)
     if (!(*once & 2)) {
         const char *e = getenv("RAPID_CUDA_QMV2");
         int v = e && e[0] >= '0' && e[0] <= '7' && !e[1] ? e[0] - '0' : 2;
-        *once = (*once & ~(15 << 8)) | 2 | v << 8;
+        const char *o = getenv("RAPID_CUDA_QX1");
+        int x1 = !(o && o[0] == '0' && !o[1]);
+        *once = (*once & ~(31 << 8)) | 2 | v << 8 | x1 << 12;
     }
     return (*once >> 8) & 15;
+}
+
+/* RAPID_CUDA_QX1 (read with RAPID_CUDA_QMV2): 1, the default, qmv2_kernel's prologue in one
+ * round of L2 reads where x has at most 2 pieces a thread (qx_split_once), else two pieces'
+ * reads a round; 0: the rounds of session 6 (norm, then one piece a round) */
+static int qx1_knob(rp_cuda_ctx *c)
+{
+    qmv2_knob(c);
+    return (*rp_cuda_hook_once(c) >> 12) & 1;
 }
 
 typedef struct qmv_call {
@@ -1405,7 +1514,7 @@ typedef struct qmv_call {
     int fblocks; /* > 0: the streaming kernel (qmvb_kernel) on this many blocks */
     int v2;      /* > 0: qmv2_kernel (qmv2k_kernel if splitk) on v2 blocks */
     unsigned char bits, n, r4, qv; /* r4: one token, rows in groups of 4; qv: RAPID_CUDA_QMV */
-    unsigned char v2f;    /* rows per tile | trigger << 4 */
+    unsigned char v2f;    /* rows per tile | qmv2_kernel's flags (QV2_F_*) << 4 */
     unsigned char pk;     /* the prologue: QV2_COPY / _NORM / _SILU */
     unsigned char splitk; /* qmv2k_kernel */
     unsigned char nb;     /* qx_split's pieces at a time: 4, or 1 (session 5) */
@@ -1813,7 +1922,8 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             int R = rf == 1 ? 1 : 2;
             long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
             call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
-            call.v2f = (unsigned char)(R | (v2 == 3 ? 1 : 0) << 4);
+            call.v2f = (unsigned char)(R | (v2 == 3 ? QV2_F_TRIGGER : 0) << 4 |
+                                       (qx1_knob(c) ? QV2_F_ONCE : 0) << 4);
             /* opt-in (no faster on the H200 in session 6, NOTES.md): RAPID_CUDA_QMV2=7 two items
              * in flight and the split's loads 4 pieces at a time; =6 rows of more than 8192
              * elements (up to 32768: the slices' 32 U runs) by qmv2k_kernel, its rows evenly
