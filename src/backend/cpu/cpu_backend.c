@@ -14,13 +14,15 @@
  *  4. Buffers are plain host memory and weights stay the caller's views (mmap), so the
  *     step ops (embed, bias, KV store, gather) are the loops the recipe used to run itself:
  *     results are bit-identical to the recipe before it became backend-agnostic. The one
- *     exception: with the qx decode kernels on, MLX4/MLX8/Q4_0/Q8_0 matrices also get a
+ *     exception: on any CPU with AVX2, MLX4/MLX8/Q4_0/Q8_0 matrices also get a
  *     repacked heap copy (kernels_qx86.h's tile layout, made on a matrix's first
  *     matmul, in slabs on 2 MB pages) that matmul reads instead of the view, for every token
- *     count the AMX prefill does not take, and the AMX prefill reads its rows from it too; the
- *     view stays for embedding rows, and a matrix no matmul takes (an untied embedding) is
- *     never copied.
- *     RAPID_CPU_QX=1 turns it off.
+ *     count the AMX prefill does not take (the tile decode: VPDPBUSD with AVX-512 VNNI,
+ *     kernels_qx86.c, else its AVX2 port, kernels_qx86_avx2.c, with the same results), and
+ *     the AMX prefill reads its rows from it too; the view stays for embedding rows, and a
+ *     matrix no matmul takes (an untied embedding) is never copied.
+ *     RAPID_CPU_QX=1 turns it off where there is AVX-512 VNNI (the row kernels of
+ *     kernels_qx86.c on the view), RAPID_CPU_QX=0 everywhere (quant_kernels.inc.h).
  *  5. Quantized weights with an int8 kernel get the activations quantized once per call
  *     (rp_quant_act, on the caller thread, into a buffer the backend keeps) before the fan-out.
  */
@@ -78,6 +80,7 @@ typedef struct cpu_backend {
     size_t amx_cap;
     int qx_dec, qx_amx;  /* kernels_qx86.c: MLX VNNI decode, quantized prefill on AMX-BF16 */
     int qx_pack;         /* repacked weights (first decode use) for the tile decode */
+    rp_qx_packed_fn qx_packed; /* the tile decode: AVX-512 VNNI or AVX2 (kernels_qx86*.c) */
     int qx_pf_view;      /* RAPID_CPU_QX=2: the AMX prefill reads the view, not the copy */
     uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
     size_t qx_cap;
@@ -187,7 +190,10 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         const char *qx = getenv("RAPID_CPU_QX");
         int on = !ref_kernels && !(qx && qx[0] == '0');
         b->qx_dec = on && rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
-        b->qx_pack = b->qx_dec && !(qx && qx[0] == '1');
+        /* the tile decode on repacked weights: VPDPBUSD where there is AVX-512 VNNI, else
+         * the AVX2 port of it (the same results) */
+        b->qx_pack = on && rp_cpu()->isa >= RP_ISA_AVX2 && !(b->qx_dec && qx && qx[0] == '1');
+        b->qx_packed = b->qx_dec ? rp_qx_packed_decode : rp_qx_packed_decode_avx2;
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
         b->qx_pf_view = qx && qx[0] == '2';
     }
@@ -369,7 +375,8 @@ typedef struct matmul_job {
     int amx_parts;         /* bf16 numbers per activation in amx_x (1 or 3) */
     const uint16_t *qx_x;     /* set: quantized prefill on AMX-BF16 (kernels_qx86.c) */
     void **qx_rowbuf;
-    const void *packed[MM_MAX]; /* set: matrix m's repacked copy (rp_qx_packed_decode) */
+    const void *packed[MM_MAX]; /* set: matrix m's repacked copy (the backend's qx_packed) */
+    rp_qx_packed_fn qx_packed;
 } matmul_job;
 
 /* rows [r0, r1) of matrix m, on pool thread `thread` */
@@ -383,7 +390,7 @@ static void matmul_rows(const matmul_job *j, int m, long r0, long r1, int thread
         return;
     }
     if (j->packed[m]) {
-        rp_qx_packed_decode(w, j->packed[m], r0, r1, j->xq, j->n_tok, y);
+        j->qx_packed(w, j->packed[m], r0, r1, j->xq, j->n_tok, y);
         return;
     }
     if (j->amx_x) { /* bf16 in exact mode (three-part activations, kernels_amx.c) */
@@ -567,8 +574,9 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         return;
     }
     if (n_pk) {
-        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), 1, &xq);
-        matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k};
+        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), b->qx_dec, &xq);
+        matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k,
+                         .qx_packed = b->qx_packed};
         memcpy(jp.packed, pk, sizeof pk);
         long rows_all = matmul_layout(&jp, n, ws, ys, b->n_threads);
         if (rows_all * cols * n_tok < 32768)

@@ -17,7 +17,9 @@
  *    bound = 1.01 * 2^-8 * sum |w x|, plus 1e-5 of it for f32 summation order.
  * 8. The tile kernels on weights repacked at load (rp_qx_repack: MLX4/MLX8 with groups 64 and
  *    128 and every scale dtype, Q4_0, Q8_0; row counts off the tile height; 1..9 tokens for
- *    the 4/2/1-token passes), directly and through rp_backend_weight + rp_op_matmul(_n):
+ *    the 4/2/1-token passes), on AVX2 (rp_qx_packed_decode_avx2) and AVX-512 VNNI where the
+ *    CPU has them (the two bit for bit equal), directly and through rp_backend_weight +
+ *    rp_op_matmul(_n):
  *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
  *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly). The backend
  *    packs on a weight's first decode matmul (not on rp_backend_weight or rp_op_embed) and
@@ -532,9 +534,11 @@ static void check_qx_decode(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
 }
 
 /* The tile kernels on weights repacked at load (rp_qx_repack): the same int8 bound, the
- * rows split at a 32-row boundary as the backend's work items are. */
+ * rows split at a 32-row boundary as the backend's work items are; every kernel this CPU has
+ * (AVX2, and AVX-512 VNNI), and where it has both, the two bit for bit equal. */
 static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sdt, int n_tok)
 {
+    int has512 = rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
     qw q = make_qw(dt, rows, cols, gs, sdt, 0.0f);
     float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
     float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
@@ -557,9 +561,20 @@ static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
     rp_quant_act(x, n_tok, cols, 0, run64, aq, ad, as);
     rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = run64};
     int mid = (rows / 2) & ~31;
-    rp_qx_packed_decode(&q.t, pk, 0, mid, &a, n_tok, y);
-    rp_qx_packed_decode(&q.t, pk, mid, rows, &a, n_tok, y);
-    assert_int8_bound(&q.t, x, n_tok, run64 ? 64 : 32, y, yr, "qx packed");
+    float *y2 = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    rp_qx_packed_decode_avx2(&q.t, pk, 0, mid, &a, n_tok, y2);
+    rp_qx_packed_decode_avx2(&q.t, pk, mid, rows, &a, n_tok, y2);
+    assert_int8_bound(&q.t, x, n_tok, run64 ? 64 : 32, y2, yr, "qx packed avx2");
+    if (has512) {
+        rp_qx_packed_decode(&q.t, pk, 0, mid, &a, n_tok, y);
+        rp_qx_packed_decode(&q.t, pk, mid, rows, &a, n_tok, y);
+        assert_int8_bound(&q.t, x, n_tok, run64 ? 64 : 32, y, yr, "qx packed");
+        for (int i = 0; i < n_tok * rows; i++)
+            cr_assert(memcmp(&y[i], &y2[i], sizeof(float)) == 0,
+                      "%s %dx%d gs %d n_tok %d: avx2 %g != avx512 %g at %d", rp_dtype_name(dt),
+                      rows, cols, gs, n_tok, (double)y2[i], (double)y[i], i);
+    }
+    rp_free(y2);
     rp_free_aligned(pk);
     free_qw(&q);
     rp_free(aq);
@@ -572,8 +587,8 @@ static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
 
 Test(quant, qx86_packed_decode_matches_reference)
 {
-    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_skip_test("no AVX-512 VNNI on this CPU: the repacked decode kernels are not checked");
+    if (rp_cpu()->isa < RP_ISA_AVX2) {
+        cr_skip_test("no AVX2 on this CPU: the repacked decode kernels are not checked");
     }
     static const int rows_[] = {1, 16, 37, 80};
     static const int toks[] = {1, 2, 3, 4, 7, 9}; /* passes of 4, 2 and 1 tokens */
@@ -605,8 +620,8 @@ Test(quant, qx86_packed_decode_matches_reference)
  * copy; the result stays within the int8 bound of the reference backend's. */
 Test(quant, backend_repacked_weights_match_reference)
 {
-    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_skip_test("no AVX-512 VNNI on this CPU: weights are not repacked");
+    if (rp_cpu()->isa < RP_ISA_AVX2) {
+        cr_skip_test("no AVX2 on this CPU: weights are not repacked");
     }
     rp_backend *ref = rp_backend_new(2, 1);
     static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};
@@ -689,8 +704,8 @@ Test(quant, qx86_quant_act_matches_reference)
  * with new contents is repacked (the stale copy is not used). */
 Test(quant, backend_packs_on_first_decode_matmul)
 {
-    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_skip_test("no AVX-512 VNNI on this CPU: weights are not repacked");
+    if (rp_cpu()->isa < RP_ISA_AVX2) {
+        cr_skip_test("no AVX2 on this CPU: weights are not repacked");
     }
     rp_backend *ref = rp_backend_new(2, 1), *fast = rp_backend_new(2, 0);
     int rows = 2000, cols = 1024;

@@ -7,7 +7,8 @@
  * rp_qx_repack are a buffer the caller allocates and owns). Threading: pure functions;
  * concurrent calls need distinct rowbuf / y rows. Errors: none; callers check *_fits first.
  * Only call with rp_cpu() reporting AVX-512 VNNI (decode) or AMX + AVX512-BF16 with the tile
- * state granted by rp_amx_enable (prefill).
+ * state granted by rp_amx_enable (prefill); the repack (qx86_pack.c) and
+ * rp_qx_packed_decode_avx2 need only AVX2.
  */
 #ifndef RP_BACKEND_CPU_X86_KERNELS_QX86_H
 #define RP_BACKEND_CPU_X86_KERNELS_QX86_H
@@ -57,6 +58,13 @@ int rp_qx_repack_run64(rp_dtype dt);
 void rp_qx_repack(const rp_tensor *w, long t0, long t1, void *out);
 void rp_qx_packed_decode(const rp_tensor *w, const void *packed, long r0, long r1,
                          const rp_qact *a, int n_tok, float *y);
+typedef void (*rp_qx_packed_fn)(const rp_tensor *w, const void *packed, long r0, long r1,
+                                const rp_qact *a, int n_tok, float *y);
+/* The same on AVX2 (kernels_qx86_avx2.c; rp_cpu() reporting AVX2 and FMA): the same integer
+ * sums (maddubs + madd in place of VPDPBUSD) and the same f32 operations per row in the same
+ * order, so the same results as rp_qx_packed_decode, bit for bit. */
+void rp_qx_packed_decode_avx2(const rp_tensor *w, const void *packed, long r0, long r1,
+                              const rp_qact *a, int n_tok, float *y);
 /* Tile `tile`'s 64-column block kb in a packed copy: its 1024 bytes of codes, and (*scales)
  * its group's scales (MLX: scales then biases, GGUF: the two 32-blocks' d, tile rows each). */
 const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long tile, long kb,

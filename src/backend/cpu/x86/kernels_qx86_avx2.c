@@ -1,0 +1,312 @@
+/* backend/cpu/x86/kernels_qx86_avx2.c - the tile decode on weights repacked at load
+ * (rp_qx_repack; layout in kernels_qx86.h) for CPUs with AVX2 but no AVX-512 VNNI (AMD Zen 2
+ * and 3, Intel before Ice Lake): rp_qx_packed_decode_avx2.
+ *
+ * The AVX-512 kernel (kernels_qx86.c) feeds each 64-byte chunk of a tile (16 rows x 4
+ * consecutive k, one int32 lane per row) to VPDPBUSD against the token's 4 int8 activations
+ * broadcast. Here a chunk is two 256-bit halves (rows 0..7, 8..15) and VPDPBUSD becomes
+ * VPMADDUBSW (u8 codes x s8 activations, pairs summed into int16) plus one VPMADDWD by ones per
+ * 8 chunks. VPMADDUBSW saturates at 32767, so codes go in as nibbles (<= 15): a pair is at most
+ * 2 x 15 x 128 = 3840 and 8 chunks' pairs sum to at most 30720, exactly. 4-bit: a code byte is
+ * row i (low nibble) and row 16 + i (high); 8-bit: the high nibble is the same row's, weighted
+ * 16 after the widening (lo + 16 hi, exact). The integer sums are the AVX-512 kernel's, and
+ * the f32 work per row (convert, times scale x activation scale, bias or offset) is the same
+ * operations in the same order, so both give the same bits.
+ *
+ * Tokens go 2 or 1 per pass over a tile (AVX2 has 16 vector registers: 2 tokens x 4 row groups
+ * of int16 sums, the 4 code vectors and the broadcast fill them). Threading: pure functions of
+ * their arguments. Compiled with the AVX2 flags; only called when rp_cpu() reports AVX2.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/x86/kernels_qx86.h"
+#include "backend/cpu/x86/qx86_pack.h"
+
+#define A2 static inline __attribute__((always_inline))
+
+/* Software prefetch distance in the tile stream, as kernels_qx86.c's PK_PFD (every 64-byte
+ * line of a group, its scale lines included). */
+#ifndef A2_PFD
+#define A2_PFD 1536
+#endif
+#ifndef A2_PFH
+#define A2_PFH _MM_HINT_T0
+#endif
+
+A2 __m256i a2_bcast(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* 8 scales or biases (f32, f16 or bf16) from p as f32 */
+A2 __m256 a2_load_sc(rp_dtype sdt, const uint8_t *p)
+{
+    if (sdt == RP_DT_F32) return _mm256_loadu_ps((const float *)p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (sdt == RP_DT_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+A2 void a2_prefetch(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        _mm_prefetch((const char *)p + o + A2_PFD, A2_PFH);
+}
+
+/* Integer sums of one 64-block of a tile with NT tokens' activations xq[j] (offset to the
+ * block), per half-block h (k 0..31, 32..63) as 8-lane vectors, lane = row:
+ *   4-bit: s[j][h][c], c the rows 8c .. 8c + 7 (0..31);
+ *   8-bit: s[j][h][c], c < 2 (rows 0..15). */
+A2 void a2_dots(const uint8_t *wp, const int8_t *const *xq, const int bits, const int NT,
+                __m256i s[2][2][4])
+{
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        /* [token][code vector]: 4-bit rows 0-7, 8-15, 16-23, 24-31; 8-bit the low nibbles of
+         * rows 0-7, 8-15, then their high nibbles */
+        __m256i a[2][4];
+#pragma GCC unroll 2
+        for (int j = 0; j < NT; j++)
+            for (int c = 0; c < 4; c++)
+                a[j][c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int p = 8 * h; p < 8 * h + 8; p++) {
+            _mm_prefetch((const char *)wp + 64 * p + A2_PFD, A2_PFH);
+            __m256i v0 = _mm256_load_si256((const __m256i *)(wp + 64 * p));
+            __m256i v1 = _mm256_load_si256((const __m256i *)(wp + 64 * p + 32));
+            __m256i cv[4] = {_mm256_and_si256(v0, m4), _mm256_and_si256(v1, m4),
+                             _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4),
+                             _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4)};
+#pragma GCC unroll 2
+            for (int j = 0; j < NT; j++) {
+                __m256i x = a2_bcast(xq[j] + 4 * p);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    a[j][c] = _mm256_add_epi16(a[j][c], _mm256_maddubs_epi16(cv[c], x));
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < NT; j++) {
+            __m256i w[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                w[c] = _mm256_madd_epi16(a[j][c], ones);
+            if (bits == 4) {
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    s[j][h][c] = w[c];
+            } else {
+                s[j][h][0] = _mm256_add_epi32(w[0], _mm256_slli_epi32(w[2], 4));
+                s[j][h][1] = _mm256_add_epi32(w[1], _mm256_slli_epi32(w[3], 4));
+            }
+        }
+    }
+}
+
+/* One MLX tile x NT tokens (t: the tokens' first row in a; xg: their exact group sums);
+ * out[j][c]: rows 8c .. 8c + 7 (8-bit: c < 2). As pk_mlx_tile, per 64-block:
+ * acc += f32(int sum) x (scale x activation scale); per group: acc += bias x group sum. */
+A2 void a2_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
+                    const float (*xg)[QX_MAX_GROUPS], const int bits, const int NT,
+                    __m256 out[2][4])
+{
+    long cols = (long)w->shape[1], ng = pk_n_groups(w), nb = cols / 64;
+    const int nc = bits == 4 ? 4 : 2, tr = 8 * nc; /* 8-row groups, rows per tile */
+    int bpg = w->group_size / 64;
+    size_t gb = pk_group_bytes(w), ssz = (size_t)pk_ssz(w->scale_dtype);
+    rp_dtype sdt = w->scale_dtype;
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (int j = 0; j < NT; j++)
+        for (int c = 0; c < 4; c++)
+            acc[j][c] = _mm256_setzero_ps();
+    for (long g = 0; g < ng; g++) {
+        const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + (size_t)bpg * PK_BLOCK;
+        a2_prefetch(sp, gb - (size_t)bpg * PK_BLOCK);
+        for (int b = 0; b < bpg; b++) {
+            long kb = g * bpg + b;
+            const int8_t *xq[2];
+#pragma GCC unroll 2
+            for (int j = 0; j < NT; j++)
+                xq[j] = a->q + (long)(t + j) * cols + 64 * kb;
+            __m256i s[2][2][4];
+            a2_dots(gp + (size_t)b * PK_BLOCK, xq, bits, NT, s);
+#pragma GCC unroll 2
+            for (int j = 0; j < NT; j++) {
+                __m256 dx = _mm256_set1_ps(a->d[(long)(t + j) * nb + kb]);
+#pragma GCC unroll 4
+                for (int c = 0; c < nc; c++) {
+                    __m256i sum = _mm256_add_epi32(s[j][0][c], s[j][1][c]);
+                    __m256 sc = a2_load_sc(sdt, sp + 8 * (size_t)c * ssz);
+                    acc[j][c] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sc, dx), acc[j][c]);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < NT; j++) {
+            __m256 xs = _mm256_set1_ps(xg[j][g]);
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; c++)
+                acc[j][c] = _mm256_fmadd_ps(
+                    a2_load_sc(sdt, sp + ((size_t)tr + 8 * (size_t)c) * ssz), xs, acc[j][c]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NT; j++)
+        for (int c = 0; c < 4; c++)
+            out[j][c] = acc[j][c];
+}
+
+/* One GGUF tile x NT tokens (natural 32-runs; xs: Q8_0's per-run int8 sums x 128), as
+ * pk_gg_tile: per 32-block, Q4_0 u = f32(sum) x dx - 8 x (run sum of x), Q8_0 u = f32(sum -
+ * 128 x int8 run sum) x dx; acc += d_w x u. */
+A2 void a2_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
+                   const int32_t (*xs)[QX_MAX_BLOCKS], const int bits, const int NT,
+                   __m256 out[2][4])
+{
+    long cols = (long)w->shape[1], ng = cols / 64, nrun = cols / 32;
+    const int nc = bits == 4 ? 4 : 2, tr = 8 * nc;
+    size_t gb = PK_BLOCK + 4 * (size_t)tr;
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (int j = 0; j < NT; j++)
+        for (int c = 0; c < 4; c++)
+            acc[j][c] = _mm256_setzero_ps();
+    for (long g = 0; g < ng; g++) {
+        const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + PK_BLOCK;
+        a2_prefetch(sp, gb - PK_BLOCK);
+        const int8_t *xq[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < NT; j++)
+            xq[j] = a->q + (long)(t + j) * cols + 64 * g;
+        __m256i s[2][2][4];
+        a2_dots(gp, xq, bits, NT, s);
+#pragma GCC unroll 2
+        for (int j = 0; j < NT; j++) {
+            const float *dx = a->d + (long)(t + j) * nrun + 2 * g;
+            const float *sx = a->s + (long)(t + j) * nrun + 2 * g;
+#pragma GCC unroll 2
+            for (int b = 0; b < 2; b++) {
+                __m256 dxb = _mm256_set1_ps(dx[b]);
+                __m256 off = _mm256_set1_ps(-8.0f * sx[b]);
+                __m256i corr = _mm256_set1_epi32(bits == 4 ? 0 : xs[j][2 * g + b]);
+#pragma GCC unroll 4
+                for (int c = 0; c < nc; c++) {
+                    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(
+                        (const __m128i *)(sp + 2 * ((size_t)b * tr + 8 * (size_t)c))));
+                    __m256 u;
+                    if (bits == 4)
+                        u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j][b][c]), dxb, off);
+                    else
+                        u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[j][b][c], corr)),
+                                          dxb);
+                    acc[j][c] = _mm256_fmadd_ps(d, u, acc[j][c]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NT; j++)
+        for (int c = 0; c < 4; c++)
+            out[j][c] = acc[j][c];
+}
+
+/* Tiles of rows [r0, r1) x NT tokens from t; kind: the weight dtype. */
+A2 void a2_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a, int t,
+                const float (*xg)[QX_MAX_GROUPS], const int32_t (*xs)[QX_MAX_BLOCKS], float *y,
+                const rp_dtype kind, const int NT)
+{
+    long rows = (long)w->shape[0];
+    const int tr = kind == RP_DT_MLX4 || kind == RP_DT_Q4_0 ? 32 : 16;
+    size_t tb = pk_tile_bytes(w);
+    for (long r = r0; r < r1; r += tr) {
+        const uint8_t *tp = pk + (size_t)(r / tr) * tb;
+        __m256 out[2][4];
+        if (kind == RP_DT_MLX4)
+            a2_mlx_tile(w, tp, a, t, xg, 4, NT, out);
+        else if (kind == RP_DT_MLX8)
+            a2_mlx_tile(w, tp, a, t, xg, 8, NT, out);
+        else if (kind == RP_DT_Q4_0)
+            a2_gg_tile(w, tp, a, t, xs, 4, NT, out);
+        else
+            a2_gg_tile(w, tp, a, t, xs, 8, NT, out);
+#pragma GCC unroll 4
+        for (int c = 0; c < tr / 8; c++) {
+            long nv = r1 - r - 8 * c;
+            if (nv <= 0) break;
+#pragma GCC unroll 2
+            for (int j = 0; j < NT; j++) {
+                float *dst = y + (long)(t + j) * rows + r + 8 * c;
+                if (nv >= 8) {
+                    _mm256_storeu_ps(dst, out[j][c]);
+                } else { /* the last tile's rows past r1 are padding */
+                    float tmp[8];
+                    _mm256_storeu_ps(tmp, out[j][c]);
+                    memcpy(dst, tmp, sizeof(float) * (size_t)nv);
+                }
+            }
+        }
+    }
+}
+
+A2 void a2_decode(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
+                  int n_tok, float *y, const rp_dtype kind)
+{
+    long cols = (long)w->shape[1], nrun = cols / 32;
+    float xg[2][QX_MAX_GROUPS];
+    int32_t xs[2][QX_MAX_BLOCKS];
+    for (int t = 0; t < n_tok;) {
+        int nt = n_tok - t >= 2 ? 2 : 1;
+        for (int j = 0; j < nt; j++) {
+            if (kind == RP_DT_MLX4 || kind == RP_DT_MLX8) { /* exact group sums of x */
+                long per = w->group_size / 32, ng = cols / w->group_size;
+                const float *s = a->s + (long)(t + j) * nrun;
+                for (long g = 0; g < ng; g++) {
+                    float v = 0.0f;
+                    for (long k = 0; k < per; k++)
+                        v += s[g * per + k];
+                    xg[j][g] = v;
+                }
+            } else if (kind == RP_DT_Q8_0) { /* 128 x each run's int8 sum */
+                const int8_t *q = a->q + (long)(t + j) * cols;
+                for (long k = 0; k < nrun; k++) {
+                    int32_t v = 0;
+                    for (int i = 0; i < 32; i++)
+                        v += q[32 * k + i];
+                    xs[j][k] = 128 * v;
+                }
+            }
+        }
+        if (nt == 2)
+            a2_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 2);
+        else
+            a2_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 1);
+        t += nt;
+    }
+}
+
+void rp_qx_packed_decode_avx2(const rp_tensor *w, const void *packed, long r0, long r1,
+                              const rp_qact *a, int n_tok, float *y)
+{
+    const uint8_t *pk = packed;
+    switch (w->dtype) {
+    case RP_DT_MLX4:
+        a2_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_MLX4);
+        return;
+    case RP_DT_MLX8:
+        a2_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_MLX8);
+        return;
+    case RP_DT_Q4_0:
+        a2_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_Q4_0);
+        return;
+    default:
+        a2_decode(w, pk, r0, r1, a, n_tok, y, RP_DT_Q8_0);
+        return;
+    }
+}

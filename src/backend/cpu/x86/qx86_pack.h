@@ -1,0 +1,65 @@
+/* backend/cpu/x86/qx86_pack.h - the layout of quantized weights repacked at load for the tile
+ * decode kernels (rp_qx_repack, kernels_qx86.h): tile and group sizes, shared by the repack
+ * (qx86_pack.c), the AVX-512 kernels (kernels_qx86.c, kernels_qx86_prefill.c) and the AVX2
+ * ones (kernels_qx86_avx2.c). Plain C: safe to include from a file of any ISA. */
+#ifndef RP_BACKEND_CPU_X86_QX86_PACK_H
+#define RP_BACKEND_CPU_X86_QX86_PACK_H
+
+#include <stddef.h>
+
+#include "backend/backend_impl.h"
+
+/* Most MLX groups / GGUF 32-blocks of a row the decode kernels take (their stack arrays). */
+#define QX_MAX_GROUPS 512
+#define QX_MAX_BLOCKS 1024
+
+static inline int pk_ssz(rp_dtype sdt)
+{
+    return sdt == RP_DT_F32 ? 4 : 2;
+}
+static inline int pk_bits(rp_dtype dt)
+{
+    return dt == RP_DT_MLX4 || dt == RP_DT_Q4_0 ? 4 : 8;
+}
+static inline int pk_mlx(rp_dtype dt)
+{
+    return dt == RP_DT_MLX4 || dt == RP_DT_MLX8;
+}
+/* rows per tile */
+static inline int pk_rows_per_tile(rp_dtype dt)
+{
+    return pk_bits(dt) == 4 ? 32 : 16;
+}
+
+/* Bytes of one 64-block of a tile's codes: 32 rows x 64 x 4 bits, or 16 x 64 x 8. */
+#define PK_BLOCK 1024
+
+/* Bytes of a tile's scales per group: MLX scales then biases, tile rows each (scale_dtype);
+ * GGUF the two 32-blocks' f16 d, tile rows each. */
+static inline size_t pk_scale_bytes(const rp_tensor *w)
+{
+    size_t tr = (size_t)pk_rows_per_tile(w->dtype);
+    return pk_mlx(w->dtype) ? 2 * tr * (size_t)pk_ssz(w->scale_dtype) : 2 * tr * 2;
+}
+
+static inline int pk_blocks_per_group(const rp_tensor *w)
+{
+    return pk_mlx(w->dtype) ? w->group_size / 64 : 1;
+}
+
+static inline size_t pk_group_bytes(const rp_tensor *w)
+{
+    return (size_t)pk_blocks_per_group(w) * PK_BLOCK + pk_scale_bytes(w);
+}
+
+static inline long pk_n_groups(const rp_tensor *w)
+{
+    return (long)w->shape[1] / (64L * pk_blocks_per_group(w));
+}
+
+static inline size_t pk_tile_bytes(const rp_tensor *w)
+{
+    return (size_t)pk_n_groups(w) * pk_group_bytes(w);
+}
+
+#endif
