@@ -142,6 +142,10 @@ int rp_attn_group_f32_avx512(const rp_kv_layout *L, const int32_t *table, int la
                              const float *sinks, float *sc, float *out);
 /* rp_kv_row_load, vectorised (bit-identical results). */
 void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out);
+/* The dot product and y += a x on AVX2 (backend/cpu/x86/attn_avx2.c): 8 lanes, two chains of
+ * partial sums combined in a fixed order. */
+float rp_attn_dot_avx2(const float *a, const float *b, int n);
+void rp_attn_axpy_avx2(float *y, float a, const float *x, int n);
 
 /* Plain-C references (src/backend/cpu/ref_ops.c): obvious loops, never optimised. */
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y);

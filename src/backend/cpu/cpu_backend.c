@@ -166,6 +166,10 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     b->exp_sum = exp_sum_portable;
     b->silu = silu_portable;
 #if defined(__x86_64__)
+    if (rp_cpu()->isa >= RP_ISA_AVX2) {
+        b->dot = rp_attn_dot_avx2;
+        b->axpy = rp_attn_axpy_avx2;
+    }
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
         b->dot = rp_attn_dot_avx512;
         b->axpy = rp_attn_axpy_avx512;

@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/backend_impl.h"
 #include "backend/sample.h"
@@ -138,6 +139,52 @@ Test(ops, norm_rope_match_reference)
     }
     rp_backend_free(fast);
     rp_backend_free(ref);
+}
+
+/* The attention's vector dot product and y += a x for each ISA this CPU has (AVX2, AVX-512),
+ * every length 0..70 (tails of 8 and 16), against double precision: within 1e-5 relative of
+ * the sum of |terms|. */
+Test(ops, attention_dot_axpy_every_isa)
+{
+    typedef float (*dot_fn)(const float *, const float *, int);
+    typedef void (*axpy_fn)(float *, float, const float *, int);
+    dot_fn dots[2] = {0};
+    axpy_fn axpys[2] = {0};
+    int n_isa = 0;
+    if (rp_cpu()->isa >= RP_ISA_AVX2) {
+        dots[n_isa] = rp_attn_dot_avx2;
+        axpys[n_isa++] = rp_attn_axpy_avx2;
+    }
+    if (rp_cpu()->isa >= RP_ISA_AVX512) {
+        dots[n_isa] = rp_attn_dot_avx512;
+        axpys[n_isa++] = rp_attn_axpy_avx512;
+    }
+    if (!n_isa)
+        cr_skip_test("no AVX2 on this CPU");
+    float a[70], b[70], y[70], y0[70];
+    for (int i = 0; i < 70; i++) {
+        a[i] = frand();
+        b[i] = frand() * 4.0f;
+        y0[i] = frand();
+    }
+    for (int k = 0; k < n_isa; k++)
+        for (int n = 0; n <= 70; n++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; i++) {
+                ref += (double)a[i] * b[i];
+                mag += fabs((double)a[i] * b[i]);
+            }
+            float d = dots[k](a, b, n);
+            cr_assert(fabs(d - ref) <= 1e-5 * mag + 1e-30, "isa %d n %d: dot %g vs %g", k, n,
+                      (double)d, ref);
+            memcpy(y, y0, sizeof y);
+            axpys[k](y, 0.375f, b, n);
+            for (int i = 0; i < 70; i++) {
+                double want = i < n ? (double)y0[i] + 0.375 * b[i] : y0[i];
+                cr_assert(fabs(y[i] - want) <= 1e-6 * (fabs(y0[i]) + fabs(0.375 * b[i])),
+                          "isa %d n %d: axpy[%d] %g vs %g", k, n, i, (double)y[i], want);
+            }
+        }
 }
 
 /* rp_op_sample_rows on the CPU backend: each row's draw, shared out over the pool, equals
