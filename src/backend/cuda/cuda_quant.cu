@@ -550,6 +550,41 @@ __device__ __forceinline__ float qx_norm_inv(const float *__restrict__ x, long c
     return 1.0f / sqrtf(t / (float)cols + eps);
 }
 
+/* One 8-element piece i of the prologue, loaded as f (x) and g (the norm's weight or up):
+ * the norm (times inv, times the weight or 1 + weight) or silu(x) * up applied, written to
+ * out (the op's own output, when given), split into its two int8 parts and stored into sx /
+ * sd (qx_put). Every lane of the warp calls it (qx_piece's shuffles); live: i is in range. */
+template <int PRO>
+__device__ __forceinline__ void qx_piece_pro(const float4 (&f)[2], const float4 (&g)[2],
+                                             const qv2_pro &p, float inv, float *out, long i,
+                                             bool live, int perm, long nr, uint4 *sx, float2 *sd)
+{
+    float v[8] = {f[0].x, f[0].y, f[0].z, f[0].w, f[1].x, f[1].y, f[1].z, f[1].w};
+    if (PRO != QV2_COPY) {
+        float u[8] = {g[0].x, g[0].y, g[0].z, g[0].w, g[1].x, g[1].y, g[1].z, g[1].w};
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (PRO == QV2_NORM) {
+                v[k] *= inv;
+                if (p.x2)
+                    v[k] *= p.add_one ? u[k] + 1.0f : u[k];
+            } else {
+                v[k] = v[k] / (1.0f + expf(-v[k])) * u[k];
+            }
+        }
+        if (out && live) {
+            float4 *o = (float4 *)(out + i * 8);
+            o[0] = make_float4(v[0], v[1], v[2], v[3]);
+            o[1] = make_float4(v[4], v[5], v[6], v[7]);
+        }
+    }
+    uint32_t w1[2], w2[2];
+    float d, sum;
+    qx_piece<true>(v, perm, w1, w2, d, sum);
+    if (live)
+        qx_put(sx, sd, nr, i, w1, w2, d, sum);
+}
+
 /* Pieces (8 elements) p0 + tid, p0 + tid + nth, ... below p1 of x split into sx ([4][nr]
  * uint4: q1's two 16-byte words, then q2's) and sd ([nr] (d, sum)), by nth threads (a
  * multiple of 32; p0 a multiple of 4: the 4 pieces of a run are 4 consecutive lanes), as
@@ -587,33 +622,7 @@ __device__ __forceinline__ void qx_split(const float *__restrict__ x, const qv2_
             if (b >= nbl)
                 break;
             long i = base + (long)b * nth + tid;
-            bool live = i < p1;
-            float v[8] = {f[b][0].x, f[b][0].y, f[b][0].z, f[b][0].w,
-                          f[b][1].x, f[b][1].y, f[b][1].z, f[b][1].w};
-            if (PRO != QV2_COPY) {
-                float u[8] = {g[b][0].x, g[b][0].y, g[b][0].z, g[b][0].w,
-                              g[b][1].x, g[b][1].y, g[b][1].z, g[b][1].w};
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    if (PRO == QV2_NORM) {
-                        v[k] *= inv;
-                        if (p.x2)
-                            v[k] *= p.add_one ? u[k] + 1.0f : u[k];
-                    } else {
-                        v[k] = v[k] / (1.0f + expf(-v[k])) * u[k];
-                    }
-                }
-                if (out && live) {
-                    float4 *o = (float4 *)(out + i * 8);
-                    o[0] = make_float4(v[0], v[1], v[2], v[3]);
-                    o[1] = make_float4(v[4], v[5], v[6], v[7]);
-                }
-            }
-            uint32_t w1[2], w2[2];
-            float d, sum;
-            qx_piece<true>(v, perm, w1, w2, d, sum);
-            if (live)
-                qx_put(sx, sd, nr, i, w1, w2, d, sum);
+            qx_piece_pro<PRO>(f[b], g[b], p, inv, out, i, i < p1, perm, nr, sx, sd);
         }
     }
 }
@@ -670,33 +679,7 @@ __device__ __forceinline__ void qx_split_once(const float *__restrict__ x, const
         if (b == 1 && !two)
             break;
         long i = tid + (long)b * nth;
-        bool live = i < np;
-        float v[8] = {f[b][0].x, f[b][0].y, f[b][0].z, f[b][0].w,
-                      f[b][1].x, f[b][1].y, f[b][1].z, f[b][1].w};
-        if (PRO != QV2_COPY) {
-            float u[8] = {g[b][0].x, g[b][0].y, g[b][0].z, g[b][0].w,
-                          g[b][1].x, g[b][1].y, g[b][1].z, g[b][1].w};
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (PRO == QV2_NORM) {
-                    v[k] *= inv;
-                    if (p.x2)
-                        v[k] *= p.add_one ? u[k] + 1.0f : u[k];
-                } else {
-                    v[k] = v[k] / (1.0f + expf(-v[k])) * u[k];
-                }
-            }
-            if (out && live) {
-                float4 *o = (float4 *)(out + i * 8);
-                o[0] = make_float4(v[0], v[1], v[2], v[3]);
-                o[1] = make_float4(v[4], v[5], v[6], v[7]);
-            }
-        }
-        uint32_t w1[2], w2[2];
-        float d, sum;
-        qx_piece<true>(v, perm, w1, w2, d, sum);
-        if (live)
-            qx_put(sx, sd, nr, i, w1, w2, d, sum);
+        qx_piece_pro<PRO>(f[b], g[b], p, inv, out, i, i < np, perm, nr, sx, sd);
     }
 }
 

@@ -175,20 +175,10 @@ QX_AI void qx_dec_tile(const rp_tensor *w, long r, const rp_qact *a, int t0, flo
 QX_AI void qx_decode(const rp_tensor *w, long r0, long r1, const rp_qact *a, int n_tok,
                      float *y, const int bits, const int g128)
 {
-    long cols = (long)w->shape[1], gs = w->group_size, ng = cols / gs, nrun = cols / 32;
-    long per = gs / 32;
     float xgb[8][QX_MAX_GROUPS];
     for (int t0 = 0; t0 < n_tok; t0 += 8) {
         int nt0 = n_tok - t0 >= 8 ? 8 : n_tok - t0;
-        for (int j = 0; j < nt0; j++) { /* exact group sums of x */
-            const float *s = a->s + (long)(t0 + j) * nrun;
-            for (long g = 0; g < ng; g++) {
-                float v = 0.0f;
-                for (long k = 0; k < per; k++)
-                    v += s[g * per + k];
-                xgb[j][g] = v;
-            }
-        }
+        pk_act_sums(w, a, t0, nt0, xgb, NULL); /* exact group sums of x */
         for (long r = r0; r < r1; r += 4) {
             int nr = r1 - r >= 4 ? 4 : (int)(r1 - r);
             for (int t = 0; t < nt0; t += 2) {
@@ -663,31 +653,11 @@ QX_AI void pk_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, cons
 QX_AI void pk_decode(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
                      int n_tok, float *y, const rp_dtype kind)
 {
-    long cols = (long)w->shape[1], nrun = cols / 32;
     float xg[4][QX_MAX_GROUPS];
     int32_t xs[4][QX_MAX_BLOCKS];
     for (int t = 0; t < n_tok;) {
         int nt = n_tok - t >= 4 ? 4 : n_tok - t >= 2 ? 2 : 1;
-        for (int j = 0; j < nt; j++) {
-            if (kind == RP_DT_MLX4 || kind == RP_DT_MLX8) { /* exact group sums of x */
-                long per = w->group_size / 32, ng = cols / w->group_size;
-                const float *s = a->s + (long)(t + j) * nrun;
-                for (long g = 0; g < ng; g++) {
-                    float v = 0.0f;
-                    for (long k = 0; k < per; k++)
-                        v += s[g * per + k];
-                    xg[j][g] = v;
-                }
-            } else if (kind == RP_DT_Q8_0) { /* 128 x each run's int8 sum */
-                const int8_t *q = a->q + (long)(t + j) * cols;
-                for (long k = 0; k < nrun; k++) {
-                    int32_t v = 0;
-                    for (int i = 0; i < 32; i++)
-                        v += q[32 * k + i];
-                    xs[j][k] = 128 * v;
-                }
-            }
-        }
+        pk_act_sums(w, a, t, nt, xg, xs);
         if (nt == 4)
             pk_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 4);
         else if (nt == 2)

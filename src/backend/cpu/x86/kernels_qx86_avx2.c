@@ -57,6 +57,14 @@ A2 void a2_prefetch(const uint8_t *p, size_t bytes)
         _mm_prefetch((const char *)p + o + A2_PFD, A2_PFH);
 }
 
+A2 void a2_zero(__m256 acc[2][4], const int NT)
+{
+#pragma GCC unroll 2
+    for (int j = 0; j < NT; j++)
+        for (int c = 0; c < 4; c++)
+            acc[j][c] = _mm256_setzero_ps();
+}
+
 /* Integer sums of one 64-block of a tile with NT tokens' activations xq[j] (offset to the
  * block), per half-block h (k 0..31, 32..63) as 8-lane vectors, lane = row:
  *   4-bit: s[j][h][c], c the rows 8c .. 8c + 7 (0..31);
@@ -120,11 +128,8 @@ A2 void a2_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
     int bpg = w->group_size / 64;
     size_t gb = pk_group_bytes(w), ssz = (size_t)pk_ssz(w->scale_dtype);
     rp_dtype sdt = w->scale_dtype;
-    __m256 acc[2][4];
-#pragma GCC unroll 2
-    for (int j = 0; j < NT; j++)
-        for (int c = 0; c < 4; c++)
-            acc[j][c] = _mm256_setzero_ps();
+    __m256(*acc)[4] = out; /* the tile's sums, accumulated in place */
+    a2_zero(acc, NT);
     for (long g = 0; g < ng; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + (size_t)bpg * PK_BLOCK;
         a2_prefetch(sp, gb - (size_t)bpg * PK_BLOCK);
@@ -157,10 +162,6 @@ A2 void a2_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
                     a2_load_sc(sdt, sp + ((size_t)tr + 8 * (size_t)c) * ssz), xs, acc[j][c]);
         }
     }
-#pragma GCC unroll 2
-    for (int j = 0; j < NT; j++)
-        for (int c = 0; c < 4; c++)
-            out[j][c] = acc[j][c];
 }
 
 /* One GGUF tile x NT tokens (natural 32-runs; xs: Q8_0's per-run int8 sums x 128), as
@@ -173,11 +174,8 @@ A2 void a2_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int 
     long cols = (long)w->shape[1], ng = cols / 64, nrun = cols / 32;
     const int nc = bits == 4 ? 4 : 2, tr = 8 * nc;
     size_t gb = PK_BLOCK + 4 * (size_t)tr;
-    __m256 acc[2][4];
-#pragma GCC unroll 2
-    for (int j = 0; j < NT; j++)
-        for (int c = 0; c < 4; c++)
-            acc[j][c] = _mm256_setzero_ps();
+    __m256(*acc)[4] = out; /* the tile's sums, accumulated in place */
+    a2_zero(acc, NT);
     for (long g = 0; g < ng; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + PK_BLOCK;
         a2_prefetch(sp, gb - PK_BLOCK);
@@ -211,10 +209,6 @@ A2 void a2_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int 
             }
         }
     }
-#pragma GCC unroll 2
-    for (int j = 0; j < NT; j++)
-        for (int c = 0; c < 4; c++)
-            out[j][c] = acc[j][c];
 }
 
 /* Tiles of rows [r0, r1) x NT tokens from t; kind: the weight dtype. */
@@ -258,31 +252,11 @@ A2 void a2_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const r
 A2 void a2_decode(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
                   int n_tok, float *y, const rp_dtype kind)
 {
-    long cols = (long)w->shape[1], nrun = cols / 32;
     float xg[2][QX_MAX_GROUPS];
     int32_t xs[2][QX_MAX_BLOCKS];
     for (int t = 0; t < n_tok;) {
         int nt = n_tok - t >= 2 ? 2 : 1;
-        for (int j = 0; j < nt; j++) {
-            if (kind == RP_DT_MLX4 || kind == RP_DT_MLX8) { /* exact group sums of x */
-                long per = w->group_size / 32, ng = cols / w->group_size;
-                const float *s = a->s + (long)(t + j) * nrun;
-                for (long g = 0; g < ng; g++) {
-                    float v = 0.0f;
-                    for (long k = 0; k < per; k++)
-                        v += s[g * per + k];
-                    xg[j][g] = v;
-                }
-            } else if (kind == RP_DT_Q8_0) { /* 128 x each run's int8 sum */
-                const int8_t *q = a->q + (long)(t + j) * cols;
-                for (long k = 0; k < nrun; k++) {
-                    int32_t v = 0;
-                    for (int i = 0; i < 32; i++)
-                        v += q[32 * k + i];
-                    xs[j][k] = 128 * v;
-                }
-            }
-        }
+        pk_act_sums(w, a, t, nt, xg, xs);
         if (nt == 2)
             a2_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 2);
         else

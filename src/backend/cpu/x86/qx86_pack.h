@@ -62,4 +62,34 @@ static inline size_t pk_tile_bytes(const rp_tensor *w)
     return (size_t)pk_n_groups(w) * pk_group_bytes(w);
 }
 
+/* The per-token sums the decode kernels add to their integer dot products, for tokens
+ * [t, t + nt) of a (xg / xs hold nt rows): MLX, xg[j][g] = the exact f32 sum of x over group g (the
+ * runs' sums in order); Q8_0, xs[j][k] = 128 x the int8 sum of run k (its codes are stored
+ * + 128); Q4_0 needs neither. */
+static inline void pk_act_sums(const rp_tensor *w, const rp_qact *a, int t, int nt,
+                               float (*xg)[QX_MAX_GROUPS], int32_t (*xs)[QX_MAX_BLOCKS])
+{
+    long cols = (long)w->shape[1], nrun = cols / 32;
+    for (int j = 0; j < nt; j++) {
+        if (pk_mlx(w->dtype)) {
+            long per = w->group_size / 32, ng = cols / w->group_size;
+            const float *s = a->s + (long)(t + j) * nrun;
+            for (long g = 0; g < ng; g++) {
+                float v = 0.0f;
+                for (long k = 0; k < per; k++)
+                    v += s[g * per + k];
+                xg[j][g] = v;
+            }
+        } else if (w->dtype == RP_DT_Q8_0) {
+            const int8_t *q = a->q + (long)(t + j) * cols;
+            for (long k = 0; k < nrun; k++) {
+                int32_t v = 0;
+                for (int i = 0; i < 32; i++)
+                    v += q[32 * k + i];
+                xs[j][k] = 128 * v;
+            }
+        }
+    }
+}
+
 #endif
