@@ -530,6 +530,20 @@ typedef struct qv2_pro {
     int add_one;
 } qv2_pro;
 
+/* 1 / sqrt(sum / cols + eps) of the block's per-thread partial sums of squares ss (the warps'
+ * sums added in warp order: the same in every block); all threads call it. */
+__device__ __forceinline__ float qx_block_inv(float ss, long cols, float eps, float *red)
+{
+    ss = q_warp_sum(ss);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float t = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++)
+        t += red[w];
+    return 1.0f / sqrtf(t / (float)cols + eps);
+}
+
 /* 1 / sqrt(mean(x^2) + eps) over x [cols] (cols % 32 == 0), all threads of the block
  * (each thread's float4 sums, the warps' sums in warp order: the same in every block). */
 __device__ __forceinline__ float qx_norm_inv(const float *__restrict__ x, long cols, float eps,
@@ -540,14 +554,7 @@ __device__ __forceinline__ float qx_norm_inv(const float *__restrict__ x, long c
         float4 v = __ldg((const float4 *)x + q);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    ss = q_warp_sum(ss);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = ss;
-    __syncthreads();
-    float t = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x / 32); w++)
-        t += red[w];
-    return 1.0f / sqrtf(t / (float)cols + eps);
+    return qx_block_inv(ss, cols, eps, red);
 }
 
 /* One 8-element piece i of the prologue, loaded as f (x) and g (the norm's weight or up):
@@ -665,14 +672,7 @@ __device__ __forceinline__ void qx_split_once(const float *__restrict__ x, const
                 for (int h = 0; h < 2; h++)
                     ss += f[b][h].x * f[b][h].x + f[b][h].y * f[b][h].y +
                           f[b][h].z * f[b][h].z + f[b][h].w * f[b][h].w;
-        ss = q_warp_sum(ss);
-        if (tid % 32 == 0)
-            red[tid / 32] = ss;
-        __syncthreads();
-        float t = 0.0f;
-        for (int w = 0; w < nth / 32; w++)
-            t += red[w];
-        inv = 1.0f / sqrtf(t / (float)cols + p.eps);
+        inv = qx_block_inv(ss, cols, p.eps, red);
     }
 #pragma unroll
     for (int b = 0; b < 2; b++) {
