@@ -25,10 +25,15 @@
 
 #define A2 static inline __attribute__((always_inline))
 
-/* Software prefetch distance in the tile stream, as kernels_qx86.c's PK_PFD (every 64-byte
- * line of a group, its scale lines included). */
+/* Software prefetch distance in the tile stream (0: none), as kernels_qx86.c's PK_PFD (every
+ * 64-byte line of a group, its scale lines included). None is best on AMD Zen 3: a thread's
+ * rows are one stream the L2 streamer follows, and the prefetches only add load-port work to
+ * a loop that is already near the core's issue rate. kbench MLX4 decode (3 interleaved rounds,
+ * ratio to the probe): 1 thread 0.81-0.85 with none, 0.76-0.78 at 1.5 KB (T0), 0.70-0.78 at
+ * 768 B, 0.63-0.65 at 3 KB, 0.65-0.69 at 4 / 8 KB (T1); 2 threads 0.85-0.97 against 0.72-0.83
+ * (MLX4, Q8_0, Q4_0). */
 #ifndef A2_PFD
-#define A2_PFD 1536
+#define A2_PFD 0
 #endif
 #ifndef A2_PFH
 #define A2_PFH _MM_HINT_T0
@@ -53,7 +58,7 @@ A2 __m256 a2_load_sc(rp_dtype sdt, const uint8_t *p)
 
 A2 void a2_prefetch(const uint8_t *p, size_t bytes)
 {
-    for (size_t o = 0; o < bytes; o += 64)
+    for (size_t o = 0; A2_PFD > 0 && o < bytes; o += 64)
         _mm_prefetch((const char *)p + o + A2_PFD, A2_PFH);
 }
 
@@ -84,7 +89,8 @@ A2 void a2_dots(const uint8_t *wp, const int8_t *const *xq, const int bits, cons
                 a[j][c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int p = 8 * h; p < 8 * h + 8; p++) {
-            _mm_prefetch((const char *)wp + 64 * p + A2_PFD, A2_PFH);
+            if (A2_PFD > 0)
+                _mm_prefetch((const char *)wp + 64 * p + A2_PFD, A2_PFH);
             __m256i v0 = _mm256_load_si256((const __m256i *)(wp + 64 * p));
             __m256i v1 = _mm256_load_si256((const __m256i *)(wp + 64 * p + 32));
             __m256i cv[4] = {_mm256_and_si256(v0, m4), _mm256_and_si256(v1, m4),
