@@ -25,16 +25,21 @@
 
 #define A2 static inline __attribute__((always_inline))
 
-/* Software prefetch distance in the tile stream (0: none), as kernels_qx86.c's PK_PFD (every
- * 64-byte line of a group, its scale lines included). None is best on AMD Zen 3: a thread's
- * rows are one stream the L2 streamer follows, and the prefetches only add load-port work to
- * a loop that is already near the core's issue rate. kbench MLX4 decode (3 interleaved rounds,
- * ratio to the probe): 1 thread 0.81-0.85 with none, 0.76-0.78 at 1.5 KB (T0), 0.70-0.78 at
- * 768 B, 0.63-0.65 at 3 KB, 0.65-0.69 at 4 / 8 KB (T1); 2 threads 0.85-0.97 against 0.72-0.83
- * (MLX4, Q8_0, Q4_0). */
-#ifndef A2_PFD
-#define A2_PFD 0
+/* Software prefetch distance in the tile stream (0: none) for 4-bit and 8-bit codes, as
+ * kernels_qx86.c's PK_PFD (every 64-byte line of a group, its scale lines included). On AMD
+ * Zen 3 none is best for 4 bits: a thread's rows are one stream the L2 streamer follows, and
+ * the prefetches add load-port work to a loop near the core's issue rate. kbench MLX4 decode
+ * (3 interleaved rounds, ratio to the probe): 1 thread 0.81-0.85 with none, 0.76-0.78 at
+ * 1.5 KB (T0), 0.70-0.78 at 768 B, 0.63-0.65 at 3 KB, 0.65-0.69 at 4 / 8 KB (T1). 8 bits keep
+ * 1.5 KB: without, kbench Q8_0 gained but the whole 1B model's MLX8 decode lost 6-7% in two
+ * interleaved runs (bench-quant.sh). */
+#ifndef A2_PFD4
+#define A2_PFD4 0
 #endif
+#ifndef A2_PFD8
+#define A2_PFD8 1536
+#endif
+#define A2_PFD(bits) ((bits) == 4 ? A2_PFD4 : A2_PFD8)
 #ifndef A2_PFH
 #define A2_PFH _MM_HINT_T0
 #endif
@@ -56,10 +61,10 @@ A2 __m256 a2_load_sc(rp_dtype sdt, const uint8_t *p)
     return _mm256_cvtph_ps(h);
 }
 
-A2 void a2_prefetch(const uint8_t *p, size_t bytes)
+A2 void a2_prefetch(const uint8_t *p, size_t bytes, const int bits)
 {
-    for (size_t o = 0; A2_PFD > 0 && o < bytes; o += 64)
-        _mm_prefetch((const char *)p + o + A2_PFD, A2_PFH);
+    for (size_t o = 0; A2_PFD(bits) > 0 && o < bytes; o += 64)
+        _mm_prefetch((const char *)p + o + A2_PFD(bits), A2_PFH);
 }
 
 A2 void a2_zero(__m256 acc[2][4], const int NT)
@@ -89,8 +94,8 @@ A2 void a2_dots(const uint8_t *wp, const int8_t *const *xq, const int bits, cons
                 a[j][c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int p = 8 * h; p < 8 * h + 8; p++) {
-            if (A2_PFD > 0)
-                _mm_prefetch((const char *)wp + 64 * p + A2_PFD, A2_PFH);
+            if (A2_PFD(bits) > 0)
+                _mm_prefetch((const char *)wp + 64 * p + A2_PFD(bits), A2_PFH);
             __m256i v0 = _mm256_load_si256((const __m256i *)(wp + 64 * p));
             __m256i v1 = _mm256_load_si256((const __m256i *)(wp + 64 * p + 32));
             __m256i cv[4] = {_mm256_and_si256(v0, m4), _mm256_and_si256(v1, m4),
@@ -138,7 +143,7 @@ A2 void a2_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
     a2_zero(acc, NT);
     for (long g = 0; g < ng; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + (size_t)bpg * PK_BLOCK;
-        a2_prefetch(sp, gb - (size_t)bpg * PK_BLOCK);
+        a2_prefetch(sp, gb - (size_t)bpg * PK_BLOCK, bits);
         for (int b = 0; b < bpg; b++) {
             long kb = g * bpg + b;
             const int8_t *xq[2];
@@ -184,7 +189,7 @@ A2 void a2_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int 
     a2_zero(acc, NT);
     for (long g = 0; g < ng; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + PK_BLOCK;
-        a2_prefetch(sp, gb - PK_BLOCK);
+        a2_prefetch(sp, gb - PK_BLOCK, bits);
         const int8_t *xq[2];
 #pragma GCC unroll 2
         for (int j = 0; j < NT; j++)
