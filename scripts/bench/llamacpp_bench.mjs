@@ -5,7 +5,9 @@
 //   node llamacpp_bench.mjs --model FILE.gguf [--prompt 128] [--gen 32] [--threads 2]
 //        [--probe build/bwprobe] [--log FILE]
 //   env: LLAMACPP_DIR (~/.cache/rapid-llamacpp: where node-llama-cpp is installed),
-//        LLAMACPP_FA (auto | on | off: flash attention, default node-llama-cpp's "auto")
+//        LLAMACPP_FA (auto | on | off: flash attention, default node-llama-cpp's "auto"),
+//        LLAMACPP_MMAP (1: weights read through the file's mapping, llama.cpp's default; 0: read
+//        into memory)
 //
 // What is timed, as in rapid's bench: a warm-up pass over 4 prompt tokens; prefill = the median
 // of 3 passes over the same N-token prompt (ids (i * 7919 + 13) % vocab), each into an empty
@@ -99,7 +101,8 @@ const llama = await nlc.getLlama({
     logger: (level, msg) => logLines.push(`[${level}] ${msg}`),
 });
 const fa = {on: true, off: false, auto: "auto"}[process.env.LLAMACPP_FA || "auto"];
-const model = await llama.loadModel({modelPath: args.model, gpuLayers: 0});
+const mmap = process.env.LLAMACPP_MMAP !== "0";
+const model = await llama.loadModel({modelPath: args.model, gpuLayers: 0, useMmap: mmap});
 const ctx = await model.createContext({
     contextSize: nPrompt + nGen + 8, batchSize: Math.max(nPrompt, 8), sequences: 1,
     threads: {ideal: threads, min: threads}, flashAttention: fa,
@@ -162,7 +165,7 @@ for (const l of keyLines) console.error(`llama.cpp log: ${l.trim()}`);
 const r3 = (x) => Math.round(x * 1000) / 1000;
 console.log(JSON.stringify({
     engine: "llama.cpp", model: args.model, cpu_variant: variant,
-    flash_attention: process.env.LLAMACPP_FA || "auto", threads, prompt: nPrompt, gen: nGen,
+    flash_attention: process.env.LLAMACPP_FA || "auto", mmap, threads, prompt: nPrompt, gen: nGen,
     prefill_tok_s: Math.round(pp * 100) / 100, prefill_runs_tok_s: tPf.map((t) => Math.round(nPrompt / t * 10) / 10),
     ttft_s: r3(tPf[mid]), decode_tok_s: Math.round(tg * 100) / 100, bytes_per_token: Math.round(bytes),
     read_bw_gb_s: Math.round(bw * 100) / 100, bw_ratio: r3(ratio), bw_ratio_whole: r3(bw > 0 ? tg * bytes / (bw * 1e9) : 0),

@@ -18,7 +18,9 @@
  * LongRoPE factor tensors (rope_factors_long / _short) give what the checkpoint's
  * long_factor / short_factor give.
  * Architectures llama.cpp defines but rapid does not map from GGUF (qwen3next, qwen35moe,
- * lfm2moe, ...) are refused with RP_ERR_UNSUPPORTED naming the architecture.
+ * lfm2moe, ...) are refused with RP_ERR_UNSUPPORTED naming the architecture. A file with the
+ * writer's placeholder vocabulary (what the llama.cpp peer benchmark needs) loads as model
+ * and tokenizer.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
