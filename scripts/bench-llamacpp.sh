@@ -24,7 +24,7 @@
 # llama.cpp needs to load them: llama-3.2-1b-TYPE-vocab.gguf next to the other bench files.
 # The end prints, per type and engine, the median (and range) over REPS of pp tok/s, tg tok/s
 # and decode / bandwidth bound (median of the windows, each against the probe after it), and
-# the ggml CPU variant llama.cpp loaded.
+# the ggml CPU variant llama.cpp loaded; then rapid's speed over llama.cpp's per pair.
 set -euo pipefail
 RAPID=${1:-build/rapid}
 BIN=$(dirname "$RAPID")
@@ -157,4 +157,11 @@ for name, eng in keys:
         100 * statistics.median([r["prefill_cpu_share"] for r in rs]),
         100 * statistics.median([r["decode_cpu_share"] for r in rs]),
         100 * max(r["other_cpu"] for r in rs), rs[0].get("cpu_variant", "-")))
+print("rapid / llama.cpp, the median (range) of each interleaved pair's ratio:")
+for name in dict.fromkeys(r["name"] for r in rows if r["engine"] == "llama.cpp"):
+    ps = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:i + 2]
+          if a["engine"] == "llama.cpp" and a["name"] == name and b["name"] == name]
+    for k, what in (("decode_tok_s", "tg"), ("prefill_tok_s", "pp")):
+        v = [b[k] / a[k] for a, b in ps]
+        print("  %-5s %s %.2f (%.2f-%.2f)" % (name, what, statistics.median(v), min(v), max(v)))
 PY
