@@ -18,7 +18,9 @@
  * LongRoPE factor tensors (rope_factors_long / _short) give what the checkpoint's
  * long_factor / short_factor give.
  * Architectures llama.cpp defines but rapid does not map from GGUF (qwen3next, qwen35moe,
- * lfm2moe, ...) are refused with RP_ERR_UNSUPPORTED naming the architecture.
+ * lfm2moe, ...) are refused with RP_ERR_UNSUPPORTED naming the architecture. A file with the
+ * writer's placeholder vocabulary (what the llama.cpp peer benchmark needs) loads as model
+ * and tokenizer.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -34,6 +36,7 @@
 #include "base/gguf.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "text/tokenizer.h"
 
 #define F32_TOL 1e-3f
 #define SAME_TOL 1e-4f
@@ -197,6 +200,44 @@ Test(gguf_families, unmapped_architectures_are_named)
         cr_assert(strstr(err.msg, want), "%s", err.msg);
         unlink(p);
     }
+    fixture_free(&f);
+}
+
+/* gguf_writer's placeholder vocabulary (gguf_opts.vocab, what scripts/bench-llamacpp.sh
+ * writes so llama.cpp loads the file): the model's logits are those of the file without it,
+ * and rapid's GGUF tokenizer reads it as a SentencePiece vocabulary of vocab_size tokens. */
+Test(gguf_families, placeholder_vocab_loads)
+{
+    fixture f;
+    cr_assert(fixture_load("llama_gqa", &f) == 0);
+    char p[128];
+    tmp_path(p, sizeof p, "vocab");
+    gguf_opts o = {.vocab = 1};
+    cr_assert(gguf_write_ex(f.dir, RP_DT_F32, 0, p, &o) == 0);
+    check_f32("llama_gqa (with a vocabulary)", p, &f);
+    rp_tokenizer *tok = NULL;
+    rp_err err = {0};
+    cr_assert(rp_tokenizer_load(p, &tok, &err) == RP_OK, "%s", err.msg);
+    cr_assert(rp_tokenizer_vocab_size(tok) == f.vocab);
+    cr_assert(rp_tokenizer_bos_id(tok) == 1 && rp_tokenizer_eos_id(tok) == 2);
+    cr_assert(rp_tokenizer_token_id(tok, "<0x0A>") == 13);
+    cr_assert(rp_tokenizer_is_special(tok, 2) && !rp_tokenizer_is_special(tok, 13));
+    int32_t *ids = NULL;
+    int n = 0;
+    cr_assert(rp_tokenizer_encode(tok, "hi\n", 3, 0, &ids, &n, &err) == RP_OK, "%s", err.msg);
+    for (int i = 0; i < n; i++) /* only byte tokens carry text */
+        cr_assert(ids[i] >= 3 && ids[i] < 3 + 256, "id %d", ids[i]);
+    char *text = NULL;
+    size_t len = 0;
+    cr_assert(rp_tokenizer_decode(tok, ids, n, 0, &text, &len, &err) == RP_OK, "%s", err.msg);
+    /* the prefix space's U+2581 comes through byte tokens, so it stays (as in HF's decoder:
+     * Replace runs before ByteFallback) */
+    cr_assert(len == 6 && memcmp(text, "\xe2\x96\x81hi\n", 6) == 0, "decoded '%.*s'", (int)len,
+              text);
+    rp_free(text);
+    rp_free(ids);
+    rp_tokenizer_free(tok);
+    unlink(p);
     fixture_free(&f);
 }
 

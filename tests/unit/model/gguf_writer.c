@@ -309,6 +309,56 @@ static int cfg_int(json_t *c, const char *k, int def)
     return json_is_integer(v) ? (int)json_integer_value(v) : def;
 }
 
+/* The placeholder SentencePiece vocabulary of gguf_writer.h (opts->vocab): n tokens. */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 }; /* GGUF token types */
+
+static int vocab_token(int i, char *out, size_t n)
+{
+    static const char *const special[] = {"<unk>", "<s>", "</s>"};
+    if (i < 3) {
+        snprintf(out, n, "%s", special[i]);
+        return i ? TT_CONTROL : TT_UNKNOWN;
+    }
+    if (i < 3 + 256) {
+        snprintf(out, n, "<0x%02X>", i - 3);
+        return TT_BYTE;
+    }
+    snprintf(out, n, "<filler_%d>", i);
+    return TT_NORMAL;
+}
+
+static int write_vocab(FILE *m, int n)
+{
+    char tok[32];
+    kv_str(m, "tokenizer.ggml.model", "llama");
+    w_str(m, "tokenizer.ggml.tokens");
+    w_u32(m, 9); /* array */
+    w_u32(m, 8); /* of string */
+    w_u64(m, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        vocab_token(i, tok, sizeof tok);
+        w_str(m, tok);
+    }
+    w_str(m, "tokenizer.ggml.scores");
+    w_u32(m, 9);
+    w_u32(m, 6); /* of f32 */
+    w_u64(m, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        float s = vocab_token(i, tok, sizeof tok) == TT_NORMAL ? -(float)i : 0.0f;
+        fwrite(&s, 4, 1, m);
+    }
+    w_str(m, "tokenizer.ggml.token_type");
+    w_u32(m, 9);
+    w_u32(m, 5); /* of i32 */
+    w_u64(m, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        int32_t t = vocab_token(i, tok, sizeof tok);
+        fwrite(&t, 4, 1, m);
+    }
+    kv_u32(m, "tokenizer.ggml.unknown_token_id", 0);
+    return 5; /* keys written */
+}
+
 static void kv_bool_arr(FILE *f, const char *k, const uint8_t *v, int n)
 {
     w_str(f, k);
@@ -378,6 +428,13 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     const char *arch = opts->arch ? opts->arch : gguf_arch(hf);
     if (!arch) {
         fprintf(stderr, "gguf_writer: no GGUF architecture for %s\n", hf ? hf : "(none)");
+        rp_st_close(st);
+        json_decref(c);
+        return -1;
+    }
+    int n_vocab = cfg_int(c, "vocab_size", 0);
+    if (opts->vocab && n_vocab < 16) {
+        fprintf(stderr, "gguf_writer: a vocabulary needs vocab_size >= 16 (%d)\n", n_vocab);
         rp_st_close(st);
         json_decref(c);
         return -1;
@@ -641,8 +698,12 @@ int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *ou
     }
 #undef KU
 #undef KF
-    kv_u32(m, "tokenizer.ggml.bos_token_id", (uint32_t)cfg_int(c, "bos_token_id", 1)), n_kv++;
-    kv_u32(m, "tokenizer.ggml.eos_token_id", (uint32_t)cfg_int(c, "eos_token_id", 2)), n_kv++;
+    if (opts->vocab)
+        n_kv += write_vocab(m, n_vocab);
+    kv_u32(m, "tokenizer.ggml.bos_token_id",
+           opts->vocab ? 1 : (uint32_t)cfg_int(c, "bos_token_id", 1)), n_kv++;
+    kv_u32(m, "tokenizer.ggml.eos_token_id",
+           opts->vocab ? 2 : (uint32_t)cfg_int(c, "eos_token_id", 2)), n_kv++;
     fclose(m);
     FILE *f = fopen(out_path, "wb");
     if (!f)

@@ -22,6 +22,14 @@
  * 2-D weights are stored as `dt` (F32, F16, BF16 or a GGUF Q type; quantized with
  * backend/quant.c), 1-D tensors as F32. With dequant_twin, every 2-D weight is instead stored
  * as F32 holding dequant(quant(w, dt)): the same values the quantized file carries, in f32.
+ *
+ * With opts->vocab, a placeholder SentencePiece vocabulary (so llama.cpp, which refuses a model
+ * without one, loads the file): tokenizer.ggml.model "llama", vocab_size tokens: 0 "<unk>"
+ * (unknown), 1 "<s>" and 2 "</s>" (control; bos_token_id / eos_token_id are then 1 and 2,
+ * unknown_token_id 0), the byte tokens "<0x00>".."<0xFF>" (byte type; as many as fit), then
+ * normal filler tokens "<filler_N>" (N = the id); tokenizer.ggml.scores 0 for the specials and
+ * bytes, -N for the fillers; tokenizer.ggml.token_type per token. Needs vocab_size >= 16 (llama.cpp
+ * looks up the newline byte "<0x0A>", id 13).
  */
 #ifndef RP_TESTS_GGUF_WRITER_H
 #define RP_TESTS_GGUF_WRITER_H
@@ -35,6 +43,7 @@ typedef struct gguf_opts {
     const char *arch;  /* general.architecture to write instead of the config's (NULL: map) */
     int gemma_pattern; /* gemma3: write {arch}.attention.sliding_window_pattern (bool per
                         * layer, true = sliding) from layer_types */
+    int vocab;         /* write the placeholder vocabulary described above */
 } gguf_opts;
 int gguf_write_ex(const char *dir, rp_dtype dt, int dequant_twin, const char *out_path,
                   const gguf_opts *opts);
