@@ -82,6 +82,8 @@ typedef struct cpu_backend {
     int qx_pack;         /* repacked weights (first decode use) for the tile decode */
     int copy_16;         /* bf16 / f16 matrices copied into huge-page memory at load */
     rp_qx_packed_fn qx_packed; /* the tile decode: AVX-512 VNNI or AVX2 (kernels_qx86*.c) */
+    void (*qx_quant)(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                     float *s); /* its activations, vectorised (the same bits either way) */
     int qx_pf_view;      /* RAPID_CPU_QX=2: the AMX prefill reads the view, not the copy */
     uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
     size_t qx_cap;
@@ -170,6 +172,10 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     if (rp_cpu()->isa >= RP_ISA_AVX2) {
         b->dot = rp_attn_dot_avx2;
         b->axpy = rp_attn_axpy_avx2;
+        if (!b->ref && !b->exact) {
+            b->exp_sum = rp_attn_exp_sum_avx2;
+            b->silu = rp_silu_mul_avx2;
+        }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
         b->dot = rp_attn_dot_avx512;
@@ -199,6 +205,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
          * the AVX2 port of it (the same results) */
         b->qx_pack = on && rp_cpu()->isa >= RP_ISA_AVX2 && !(b->qx_dec && qx && qx[0] == '1');
         b->qx_packed = b->qx_dec ? rp_qx_packed_decode : rp_qx_packed_decode_avx2;
+        b->qx_quant = b->qx_dec ? rp_qx_quant_act : rp_qx_quant_act_avx2;
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
         b->qx_pf_view = qx && qx[0] == '2';
         /* 16-bit matrices copied out of the file's mapping into huge pages (RAPID_CPU_COPY16=0:
@@ -498,8 +505,8 @@ static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, floa
     return all_rows;
 }
 
-/* x quantized (rp_quant_act; vec: rp_qx_quant_act, natural order only) into the backend's
- * activation buffer, grown as needed. */
+/* x quantized (rp_quant_act; vec: the backend's qx_quant, natural order only) into the
+ * backend's activation buffer, grown as needed. */
 static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int even_odd,
                     int run64, int vec, rp_qact *xq)
 {
@@ -513,8 +520,8 @@ static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int ev
         b->act_cap = need;
     }
 #if defined(__x86_64__)
-    if (vec && !even_odd && cols % 64 == 0)
-        rp_qx_quant_act(x, n_tok, cols, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
+    if (vec && b->qx_quant && !even_odd && cols % 64 == 0)
+        b->qx_quant(x, n_tok, cols, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
     else
 #endif
         rp_quant_act(x, n_tok, cols, even_odd, run64, b->act_q, b->act_ds,
@@ -594,7 +601,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         return;
     }
     if (n_pk) {
-        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), b->qx_dec, &xq);
+        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), 1, &xq);
         matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k,
                          .qx_packed = b->qx_packed};
         memcpy(jp.packed, pk, sizeof pk);

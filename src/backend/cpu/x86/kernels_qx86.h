@@ -74,6 +74,10 @@ const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long t
  * bit-identical, s the same sums in another order (f32 rounding of a 32-term sum). */
 void rp_qx_quant_act(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
                      float *s);
+/* The same on AVX2 (kernels_qx86_avx2.c), bit-identical to rp_qx_quant_act: s summed in the
+ * AVX-512 reduction's order. */
+void rp_qx_quant_act_avx2(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                          float *s);
 
 /* Prefill: any quantized type but MXFP4, and bf16 (rows read in place), n_tok >=
  * RP_QX_MIN_TOKENS. x is packed once per call
