@@ -6,8 +6,9 @@
  *     thread does every token for its rows, so a weight row is read once per call, and a
  *     thread the OS deschedules does not hold the others up. rp_op_matmul_n (q/k/v,
  *     gate/up) is one such job over several matrices sharing one activation packing.
- *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
- *     that grows (single-threaded, before the fan-out) to the longest context seen.
+ *  2. Attention shares (token, KV head) pairs out through a counter (rp_pool_run_any); each
+ *     thread owns a scores buffer that grows (single-threaded, before the fan-out) to the
+ *     longest context seen.
  *  3. RoPE and the small elementwise ops run on the caller thread; a prefill's RMSNorm and
  *     SiLU gate (tokens x dim elements) are split over the pool (per element or row: the same
  *     values on any split).
@@ -175,6 +176,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         if (!b->ref && !b->exact) {
             b->exp_sum = rp_attn_exp_sum_avx2;
             b->silu = rp_silu_mul_avx2;
+            b->group = rp_attn_group_f32_avx2;
         }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
@@ -1196,6 +1198,7 @@ typedef struct pattn_job {
     cpu_backend *b;
     int layer;
     const rp_step_attn *a;
+    _Atomic long next; /* the next (row, KV head) item to take */
 } pattn_job;
 
 /* One (row of the step, KV head): the G = n_heads / n_kv_heads query heads that share the KV
@@ -1249,11 +1252,11 @@ static void pattn_part(void *p, int i, int n)
     pattn_job *j = p;
     cpu_backend *b = j->b;
     const rp_step_attn *a = j->a;
-    long n_items = (long)b->n_rows * a->n_kv_heads, lo, hi;
-    rp_pool_split(n_items, i, n, 1, &lo, &hi);
+    long n_items = (long)b->n_rows * a->n_kv_heads;
     float *scratch = b->scratch[i];
     int G = a->n_heads / a->n_kv_heads;
-    for (long k = lo; k < hi; k++) {
+    (void)n;
+    for (long k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         int r = (int)(k / a->n_kv_heads), kvh = (int)(k % a->n_kv_heads);
         if (!b->ref) {
             paged_group(b, j->layer, a, r, kvh, scratch);
@@ -1292,8 +1295,8 @@ static void cpu_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
     pattn_job j = {.b = b, .layer = layer, .a = a};
     if (work * a->n_heads < 4096)
         pattn_part(&j, 0, 1);
-    else
-        rp_pool_run(b->pool, pattn_part, &j);
+    else /* items from a counter: a descheduled thread holds no share back */
+        rp_pool_run_any(b->pool, pattn_part, &j);
 }
 
 static const rp_backend_vt g_cpu_vt = {

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/x86/kv_walk.h"
 
 float rp_attn_dot_avx2(const float *a, const float *b, int n)
 {
@@ -112,4 +113,107 @@ void rp_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n)
     }
     for (; i < n; i++)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+/* The 8 lanes' sums of 8 vectors: lane i of the result is the sum of a[i]'s lanes (pairs by
+ * hadd, then the two 128-bit halves). */
+static inline __m256 sum8x8(const __m256 a[8])
+{
+    __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                         _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
+/* The sum of a's lanes in sum8x8's order: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)). */
+static inline float sum8(__m256 a)
+{
+    __m128 h = _mm_hadd_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_hadd_ps(h, h);
+    return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_movehdup_ps(h));
+}
+
+/* A key row and a value row of head_dim 64 (256 bytes each) into the cache. */
+static inline void prefetch_rows(const float *k, const float *v)
+{
+    for (int o = 0; o < 64; o += 16) {
+        _mm_prefetch((const char *)(k + o), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + o), _MM_HINT_T0);
+    }
+}
+
+/* As rp_attn_group_f32_avx512 (the same contract), on 8 lanes: q.k 8 keys at a time (per key
+ * 8 chained fused multiply-adds, the lanes summed by sum8x8; a fixed order per key, so the
+ * scores stay batch-invariant), the softmax weights by rp_attn_exp_sum_avx2, and p.v per
+ * head with its 64 sums in 8 registers, key by key as rp_attn_axpy_avx2 adds them. On AVX2
+ * the generic loop called the dot product and the axpy once per key and head. */
+int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                           int j0, int n, const float *q, int G, float scale, const float *sinks,
+                           float *sc, float *out)
+{
+    int d = L->head_dim;
+    if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || n <= 0) return 0;
+    int j = 0, jp = 0;
+    kv_walk kw = kv_walk_at(L, table, layer, 0, j0, kvh);
+    kv_walk pk = kw, pv = kv_walk_at(L, table, layer, 1, j0, kvh);
+    /* A head's rows are n_kv_heads rows apart, so the hardware prefetchers miss them and
+     * they come from DRAM (the weights' stream evicted them): the key and value rows are
+     * prefetched ATT_PF keys ahead of the scores (a 1B-shape decode spent 70 us a layer in
+     * here at 4 GB/s) */
+    enum { ATT_PF = 16 };
+    for (; jp < n && jp < ATT_PF; jp++)
+        prefetch_rows(kv_walk_next(&pk), kv_walk_next(&pv));
+    for (; j + 8 <= n; j += 8) {
+        const float *k[8];
+        for (int jj = 0; jj < 8; jj++)
+            k[jj] = kv_walk_next(&kw);
+        for (int e = jp + 8; jp < n && jp < e; jp++)
+            prefetch_rows(kv_walk_next(&pk), kv_walk_next(&pv));
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * d;
+            __m256 acc[8];
+            for (int jj = 0; jj < 8; jj++) {
+                __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k[jj]));
+                for (int c = 1; c < 8; c++)
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k[jj] + 8 * c),
+                                        a);
+                acc[jj] = a;
+            }
+            _mm256_storeu_ps(sc + (size_t)g * n + j,
+                             _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)));
+        }
+    }
+    for (; j < n; j++) { /* the last keys one at a time, the same sum per key */
+        const float *k = kv_walk_next(&kw);
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * d;
+            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k));
+            for (int c = 1; c < 8; c++)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k + 8 * c), a);
+            sc[(size_t)g * n + j] = sum8(a) * scale;
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *p = sc + (size_t)g * n, mx = -INFINITY;
+        for (int i = 0; i < n; i++)
+            mx = p[i] > mx ? p[i] : mx;
+        float sink = sinks ? sinks[g] : -INFINITY;
+        mx = sink > mx ? sink : mx;
+        float inv = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx2(p, n, mx));
+        __m256 acc[8];
+        for (int c = 0; c < 8; c++)
+            acc[c] = _mm256_setzero_ps();
+        kv_walk vw = kv_walk_at(L, table, layer, 1, j0, kvh);
+        for (int i = 0; i < n; i++) {
+            const float *v = kv_walk_next(&vw);
+            __m256 pi = _mm256_set1_ps(p[i]);
+            for (int c = 0; c < 8; c++)
+                acc[c] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + 8 * c), acc[c]);
+        }
+        for (int c = 0; c < 8; c++)
+            _mm256_storeu_ps(out + (size_t)g * d + 8 * c,
+                             _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
+    }
+    return 1;
 }
