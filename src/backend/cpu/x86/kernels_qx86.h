@@ -7,8 +7,8 @@
  * rp_qx_repack are a buffer the caller allocates and owns). Threading: pure functions;
  * concurrent calls need distinct rowbuf / y rows. Errors: none; callers check *_fits first.
  * Only call with rp_cpu() reporting AVX-512 VNNI (decode) or AMX + AVX512-BF16 with the tile
- * state granted by rp_amx_enable (prefill); the repack (qx86_pack.c) and
- * rp_qx_packed_decode_avx2 need only AVX2.
+ * state granted by rp_amx_enable (prefill); the repack (qx86_pack.c),
+ * rp_qx_packed_decode_avx2 and rp_qx_quant_act_avx2 need only AVX2.
  */
 #ifndef RP_BACKEND_CPU_X86_KERNELS_QX86_H
 #define RP_BACKEND_CPU_X86_KERNELS_QX86_H
