@@ -146,6 +146,14 @@ void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out
  * partial sums combined in a fixed order. */
 float rp_attn_dot_avx2(const float *a, const float *b, int n);
 void rp_attn_axpy_avx2(float *y, float a, const float *x, int n);
+/* rp_attn_exp_sum_avx512 and rp_silu_mul_avx512 on 8 lanes: the same e^x and the same sum
+ * order, so the same bits. */
+float rp_attn_exp_sum_avx2(float *p, int n, float mx);
+void rp_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n);
+/* rp_attn_group_f32_avx512's contract on AVX2 (its own summation order, fixed per key). */
+int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                           int j0, int n, const float *q, int G, float scale,
+                           const float *sinks, float *sc, float *out);
 
 /* Plain-C references (src/backend/cpu/ref_ops.c): obvious loops, never optimised. */
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y);

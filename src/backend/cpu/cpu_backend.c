@@ -6,8 +6,9 @@
  *     thread does every token for its rows, so a weight row is read once per call, and a
  *     thread the OS deschedules does not hold the others up. rp_op_matmul_n (q/k/v,
  *     gate/up) is one such job over several matrices sharing one activation packing.
- *  2. Attention splits (token, head) pairs across threads; each thread owns a scores buffer
- *     that grows (single-threaded, before the fan-out) to the longest context seen.
+ *  2. Attention shares (token, KV head) pairs out through a counter (rp_pool_run_any); each
+ *     thread owns a scores buffer that grows (single-threaded, before the fan-out) to the
+ *     longest context seen.
  *  3. RoPE and the small elementwise ops run on the caller thread; a prefill's RMSNorm and
  *     SiLU gate (tokens x dim elements) are split over the pool (per element or row: the same
  *     values on any split).
@@ -82,6 +83,8 @@ typedef struct cpu_backend {
     int qx_pack;         /* repacked weights (first decode use) for the tile decode */
     int copy_16;         /* bf16 / f16 matrices copied into huge-page memory at load */
     rp_qx_packed_fn qx_packed; /* the tile decode: AVX-512 VNNI or AVX2 (kernels_qx86*.c) */
+    void (*qx_quant)(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                     float *s); /* its activations, vectorised (the same bits either way) */
     int qx_pf_view;      /* RAPID_CPU_QX=2: the AMX prefill reads the view, not the copy */
     uint16_t *qx_x;      /* bf16-packed activations (rp_qx_pack_bf16) */
     size_t qx_cap;
@@ -170,6 +173,11 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
     if (rp_cpu()->isa >= RP_ISA_AVX2) {
         b->dot = rp_attn_dot_avx2;
         b->axpy = rp_attn_axpy_avx2;
+        if (!b->ref && !b->exact) {
+            b->exp_sum = rp_attn_exp_sum_avx2;
+            b->silu = rp_silu_mul_avx2;
+            b->group = rp_attn_group_f32_avx2;
+        }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
         b->dot = rp_attn_dot_avx512;
@@ -199,6 +207,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
          * the AVX2 port of it (the same results) */
         b->qx_pack = on && rp_cpu()->isa >= RP_ISA_AVX2 && !(b->qx_dec && qx && qx[0] == '1');
         b->qx_packed = b->qx_dec ? rp_qx_packed_decode : rp_qx_packed_decode_avx2;
+        b->qx_quant = b->qx_dec ? rp_qx_quant_act : rp_qx_quant_act_avx2;
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
         b->qx_pf_view = qx && qx[0] == '2';
         /* 16-bit matrices copied out of the file's mapping into huge pages (RAPID_CPU_COPY16=0:
@@ -498,8 +507,8 @@ static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, floa
     return all_rows;
 }
 
-/* x quantized (rp_quant_act; vec: rp_qx_quant_act, natural order only) into the backend's
- * activation buffer, grown as needed. */
+/* x quantized (rp_quant_act; vec: the backend's qx_quant, natural order only) into the
+ * backend's activation buffer, grown as needed. */
 static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int even_odd,
                     int run64, int vec, rp_qact *xq)
 {
@@ -513,8 +522,8 @@ static void quant_x(cpu_backend *b, const float *x, int n_tok, long cols, int ev
         b->act_cap = need;
     }
 #if defined(__x86_64__)
-    if (vec && !even_odd && cols % 64 == 0)
-        rp_qx_quant_act(x, n_tok, cols, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
+    if (vec && b->qx_quant && !even_odd && cols % 64 == 0)
+        b->qx_quant(x, n_tok, cols, run64, b->act_q, b->act_ds, b->act_ds + need / 32);
     else
 #endif
         rp_quant_act(x, n_tok, cols, even_odd, run64, b->act_q, b->act_ds,
@@ -594,7 +603,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         return;
     }
     if (n_pk) {
-        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), b->qx_dec, &xq);
+        quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), 1, &xq);
         matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k,
                          .qx_packed = b->qx_packed};
         memcpy(jp.packed, pk, sizeof pk);
@@ -1189,6 +1198,7 @@ typedef struct pattn_job {
     cpu_backend *b;
     int layer;
     const rp_step_attn *a;
+    _Atomic long next; /* the next (row, KV head) item to take */
 } pattn_job;
 
 /* One (row of the step, KV head): the G = n_heads / n_kv_heads query heads that share the KV
@@ -1242,11 +1252,11 @@ static void pattn_part(void *p, int i, int n)
     pattn_job *j = p;
     cpu_backend *b = j->b;
     const rp_step_attn *a = j->a;
-    long n_items = (long)b->n_rows * a->n_kv_heads, lo, hi;
-    rp_pool_split(n_items, i, n, 1, &lo, &hi);
+    long n_items = (long)b->n_rows * a->n_kv_heads;
     float *scratch = b->scratch[i];
     int G = a->n_heads / a->n_kv_heads;
-    for (long k = lo; k < hi; k++) {
+    (void)n;
+    for (long k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
         int r = (int)(k / a->n_kv_heads), kvh = (int)(k % a->n_kv_heads);
         if (!b->ref) {
             paged_group(b, j->layer, a, r, kvh, scratch);
@@ -1285,8 +1295,8 @@ static void cpu_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
     pattn_job j = {.b = b, .layer = layer, .a = a};
     if (work * a->n_heads < 4096)
         pattn_part(&j, 0, 1);
-    else
-        rp_pool_run(b->pool, pattn_part, &j);
+    else /* items from a counter: a descheduled thread holds no share back */
+        rp_pool_run_any(b->pool, pattn_part, &j);
 }
 
 static const rp_backend_vt g_cpu_vt = {

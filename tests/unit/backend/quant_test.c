@@ -23,8 +23,9 @@
  *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
  *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly). The backend
  *    packs on a weight's first decode matmul (not on rp_backend_weight or rp_op_embed) and
- *    repacks a weight given again at the same address. Their activations (rp_qx_quant_act):
- *    codes and scales bit-identical to rp_quant_act's, run sums within 32 f32 roundings. The
+ *    repacks a weight given again at the same address. Their activations (rp_qx_quant_act,
+ *    rp_qx_quant_act_avx2): codes and scales bit-identical to rp_quant_act's, run sums within
+ *    32 f32 roundings, the AVX2 and AVX-512 ones the same bits. The
  *    AMX prefill from a packed copy gives the view's results bit for bit (7.'s shapes).
  */
 #include <criterion/criterion.h>
@@ -662,24 +663,28 @@ Test(quant, backend_repacked_weights_match_reference)
     rp_backend_free(ref);
 }
 
-/* rp_qx_quant_act (the tile kernels' activations) against rp_quant_act: q and d
- * bit-identical, each run's sum s within 32 f32 roundings of sum |x| (another order). */
+/* rp_qx_quant_act (the tile kernels' activations; AVX-512) and rp_qx_quant_act_avx2 against
+ * rp_quant_act: q and d bit-identical, each run's sum s within 32 f32 roundings of sum |x|
+ * (another order); the two vector ones bit-identical, s included, where both run. */
 Test(quant, qx86_quant_act_matches_reference)
 {
-    if (!(rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni)) {
-        cr_skip_test("no AVX-512 VNNI on this CPU: rp_qx_quant_act is not checked");
+    int avx512 = rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_avx512_vnni;
+    if (rp_cpu()->isa < RP_ISA_AVX2) {
+        cr_skip_test("no AVX2 on this CPU: rp_qx_quant_act_avx2 is not checked");
     }
     int n_tok = 3;
     long cols = 1024;
     float *x = rp_alloc(sizeof(float) * (size_t)n_tok * (size_t)cols);
     int8_t *q = rp_alloc((size_t)n_tok * (size_t)cols), *qr = rp_alloc((size_t)n_tok * (size_t)cols);
+    int8_t *q2 = rp_alloc((size_t)n_tok * (size_t)cols);
     float *ds = rp_alloc(sizeof(float) * 2 * (size_t)n_tok * (size_t)(cols / 32));
     float *dsr = rp_alloc(sizeof(float) * 2 * (size_t)n_tok * (size_t)(cols / 32));
+    float *ds2 = rp_alloc(sizeof(float) * 2 * (size_t)n_tok * (size_t)(cols / 32));
     for (long i = 0; i < n_tok * cols; i++) /* mixed magnitudes, a zero run, exact halves */
         x[i] = i / 32 == 5 ? 0.0f : i % 97 == 0 ? 0.5f * (float)(i % 7) : frand() * (1 + i % 5);
     long nrun = n_tok * cols / 32;
     for (int run64 = 0; run64 <= 1; run64++) {
-        rp_qx_quant_act(x, n_tok, cols, run64, q, ds, ds + nrun);
+        rp_qx_quant_act_avx2(x, n_tok, cols, run64, q, ds, ds + nrun);
         rp_quant_act(x, n_tok, cols, 0, run64, qr, dsr, dsr + nrun);
         cr_assert_eq(memcmp(q, qr, (size_t)n_tok * (size_t)cols), 0, "codes (run64 %d)", run64);
         cr_assert_eq(memcmp(ds, dsr, sizeof(float) * (size_t)(run64 ? nrun / 2 : nrun)), 0,
@@ -691,12 +696,22 @@ Test(quant, qx86_quant_act_matches_reference)
             cr_assert_leq(fabs(ds[nrun + k] - dsr[nrun + k]), 32 * 6e-8 * mag + 1e-30,
                           "run sum %ld", k);
         }
+        if (avx512) {
+            rp_qx_quant_act(x, n_tok, cols, run64, q2, ds2, ds2 + nrun);
+            cr_assert_eq(memcmp(q, q2, (size_t)n_tok * (size_t)cols), 0, "avx2 vs avx512 codes");
+            cr_assert_eq(memcmp(ds, ds2, sizeof(float) * (size_t)(run64 ? nrun / 2 : nrun)), 0,
+                         "avx2 vs avx512 scales");
+            cr_assert_eq(memcmp(ds + nrun, ds2 + nrun, sizeof(float) * (size_t)nrun), 0,
+                         "avx2 vs avx512 run sums");
+        }
     }
     rp_free(x);
     rp_free(q);
     rp_free(qr);
+    rp_free(q2);
     rp_free(ds);
     rp_free(dsr);
+    rp_free(ds2);
 }
 
 /* The packed copy is made on a weight's first decode matmul, not by rp_backend_weight, so a

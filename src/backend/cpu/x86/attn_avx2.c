@@ -2,8 +2,10 @@
  * but no AVX-512 (attn_avx512.c has the 16-lane ones and the rest of the attention's loops).
  * Compiled with the AVX2 flags; chosen at run time. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/x86/kv_walk.h"
 
 float rp_attn_dot_avx2(const float *a, const float *b, int n)
 {
@@ -34,4 +36,184 @@ void rp_attn_axpy_avx2(float *y, float a, const float *x, int n)
                          _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
         y[i] += a * x[i];
+}
+
+/* e^x for 8 lanes, the same arithmetic as attn_avx512.c's exp16 (so the same bits): x = n ln 2
+ * + r with ln 2 in two parts, e^r by the degree-7 Taylor polynomial, times 2^n. AVX2 has no
+ * VSCALEFPS: 2^n is two exponent-field powers 2^n1 x 2^n2 (n1 = floor(n / 2), each within
+ * the normal range for the clamped x), and p x 2^n1 is exact, so the one rounding is the
+ * last product's, as in VSCALEFPS (denormal results included). */
+static inline __m256 exp8(__m256 x)
+{
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(89.0f)), _mm256_set1_ps(-104.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i ni = _mm256_cvtps_epi32(n); /* -150 .. 129 */
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+float rp_attn_exp_sum_avx2(float *p, int n, float mx)
+{
+    __m256 m = _mm256_set1_ps(mx), acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) { /* acc0 / acc1: the AVX-512 accumulator's low / high lanes */
+        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
+        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j + 8), m));
+        _mm256_storeu_ps(p + j, e0);
+        _mm256_storeu_ps(p + j + 8, e1);
+        acc0 = _mm256_add_ps(acc0, e0);
+        acc1 = _mm256_add_ps(acc1, e1);
+    }
+    if (j < n) { /* the tail as one 16-lane step with zeros past n */
+        float t[16] = {0};
+        int k = n - j;
+        for (int i = 0; i < k; i++)
+            t[i] = p[j + i];
+        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), m));
+        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t + 8), m));
+        _mm256_storeu_ps(t, e0);
+        _mm256_storeu_ps(t + 8, e1);
+        for (int i = 0; i < 16; i++)
+            t[i] = i < k ? t[i] : 0.0f;
+        for (int i = 0; i < k; i++)
+            p[j + i] = t[i];
+        acc0 = _mm256_add_ps(acc0, _mm256_loadu_ps(t));
+        acc1 = _mm256_add_ps(acc1, _mm256_loadu_ps(t + 8));
+    }
+    /* the AVX-512 reduce's order: halves, then quarters, then pairs */
+    __m256 h = _mm256_add_ps(acc1, acc0);
+    __m128 q = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+    q = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_shuffle_ps(q, q, 1));
+}
+
+void rp_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n)
+{
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 s =
+            _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++)
+        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+/* The 8 lanes' sums of 8 vectors: lane i of the result is the sum of a[i]'s lanes (pairs by
+ * hadd, then the two 128-bit halves). */
+static inline __m256 sum8x8(const __m256 a[8])
+{
+    __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                         _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
+/* The sum of a's lanes in sum8x8's order: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)). */
+static inline float sum8(__m256 a)
+{
+    __m128 h = _mm_hadd_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_hadd_ps(h, h);
+    return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_movehdup_ps(h));
+}
+
+/* A key row and a value row of head_dim 64 (256 bytes each) into the cache. */
+static inline void prefetch_rows(const float *k, const float *v)
+{
+    for (int o = 0; o < 64; o += 16) {
+        _mm_prefetch((const char *)(k + o), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + o), _MM_HINT_T0);
+    }
+}
+
+/* As rp_attn_group_f32_avx512 (the same contract), on 8 lanes: q.k 8 keys at a time (per key
+ * 8 chained fused multiply-adds, the lanes summed by sum8x8; a fixed order per key, so the
+ * scores stay batch-invariant), the softmax weights by rp_attn_exp_sum_avx2, and p.v per
+ * head with its 64 sums in 8 registers, key by key as rp_attn_axpy_avx2 adds them. On AVX2
+ * the generic loop called the dot product and the axpy once per key and head. */
+int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                           int j0, int n, const float *q, int G, float scale, const float *sinks,
+                           float *sc, float *out)
+{
+    int d = L->head_dim;
+    if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || n <= 0) return 0;
+    int j = 0, jp = 0;
+    kv_walk kw = kv_walk_at(L, table, layer, 0, j0, kvh);
+    kv_walk pk = kw, pv = kv_walk_at(L, table, layer, 1, j0, kvh);
+    /* A head's rows are n_kv_heads rows apart, so the hardware prefetchers miss them and
+     * they come from DRAM (the weights' stream evicted them): the key and value rows are
+     * prefetched ATT_PF keys ahead of the scores (a 1B-shape decode spent 70 us a layer in
+     * here at 4 GB/s) */
+    enum { ATT_PF = 16 };
+    for (; jp < n && jp < ATT_PF; jp++)
+        prefetch_rows(kv_walk_next(&pk), kv_walk_next(&pv));
+    for (; j + 8 <= n; j += 8) {
+        const float *k[8];
+        for (int jj = 0; jj < 8; jj++)
+            k[jj] = kv_walk_next(&kw);
+        for (int e = jp + 8; jp < n && jp < e; jp++)
+            prefetch_rows(kv_walk_next(&pk), kv_walk_next(&pv));
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * d;
+            __m256 acc[8];
+            for (int jj = 0; jj < 8; jj++) {
+                __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k[jj]));
+                for (int c = 1; c < 8; c++)
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k[jj] + 8 * c),
+                                        a);
+                acc[jj] = a;
+            }
+            _mm256_storeu_ps(sc + (size_t)g * n + j,
+                             _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)));
+        }
+    }
+    for (; j < n; j++) { /* the last keys one at a time, the same sum per key */
+        const float *k = kv_walk_next(&kw);
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * d;
+            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k));
+            for (int c = 1; c < 8; c++)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k + 8 * c), a);
+            sc[(size_t)g * n + j] = sum8(a) * scale;
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *p = sc + (size_t)g * n, mx = -INFINITY;
+        for (int i = 0; i < n; i++)
+            mx = p[i] > mx ? p[i] : mx;
+        float sink = sinks ? sinks[g] : -INFINITY;
+        mx = sink > mx ? sink : mx;
+        float inv = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx2(p, n, mx));
+        __m256 acc[8];
+        for (int c = 0; c < 8; c++)
+            acc[c] = _mm256_setzero_ps();
+        kv_walk vw = kv_walk_at(L, table, layer, 1, j0, kvh);
+        for (int i = 0; i < n; i++) {
+            const float *v = kv_walk_next(&vw);
+            __m256 pi = _mm256_set1_ps(p[i]);
+            for (int c = 0; c < 8; c++)
+                acc[c] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + 8 * c), acc[c]);
+        }
+        for (int c = 0; c < 8; c++)
+            _mm256_storeu_ps(out + (size_t)g * d + 8 * c,
+                             _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
+    }
+    return 1;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/x86/kv_walk.h"
 #include "backend/cpu/x86/qx86_inline.h"
 
 float rp_attn_dot_avx512(const float *a, const float *b, int n)
@@ -139,43 +140,6 @@ void rp_silu_mul_avx512(float *out, const float *gate, const float *up, int64_t 
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-
-/* Rows of one KV head at consecutive positions: the next row is n_kv_heads rows on within a
- * block, the block table's next block at a block's end (no division per row). */
-typedef struct kv_walk {
-    const rp_kv_layout *L;
-    const int32_t *table;
-    int layer, v, head, pos, left; /* left: rows before the block's end */
-    const char *p;
-} kv_walk;
-
-static inline kv_walk kv_walk_at(const rp_kv_layout *L, const int32_t *table, int layer, int v,
-                                 int pos, int head)
-{
-    return (kv_walk){.L = L,
-                     .table = table,
-                     .layer = layer,
-                     .v = v,
-                     .head = head,
-                     .pos = pos,
-                     .left = L->block_tokens - pos % L->block_tokens,
-                     .p = rp_kv_row_at(L, table, layer, v, pos, head)};
-}
-
-/* The row at the walk's position, then a step to the next one (a block's first row is looked
- * up only when it is reached, so the table is never read past the last row asked for). */
-static inline const float *kv_walk_next(kv_walk *w)
-{
-    if (w->left == 0) {
-        w->left = w->L->block_tokens;
-        w->p = rp_kv_row_at(w->L, w->table, w->layer, w->v, w->pos, w->head);
-    }
-    const float *r = (const float *)w->p;
-    w->pos++;
-    w->left--;
-    w->p += (size_t)w->L->n_kv_heads * w->L->row_bytes;
-    return r;
-}
 
 /* p * v over n value rows for GC heads of D16 x 16 dims, the sums in registers (GC * D16 <= 16
  * accumulators); per head the same fused multiply-adds, key by key, as rp_attn_axpy_avx512. */

@@ -7,8 +7,8 @@
  * rp_qx_repack are a buffer the caller allocates and owns). Threading: pure functions;
  * concurrent calls need distinct rowbuf / y rows. Errors: none; callers check *_fits first.
  * Only call with rp_cpu() reporting AVX-512 VNNI (decode) or AMX + AVX512-BF16 with the tile
- * state granted by rp_amx_enable (prefill); the repack (qx86_pack.c) and
- * rp_qx_packed_decode_avx2 need only AVX2.
+ * state granted by rp_amx_enable (prefill); the repack (qx86_pack.c),
+ * rp_qx_packed_decode_avx2 and rp_qx_quant_act_avx2 need only AVX2.
  */
 #ifndef RP_BACKEND_CPU_X86_KERNELS_QX86_H
 #define RP_BACKEND_CPU_X86_KERNELS_QX86_H
@@ -74,6 +74,10 @@ const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long t
  * bit-identical, s the same sums in another order (f32 rounding of a 32-term sum). */
 void rp_qx_quant_act(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
                      float *s);
+/* The same on AVX2 (kernels_qx86_avx2.c), bit-identical to rp_qx_quant_act: s summed in the
+ * AVX-512 reduction's order. */
+void rp_qx_quant_act_avx2(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                          float *s);
 
 /* Prefill: any quantized type but MXFP4, and bf16 (rows read in place), n_tok >=
  * RP_QX_MIN_TOKENS. x is packed once per call

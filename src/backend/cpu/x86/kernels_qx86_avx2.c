@@ -295,3 +295,59 @@ void rp_qx_packed_decode_avx2(const rp_tensor *w, const void *packed, long r0, l
         return;
     }
 }
+
+/* The sum of 32 floats in _mm512_reduce_add_ps's order over two 16-lane halves (v0 + v1,
+ * then 8, 4, 2 lanes): rp_qx_quant_act's run sums, bit for bit. */
+A2 float a2_sum32(const float *p)
+{
+    __m256 h = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(p + 8), _mm256_loadu_ps(p + 24)),
+                             _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 16)));
+    __m128 q = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+    q = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_shuffle_ps(q, q, 1));
+}
+
+/* n32 x 32 floats at p scaled by id, rounded to nearest even, into n32 x 32 int8 at q
+ * (|p x id| <= 127: no saturation happens). */
+A2 void a2_round_i8(const float *p, int n32, __m256 id, int8_t *q)
+{
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int b = 0; b < n32; b++) {
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 32 * b), id));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 32 * b + 8), id));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 32 * b + 16), id));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 32 * b + 24), id));
+        /* the packs work per 128-bit lane: 4-byte groups come out as 0 2 4 6 1 3 5 7 */
+        __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_permutevar8x32_epi32(v, order));
+    }
+}
+
+A2 float a2_amax(const float *p, int n)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8)
+        m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(p + i), abs));
+    __m128 h = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+void rp_qx_quant_act_avx2(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
+                          float *s)
+{
+    long nrun = cols / 32, per = run64 ? 64 : 32;
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * cols;
+        for (long k = 0; k < nrun; k++)
+            s[(long)t * nrun + k] = a2_sum32(xt + 32 * k);
+        for (long k = 0; k < cols / per; k++) {
+            const float *p = xt + per * k;
+            float amax = a2_amax(p, (int)per);
+            a2_round_i8(p, (int)(per / 32), _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f),
+                        q + (long)t * cols + per * k);
+            d[(long)t * (cols / per) + k] = amax / 127.0f;
+        }
+    }
+}
