@@ -65,6 +65,12 @@ typedef void (*rp_qx_packed_fn)(const rp_tensor *w, const void *packed, long r0,
  * order, so the same results as rp_qx_packed_decode, bit for bit. */
 void rp_qx_packed_decode_avx2(const rp_tensor *w, const void *packed, long r0, long r1,
                               const rp_qact *a, int n_tok, float *y);
+/* Prefill on AVX2 (kernels_qx86_prefill_avx2.c): the same arguments and results as
+ * rp_qx_packed_decode_avx2, bit for bit, in passes of up to 6 tokens over half a tile; faster
+ * from RP_QX_AVX2_PREFILL_MIN tokens. */
+#define RP_QX_AVX2_PREFILL_MIN 6
+void rp_qx_packed_prefill_avx2(const rp_tensor *w, const void *packed, long r0, long r1,
+                               const rp_qact *a, int n_tok, float *y);
 /* Tile `tile`'s 64-column block kb in a packed copy: its 1024 bytes of codes, and (*scales)
  * its group's scales (MLX: scales then biases, GGUF: the two 32-blocks' d, tile rows each). */
 const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long tile, long kb,
