@@ -1,10 +1,10 @@
 /* backend/cpu/x86/kernels_avx2.c - AVX2+FMA+F16C matmul kernels for f32, f16, bf16 and MXFP4
  * weights.
  *
- * Register tiles of 3 rows x 4 tokens (decode: 4 rows x 1), 8 lanes wide (each row's weights converted once per 8
- * columns, each token's activations loaded once for the 3 rows); the column tail (cols % 8) is
- * finished in scalar code. Each (row, token) sum is the same sequence of FMAs whatever the
- * tile, so the tiling changes no result.
+ * Register tiles of 3 rows x 4 tokens (decode: 4 rows x 1), 8 lanes wide (each row's weights
+ * converted once per 8 columns, each token's activations loaded once for the 3 rows); the column
+ * tail (cols % 8) is finished in scalar code. Each (row, token) sum is the same sequence of FMAs
+ * whatever the tile, so the tiling changes no result.
  */
 #include <immintrin.h>
 #include <math.h>

@@ -3,17 +3,22 @@
  * rp_qx_packed_prefill_avx2, MLX4 / MLX8 / Q4_0 / Q8_0.
  *
  * The tile decode (kernels_qx86_avx2.c) unpacks each 64-byte chunk of codes (16 rows x 4
- * consecutive k) into 4 nibble vectors and runs 2 tokens over them: 8 int16 accumulators, the
- * 4 code vectors and a broadcast fill AVX2's 16 registers, so the unpacking (load, and, shift,
- * and) and the loop overhead are paid once per 2 tokens and the core's two VPMADDUBSW pipes
- * wait on them. A prefill has many tokens per weight, so here a pass takes one 32-byte half of
- * each chunk (rows 8h .. 8h + 7 of the 16), unpacks it into 2 nibble vectors and runs up to
- * PF_NT = 6 tokens over them: 12 int16 accumulators + 2 code vectors + a broadcast, the mask
- * a memory operand. Per VPMADDUBSW (32 multiply-adds) that leaves one VPADDW and a quarter of
- * an unpacking op: on Zen 3 (2 VPMADDUBSW a cycle, 4 vector pipes) VPMADDUBSW + VPADDW pairs
- * measured 1.7 a cycle from registers, the ceiling of this loop; the decode's 2-token loop
- * adds 0.75 unpacking ops per pair. A tile is read twice per token block (one pass per half);
- * the thread's rows (a work item, at most 256) are re-read from L2 for each block of tokens.
+ * consecutive k) into 4 nibble vectors and runs 2 tokens over them (8 int16 accumulators, the
+ * 4 code vectors and a broadcast fill AVX2's 16 registers), so per VPMADDUBSW + VPADDW pair
+ * (32 multiply-adds) it adds a whole op of unpacking (load, and, shift, and) and broadcast.
+ * A prefill has many tokens per weight, so here a pass takes one 32-byte half of each chunk
+ * (rows 8h .. 8h + 7 of the 16), unpacks it into 2 nibble vectors and runs PF_NT = 6 tokens
+ * over them: 12 int16 accumulators + 2 code vectors + a broadcast + a product, the mask a
+ * memory operand; 0.75 ops of unpacking and broadcast per pair. A tile is read twice per
+ * token block (one pass per half); the thread's rows (a work item, at most 256) are re-read
+ * from L2 for each block of tokens.
+ *
+ * Measured on a Zen 3 (2 VPMADDUBSW a cycle, 4 vector pipes; cycles at the 3.05 GHz of a
+ * dependent-add loop): VPMADDUBSW alone 2.1 a cycle, VPMADDUBSW + VPADDW pairs from registers
+ * 1.7 (the ceiling: 54 multiply-adds a cycle), this inner loop alone 1.46 pairs, the whole
+ * kernel 1.0 (Q4_0, one thread, 2048 x 2048 x 128 tokens; the decode kernel 0.77): the rest
+ * is the per-block f32 work the bit-exact contract fixes (about 18% with it removed) and the
+ * int16 to int32 widening.
  *
  * The integer sums are the decode kernel's (the same nibbles, the same int16 groups of 8
  * chunks with the same bound: VPMADDUBSW pairs of nibble x int8 <= 2 x 15 x 128, 8 chunks
@@ -32,7 +37,7 @@
 
 #define P2 static inline __attribute__((always_inline))
 
-/* Tokens per pass: 2 x PF_NT int16 accumulators, 2 code vectors and a broadcast in registers. */
+/* Tokens per pass: 2 x PF_NT int16 sums, 2 code vectors, a broadcast and a product in registers */
 #define PF_NT 6
 
 /* 8 scales or biases (f32, f16 or bf16) from p as f32 (as kernels_qx86_avx2.c's a2_load_sc) */
@@ -51,33 +56,33 @@ P2 __m256 pf_load_sc(rp_dtype sdt, const uint8_t *p)
  * In asm because GCC, given this in intrinsics, keeps half the 12 accumulators on the stack:
  * the 16 registers are exactly enough (12 sums, 2 code vectors, a broadcast and a product;
  * the mask a memory operand). */
-#define PF_TOK(x, l, h)                                                                       \
-    "vpbroadcastd " x ", %[b]\n\t"                                                             \
-    "vpmaddubsw %[b], %[c0], %[p]\n\t"                                                         \
-    "vpaddw %[p], %[" l "], %[" l "]\n\t"                                                      \
-    "vpmaddubsw %[b], %[c1], %[p]\n\t"                                                         \
+#define PF_TOK(x, l, h)                                                                            \
+    "vpbroadcastd " x ", %[b]\n\t"                                                                 \
+    "vpmaddubsw %[b], %[c0], %[p]\n\t"                                                             \
+    "vpaddw %[p], %[" l "], %[" l "]\n\t"                                                          \
+    "vpmaddubsw %[b], %[c1], %[p]\n\t"                                                             \
     "vpaddw %[p], %[" h "], %[" h "]\n\t"
 /* the first chunk's products are the sums: no zeroing, no add */
-#define PF_TOK0(x, l, h)                                                                      \
-    "vpbroadcastd " x ", %[b]\n\t"                                                             \
-    "vpmaddubsw %[b], %[c0], %[" l "]\n\t"                                                     \
+#define PF_TOK0(x, l, h)                                                                           \
+    "vpbroadcastd " x ", %[b]\n\t"                                                                 \
+    "vpmaddubsw %[b], %[c0], %[" l "]\n\t"                                                         \
     "vpmaddubsw %[b], %[c1], %[" h "]\n\t"
-#define PF_CHUNK(tok, co, xo)                                                                 \
-    "vmovdqa " co "(%[cp]), %[c0]\n\t"                                                         \
-    "vpsrlw $4, %[c0], %[c1]\n\t"                                                              \
-    "vpand %[m4], %[c0], %[c0]\n\t"                                                            \
-    "vpand %[m4], %[c1], %[c1]\n\t" tok(xo "(%[xa])", "l0", "h0")                              \
-        tok(xo "(%[xa],%[st])", "l1", "h1") tok(xo "(%[xa],%[st],2)", "l2", "h2")              \
-            tok(xo "(%[xb])", "l3", "h3") tok(xo "(%[xb],%[st])", "l4", "h4")                  \
+#define PF_CHUNK(tok, co, xo)                                                                      \
+    "vmovdqa " co "(%[cp]), %[c0]\n\t"                                                             \
+    "vpsrlw $4, %[c0], %[c1]\n\t"                                                                  \
+    "vpand %[m4], %[c0], %[c0]\n\t"                                                                \
+    "vpand %[m4], %[c1], %[c1]\n\t" tok(xo "(%[xa])", "l0", "h0")                                  \
+        tok(xo "(%[xa],%[st])", "l1", "h1") tok(xo "(%[xa],%[st],2)", "l2", "h2")                  \
+            tok(xo "(%[xb])", "l3", "h3") tok(xo "(%[xb],%[st])", "l4", "h4")                      \
                 tok(xo "(%[xb],%[st],2)", "l5", "h5")
 P2 void pf_chunks6(const uint8_t *cp, const int8_t *xa, const int8_t *xb, long st,
                    const __m256i *m4, __m256i lo[6], __m256i hi[6])
 {
     __m256i c0, c1, b, p;
-    __asm__(PF_CHUNK(PF_TOK0, "0", "0") PF_CHUNK(PF_TOK, "64", "4")
-                PF_CHUNK(PF_TOK, "128", "8") PF_CHUNK(PF_TOK, "192", "12")
-                    PF_CHUNK(PF_TOK, "256", "16") PF_CHUNK(PF_TOK, "320", "20")
-                        PF_CHUNK(PF_TOK, "384", "24") PF_CHUNK(PF_TOK, "448", "28")
+    __asm__(PF_CHUNK(PF_TOK0, "0", "0") PF_CHUNK(PF_TOK, "64", "4") PF_CHUNK(PF_TOK, "128", "8")
+                PF_CHUNK(PF_TOK, "192", "12") PF_CHUNK(PF_TOK, "256", "16")
+                    PF_CHUNK(PF_TOK, "320", "20") PF_CHUNK(PF_TOK, "384", "24")
+                        PF_CHUNK(PF_TOK, "448", "28")
             : [l0] "=&x"(lo[0]), [l1] "=&x"(lo[1]), [l2] "=&x"(lo[2]), [l3] "=&x"(lo[3]),
               [l4] "=&x"(lo[4]), [l5] "=&x"(lo[5]), [h0] "=&x"(hi[0]), [h1] "=&x"(hi[1]),
               [h2] "=&x"(hi[2]), [h3] "=&x"(hi[3]), [h4] "=&x"(hi[4]), [h5] "=&x"(hi[5]),
@@ -116,7 +121,8 @@ P2 void pf_dots(const uint8_t *wp, const int8_t *xq, long st, const int hh, cons
  * acc[j][v]: pf_dots's row vectors. As a2_mlx_tile per (row, token): per 64-block
  * acc += f32(int sum) x (scale x activation scale); per group acc += bias x group sum. */
 P2 void pf_mlx_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
-                    const float (*xg)[QX_MAX_GROUPS], const int hh, const int bits, __m256 acc[PF_NT][2])
+                    const float (*xg)[QX_MAX_GROUPS], const int hh, const int bits,
+                    __m256 acc[PF_NT][2])
 {
     long cols = (long)w->shape[1], ng = pk_n_groups(w), nb = cols / 64;
     const int nv = bits == 4 ? 2 : 1, tr = bits == 4 ? 32 : 16;
@@ -132,8 +138,7 @@ P2 void pf_mlx_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
         for (int b = 0; b < bpg; b++) {
             long kb = g * bpg + b;
             __m256i s[PF_NT][2][2];
-            pf_dots(gp + (size_t)b * PK_BLOCK, a->q + (long)t * cols + 64 * kb, cols, hh, bits,
-                    s);
+            pf_dots(gp + (size_t)b * PK_BLOCK, a->q + (long)t * cols + 64 * kb, cols, hh, bits, s);
             __m256 sc[2];
 #pragma GCC unroll 2
             for (int v = 0; v < nv; v++)
@@ -163,7 +168,8 @@ P2 void pf_mlx_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
  * 128), as a2_gg_tile per (row, token): per 32-block, Q4_0 u = f32(sum) x dx - 8 x (run sum of
  * x), Q8_0 u = f32(sum - 128 x int8 run sum) x dx; acc += d_w x u. */
 P2 void pf_gg_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int t,
-                   const int32_t (*xs)[QX_MAX_BLOCKS], const int hh, const int bits, __m256 acc[PF_NT][2])
+                   const int32_t (*xs)[QX_MAX_BLOCKS], const int hh, const int bits,
+                   __m256 acc[PF_NT][2])
 {
     long cols = (long)w->shape[1], ng = cols / 64, nrun = cols / 32;
     const int nv = bits == 4 ? 2 : 1, tr = bits == 4 ? 32 : 16;
@@ -196,8 +202,8 @@ P2 void pf_gg_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int 
                     }
                 } else {
                     __m256i corr = _mm256_set1_epi32(xs[j][2 * g + b]);
-                    __m256 u = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(_mm256_sub_epi32(s[j][b][0], corr)), dxb);
+                    __m256 u =
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[j][b][0], corr)), dxb);
                     acc[j][0] = _mm256_fmadd_ps(d[0], u, acc[j][0]);
                 }
             }
@@ -206,9 +212,9 @@ P2 void pf_gg_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int 
 }
 
 /* Tiles of rows [r0, r1) x 6 tokens from t, both halves of each; kind: the weight dtype. */
-P2 void pf_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a,
-                int t, const float (*xg)[QX_MAX_GROUPS], const int32_t (*xs)[QX_MAX_BLOCKS],
-                float *y, const rp_dtype kind)
+P2 void pf_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a, int t,
+                const float (*xg)[QX_MAX_GROUPS], const int32_t (*xs)[QX_MAX_BLOCKS], float *y,
+                const rp_dtype kind)
 {
     long rows = (long)w->shape[0];
     const int bits = kind == RP_DT_MLX4 || kind == RP_DT_Q4_0 ? 4 : 8;
@@ -259,8 +265,10 @@ P2 void pf_prefill(const rp_tensor *w, const uint8_t *pk, long r0, long r1, cons
     }
     if (t < n_tok) {
         long cols = (long)w->shape[1], nd = a->run64 ? cols / 64 : cols / 32;
-        rp_qact rest = {.q = a->q + (long)t * cols, .d = a->d + (long)t * nd,
-                        .s = a->s + (long)t * (cols / 32), .run64 = a->run64};
+        rp_qact rest = {.q = a->q + (long)t * cols,
+                        .d = a->d + (long)t * nd,
+                        .s = a->s + (long)t * (cols / 32),
+                        .run64 = a->run64};
         rp_qx_packed_decode_avx2(w, pk, r0, r1, &rest, n_tok - t, y + (long)t * w->shape[0]);
     }
 }
