@@ -606,6 +606,9 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), 1, &xq);
         matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k,
                          .qx_packed = b->qx_packed};
+        /* AVX2 only: a prompt's tokens in 6-token blocks over half tiles (the same bits) */
+        if (!b->qx_dec && n_tok >= RP_QX_AVX2_PREFILL_MIN)
+            jp.qx_packed = rp_qx_packed_prefill_avx2;
         memcpy(jp.packed, pk, sizeof pk);
         long rows_all = matmul_layout(&jp, n, ws, ys, b->n_threads);
         if (rows_all * cols * n_tok < 32768)

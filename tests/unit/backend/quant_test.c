@@ -16,10 +16,11 @@
  *    (relative error <= 2^-9), so each product is off by at most (2^-8 + 2^-18) |w x|:
  *    bound = 1.01 * 2^-8 * sum |w x|, plus 1e-5 of it for f32 summation order.
  * 8. The tile kernels on weights repacked at load (rp_qx_repack: MLX4/MLX8 with groups 64 and
- *    128 and every scale dtype, Q4_0, Q8_0; row counts off the tile height; 1..9 tokens for
- *    the 4/2/1-token passes), on AVX2 (rp_qx_packed_decode_avx2) and AVX-512 VNNI where the
- *    CPU has them (the two bit for bit equal), directly and through rp_backend_weight +
- *    rp_op_matmul(_n):
+ *    128 and every scale dtype, Q4_0, Q8_0; row counts off the tile height; 1..9, 13 and 33
+ *    tokens for the 4/2/1-token passes and the prefill's 6-token blocks), on AVX2
+ *    (rp_qx_packed_decode_avx2, and rp_qx_packed_prefill_avx2 bit for bit equal to it) and
+ *    AVX-512 VNNI where the CPU has them (bit for bit equal to AVX2), directly and through
+ *    rp_backend_weight + rp_op_matmul(_n):
  *    the same int8 bound, activation scales per 64-block for MLX and per 32-run for GGUF
  *    (integer sums are exact; the Q8_0 +128 code offset is taken back exactly). The backend
  *    packs on a weight's first decode matmul (not on rp_backend_weight or rp_op_embed) and
@@ -566,6 +567,16 @@ static void check_qx_packed(rp_dtype dt, int rows, int cols, int gs, rp_dtype sd
     rp_qx_packed_decode_avx2(&q.t, pk, 0, mid, &a, n_tok, y2);
     rp_qx_packed_decode_avx2(&q.t, pk, mid, rows, &a, n_tok, y2);
     assert_int8_bound(&q.t, x, n_tok, run64 ? 64 : 32, y2, yr, "qx packed avx2");
+    /* the AVX2 prefill (6-token blocks, the rest through the decode kernel): the decode's
+     * bits, so within the same bound */
+    float *y3 = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+    rp_qx_packed_prefill_avx2(&q.t, pk, 0, mid, &a, n_tok, y3);
+    rp_qx_packed_prefill_avx2(&q.t, pk, mid, rows, &a, n_tok, y3);
+    for (int i = 0; i < n_tok * rows; i++)
+        cr_assert(memcmp(&y3[i], &y2[i], sizeof(float)) == 0,
+                  "%s %dx%d gs %d n_tok %d: avx2 prefill %g != decode %g at %d",
+                  rp_dtype_name(dt), rows, cols, gs, n_tok, (double)y3[i], (double)y2[i], i);
+    rp_free(y3);
     if (has512) {
         rp_qx_packed_decode(&q.t, pk, 0, mid, &a, n_tok, y);
         rp_qx_packed_decode(&q.t, pk, mid, rows, &a, n_tok, y);
@@ -592,12 +603,13 @@ Test(quant, qx86_packed_decode_matches_reference)
         cr_skip_test("no AVX2 on this CPU: the repacked decode kernels are not checked");
     }
     static const int rows_[] = {1, 16, 37, 80};
-    static const int toks[] = {1, 2, 3, 4, 7, 9}; /* passes of 4, 2 and 1 tokens */
+    /* passes of 4, 2 and 1 tokens (decode), 6-token blocks and the rest (AVX2 prefill) */
+    static const int toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 33};
     static const rp_dtype sdts[] = {RP_DT_BF16, RP_DT_F16, RP_DT_F32};
     static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};
     for (int ty = 0; ty < 4; ty++)
         for (int ri = 0; ri < 4; ri++)
-            for (int ti = 0; ti < 6; ti++) {
+            for (int ti = 0; ti < 11; ti++) {
                 int cols = ri == 3 ? 2048 : 384;
                 if (types[ty] >= RP_DT_MLX4) {
                     for (int gs = 64; gs <= 128; gs *= 2)
@@ -627,7 +639,7 @@ Test(quant, backend_repacked_weights_match_reference)
     rp_backend *ref = rp_backend_new(2, 1);
     static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};
     for (int ty = 0; ty < 4; ty++)
-        for (int n_tok = 1; n_tok <= 5; n_tok += 4) {
+        for (int n_tok = 1; n_tok <= 13; n_tok += 4) { /* 9 and 13: the AVX2 prefill */
             /* a backend per weight, as per model: packed copies are found by the view's data
              * pointer, which a freed weight's successor may reuse */
             rp_backend *fast = rp_backend_new(2, 0);

@@ -1,8 +1,10 @@
 /* backend/cpu/x86/kernels_avx2.c - AVX2+FMA+F16C matmul kernels for f32, f16, bf16 and MXFP4
  * weights.
  *
- * The same 4-row x 4-token tiling as the AVX-512 file, 8 lanes wide; the column tail (cols % 8)
- * is finished in scalar code.
+ * Register tiles of 3 rows x 4 tokens (decode: 4 rows x 1), 8 lanes wide (each row's weights
+ * converted once per 8 columns, each token's activations loaded once for the 3 rows); the column
+ * tail (cols % 8) is finished in scalar code. Each (row, token) sum is the same sequence of FMAs
+ * whatever the tile, so the tiling changes no result.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -10,8 +12,12 @@
 #include "backend/backend_impl.h"
 #include "base/half.h"
 
-#define RB 4
+/* 3 rows x 4 tokens: 12 accumulators, the 3 rows' weights and one token's activations fill
+ * the 16 registers (4 x 4 needed 21 and spilled: bf16 prefill on kbench, 2 threads, 128
+ * tokens, 105-108 GFLOP/s at 4 x 4, 129-137 at 3 x 4 in three interleaved runs) */
+#define RB 3
 #define TB 4
+#define RB_DECODE 4 /* one token: 4 rows' streams, as before (4 accumulators, no pressure) */
 
 static inline __attribute__((always_inline)) __m256 load_w(const void *row, long c, rp_dtype dt)
 {
@@ -46,24 +52,24 @@ static inline __attribute__((always_inline)) void tile(const rp_tensor *w, long 
     long rows = (long)w->shape[0], cols = (long)w->shape[1];
     size_t row_bytes = rp_dtype_row_bytes(dt, cols);
     const char *base = (const char *)w->data + (size_t)r * row_bytes;
-    __m256 acc[RB][TB];
+    __m256 acc[RB_DECODE][TB];
 #pragma GCC unroll 4
-    for (int i = 0; i < RB; i++)
+    for (int i = 0; i < nr; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TB; j++)
             acc[i][j] = _mm256_setzero_ps();
     long c = 0;
     for (; c + 8 <= cols; c += 8) {
-        __m256 xv[TB];
+        __m256 wv[RB_DECODE];
 #pragma GCC unroll 4
-        for (int j = 0; j < nt; j++)
-            xv[j] = _mm256_loadu_ps(x + (long)(t0 + j) * cols + c);
+        for (int i = 0; i < nr; i++)
+            wv[i] = load_w(base + (size_t)i * row_bytes, c, dt);
 #pragma GCC unroll 4
-        for (int i = 0; i < nr; i++) {
-            __m256 wv = load_w(base + (size_t)i * row_bytes, c, dt);
+        for (int j = 0; j < nt; j++) {
+            __m256 xv = _mm256_loadu_ps(x + (long)(t0 + j) * cols + c);
 #pragma GCC unroll 4
-            for (int j = 0; j < nt; j++)
-                acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+            for (int i = 0; i < nr; i++)
+                acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
     for (int i = 0; i < nr; i++)
@@ -75,29 +81,39 @@ static inline __attribute__((always_inline)) void tile(const rp_tensor *w, long 
         }
 }
 
+static inline __attribute__((always_inline)) void tile_rows(const rp_tensor *w, long r,
+                                                            const int nr, const float *x, int t0,
+                                                            int nt, float *y, rp_dtype dt)
+{
+    switch (nt) {
+    case 4: tile(w, r, nr, x, t0, 4, y, dt); return;
+    case 3: tile(w, r, nr, x, t0, 3, y, dt); return;
+    case 2: tile(w, r, nr, x, t0, 2, y, dt); return;
+    default: tile(w, r, nr, x, t0, 1, y, dt); return;
+    }
+}
+
 static inline __attribute__((always_inline)) void tile_any(const rp_tensor *w, long r, int nr,
                                                            const float *x, int t0, int nt,
                                                            float *y, rp_dtype dt)
 {
-    if (nr == 4) {
-        switch (nt) {
-        case 4: tile(w, r, 4, x, t0, 4, y, dt); return;
-        case 3: tile(w, r, 4, x, t0, 3, y, dt); return;
-        case 2: tile(w, r, 4, x, t0, 2, y, dt); return;
-        default: tile(w, r, 4, x, t0, 1, y, dt); return;
-        }
-    }
-    for (int i = 0; i < nr; i++)
-        for (int j = 0; j < nt; j++)
-            tile(w, r + i, 1, x, t0 + j, 1, y, dt);
+    if (nr == 4)
+        tile_rows(w, r, 4, x, t0, nt, y, dt);
+    else if (nr == 3)
+        tile_rows(w, r, 3, x, t0, nt, y, dt);
+    else if (nr == 2)
+        tile_rows(w, r, 2, x, t0, nt, y, dt);
+    else
+        tile_rows(w, r, 1, x, t0, nt, y, dt);
 }
 
 static inline __attribute__((always_inline)) void matmul(const rp_tensor *w, long r0, long r1,
                                                          const float *x, int n_tok, float *y,
                                                          rp_dtype dt)
 {
-    for (long r = r0; r < r1; r += RB) {
-        int nr = r1 - r >= RB ? RB : (int)(r1 - r);
+    const int rb = n_tok == 1 ? RB_DECODE : RB;
+    for (long r = r0; r < r1; r += rb) {
+        int nr = r1 - r >= rb ? rb : (int)(r1 - r);
         for (int t = 0; t < n_tok; t += TB)
             tile_any(w, r, nr, x, t, n_tok - t >= TB ? TB : n_tok - t, y, dt);
     }

@@ -8,7 +8,8 @@
  * concurrent calls need distinct rowbuf / y rows. Errors: none; callers check *_fits first.
  * Only call with rp_cpu() reporting AVX-512 VNNI (decode) or AMX + AVX512-BF16 with the tile
  * state granted by rp_amx_enable (prefill); the repack (qx86_pack.c),
- * rp_qx_packed_decode_avx2 and rp_qx_quant_act_avx2 need only AVX2.
+ * rp_qx_packed_decode_avx2, rp_qx_packed_prefill_avx2 and rp_qx_quant_act_avx2 need only AVX2
+ * (and FMA).
  */
 #ifndef RP_BACKEND_CPU_X86_KERNELS_QX86_H
 #define RP_BACKEND_CPU_X86_KERNELS_QX86_H
@@ -65,6 +66,14 @@ typedef void (*rp_qx_packed_fn)(const rp_tensor *w, const void *packed, long r0,
  * order, so the same results as rp_qx_packed_decode, bit for bit. */
 void rp_qx_packed_decode_avx2(const rp_tensor *w, const void *packed, long r0, long r1,
                               const rp_qact *a, int n_tok, float *y);
+/* Prefill on AVX2 (kernels_qx86_prefill_avx2.c): the same arguments and results as
+ * rp_qx_packed_decode_avx2, bit for bit, in passes of 6 tokens over half a tile (the last
+ * n_tok % 6 tokens through the decode kernel). The backend takes it from
+ * RP_QX_AVX2_PREFILL_MIN tokens, its first full pass (one thread, 2048 x 2048, Q4_0 and Q8_0:
+ * faster than the decode kernel at 6, 7, 8 and 12 tokens). */
+#define RP_QX_AVX2_PREFILL_MIN 6
+void rp_qx_packed_prefill_avx2(const rp_tensor *w, const void *packed, long r0, long r1,
+                               const rp_qact *a, int n_tok, float *y);
 /* Tile `tile`'s 64-column block kb in a packed copy: its 1024 bytes of codes, and (*scales)
  * its group's scales (MLX: scales then biases, GGUF: the two 32-blocks' d, tile rows each). */
 const uint8_t *rp_qx_packed_block(const rp_tensor *w, const void *packed, long tile, long kb,
