@@ -9,8 +9,9 @@
  * Memory: activation and KV buffers come from rp_backend_buf_alloc (host memory on the CPU,
  * device memory on CUDA); every float pointer an op takes is such a buffer. Weights go
  * through rp_backend_weight once at load: the CPU backend keeps the view (an mmap), except
- * that on x86-64 it copies bf16 / f16 matrices into huge pages and records quantized ones for
- * a repacked copy at first use; CUDA uploads it (1-D tensors as f32). rp_backend_to_host
+ * that on x86-64 it records bf16 / f16 matrices for a copy into huge pages and quantized ones
+ * for a repacked copy, each made at the matrix's first matmul (a table only read a row at a
+ * time, an untied embedding, is never copied); CUDA uploads it (1-D tensors as f32). rp_backend_to_host
  * copies a buffer's bytes out (logits);
  * rp_backend_host_buffers says whether buffers are plain host memory (then a caller may pass
  * its own host arrays, as the CPU tests do).

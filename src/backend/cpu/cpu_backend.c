@@ -81,7 +81,7 @@ typedef struct cpu_backend {
     size_t amx_cap;
     int qx_dec, qx_amx;  /* kernels_qx86.c: MLX VNNI decode, quantized prefill on AMX-BF16 */
     int qx_pack;         /* repacked weights (first decode use) for the tile decode */
-    int copy_16;         /* bf16 / f16 matrices copied into huge-page memory at load */
+    int copy_16;         /* bf16 / f16 matrices copied into huge pages at their first matmul */
     rp_qx_packed_fn qx_packed; /* the tile decode: AVX-512 VNNI or AVX2 (kernels_qx86*.c) */
     void (*qx_quant)(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
                      float *s); /* its activations, vectorised (the same bits either way) */
@@ -100,13 +100,15 @@ typedef struct cpu_backend {
     int smp_cap;
 } cpu_backend;
 
-/* A weight given to cpu_weight that the tile kernels can take, found again by its view's data
- * pointer and shape; repacked (rp_qx_repack) on its first decode matmul, so a table only
- * ever read a row at a time (an untied embedding) is never copied. */
+/* A weight given to cpu_weight that the tile kernels can take, or a 16-bit matrix (copy_16),
+ * found again by its view's data pointer and shape; repacked (rp_qx_repack) or copied on its
+ * first matmul, so a table only ever read a row at a time (an untied embedding) is never
+ * copied. */
 typedef struct qx_pack {
     const void *data; /* the original view's data: the key (NULL: empty slot) */
-    rp_tensor w;      /* the view, for the repack */
-    void *packed;     /* in a slab (pack_mem), rp_qx_repack_bytes; NULL: not packed yet */
+    rp_tensor w;      /* the view, for the repack or copy */
+    void *packed;     /* in a slab (pack_mem): rp_qx_repack_bytes, or the 16-bit rows; NULL:
+                       * not made yet */
 } qx_pack;
 
 #define CPU(bk) ((cpu_backend *)(bk))
@@ -210,10 +212,11 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         b->qx_quant = b->qx_dec ? rp_qx_quant_act : rp_qx_quant_act_avx2;
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
         b->qx_pf_view = qx && qx[0] == '2';
-        /* 16-bit matrices copied out of the file's mapping into huge pages (RAPID_CPU_COPY16=0:
-         * read in place). The mapping's 4 KB page-cache pages cost a TLB walk (two-level on a
-         * VM) every 4 KB and restart the prefetchers at each page: bf16 decode of the 1B
-         * shape on AMD Zen 3 ran 7.6-8.3 tok/s in place against 9.2-10.5 copied. */
+        /* 16-bit matrices copied out of the file's mapping into huge pages at their first
+         * matmul (RAPID_CPU_COPY16=0: read in place; embedding rows always are). The
+         * mapping's 4 KB page-cache pages cost a TLB walk (two-level on a VM) every 4 KB and
+         * restart the prefetchers at each page: bf16 decode of the 1B shape on AMD Zen 3 ran
+         * 7.6-8.3 tok/s in place against 9.2-10.5 copied. */
         const char *cp = getenv("RAPID_CPU_COPY16");
         b->copy_16 = !(cp && cp[0] == '0');
     }
@@ -316,23 +319,48 @@ static void repack_part(void *p, int i, int n)
     rp_qx_repack(j->w, t0, t1, j->out);
 }
 
-/* The packed copy of w, made on first use; NULL when w was not recorded (or has another
- * dtype/shape than the entry at its address), or when there is no memory for the copy (the
- * row kernels then read the view: slower, the same bound). */
-static const void *pack_find(cpu_backend *b, const rp_tensor *w)
+static int is_16bit(rp_dtype dt) { return dt == RP_DT_BF16 || dt == RP_DT_F16; }
+
+typedef struct copy16_job {
+    const rp_tensor *w;
+    void *out;
+} copy16_job;
+
+static void copy16_part(void *p, int i, int n)
 {
-    if (!b->n_packs || !w->data)
+    copy16_job *j = p;
+    long r0, r1;
+    size_t rb = (size_t)j->w->shape[1] * 2;
+    rp_pool_split((long)j->w->shape[0], i, n, 1, &r0, &r1);
+    memcpy((char *)j->out + (size_t)r0 * rb, (const char *)j->w->data + (size_t)r0 * rb,
+           (size_t)(r1 - r0) * rb);
+}
+
+/* The packed copy of w (the tile kernels' repack, or for a 16-bit matrix its rows: want16),
+ * made on first use; NULL when w was not recorded as that kind (or has another dtype/shape
+ * than the entry at its address), or when there is no memory for the copy (the kernels then
+ * read the view: slower, the same results). */
+static const void *pack_find(cpu_backend *b, const rp_tensor *w, int want16)
+{
+    if (!b->n_packs || !w->data || is_16bit(w->dtype) != want16)
         return NULL;
     qx_pack *p = pack_slot(b, w->data);
     if (!p->data || p->w.dtype != w->dtype || p->w.shape[0] != w->shape[0] ||
         p->w.shape[1] != w->shape[1] || w->n_dims != 2)
         return NULL;
     if (!p->packed) {
-        void *out = pack_mem(b, rp_qx_repack_bytes(&p->w));
+        size_t bytes = want16 ? (size_t)p->w.shape[0] * (size_t)p->w.shape[1] * 2
+                              : rp_qx_repack_bytes(&p->w);
+        void *out = pack_mem(b, bytes);
         if (!out)
             return NULL;
-        repack_job j = {.w = &p->w, .out = out, .n_tiles = rp_qx_repack_tiles(&p->w)};
-        rp_pool_run(b->pool, repack_part, &j);
+        if (want16) {
+            copy16_job j = {.w = &p->w, .out = out};
+            rp_pool_run(b->pool, copy16_part, &j);
+        } else {
+            repack_job j = {.w = &p->w, .out = out, .n_tiles = rp_qx_repack_tiles(&p->w)};
+            rp_pool_run(b->pool, repack_part, &j);
+        }
         p->packed = out;
     }
     return p->packed;
@@ -368,15 +396,8 @@ static rp_status cpu_weight(rp_backend *bk, const rp_tensor *src, rp_tensor *dst
     cpu_backend *b = CPU(bk);
     if (b->qx_pack && src->data && rp_qx_repack_fits(src))
         return pack_weight(b, src, err);
-    if (b->copy_16 && src->data && src->n_dims == 2 &&
-        (src->dtype == RP_DT_BF16 || src->dtype == RP_DT_F16)) {
-        size_t n = (size_t)src->shape[0] * (size_t)src->shape[1] * 2;
-        void *p = pack_mem(b, n);
-        if (p) { /* else (no memory for the copy) the view, slower */
-            memcpy(p, src->data, n);
-            dst->data = p;
-        }
-    }
+    if (b->copy_16 && src->data && src->n_dims == 2 && is_16bit(src->dtype))
+        return pack_weight(b, src, err); /* copied on its first matmul (pack_find) */
 #else
     (void)bk;
     (void)err;
@@ -538,8 +559,25 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
                          int n_tok, float *const *ys)
 {
     cpu_backend *b = CPU(bk);
-    const rp_tensor *w = ws[0];
     RP_ASSERT(n >= 1 && n <= MM_MAX);
+#if defined(__x86_64__)
+    /* 16-bit matrices read from their huge-page copy (made now if this is its first matmul) */
+    rp_tensor w16[MM_MAX];
+    const rp_tensor *wc[MM_MAX];
+    if (b->copy_16 && b->n_packs) {
+        for (int i = 0; i < n; i++) {
+            const void *c = pack_find(b, ws[i], 1);
+            wc[i] = ws[i];
+            if (c) {
+                w16[i] = *ws[i];
+                w16[i].data = c;
+                wc[i] = &w16[i];
+            }
+        }
+        ws = wc;
+    }
+#endif
+    const rp_tensor *w = ws[0];
     for (int i = 1; i < n; i++)
         if (ws[i]->dtype != w->dtype || ws[i]->shape[1] != w->shape[1] ||
             ws[i]->group_size != w->group_size) {
@@ -584,7 +622,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         /* a repacked weight's rows come from its copy (made now if this is its first use),
          * so after the repack only embedding lookups read the view's pages */
         for (int i = 0; i < n && !b->qx_pf_view; i++)
-            jq.packed[i] = pack_find(b, ws[i]);
+            jq.packed[i] = pack_find(b, ws[i], 0);
         matmul_layout(&jq, n, ws, ys, b->n_threads);
         rp_pool_run_any(b->pool, matmul_part, &jq);
         return;
@@ -596,7 +634,7 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
     const void *pk[MM_MAX] = {0};
     int n_pk = 0;
     for (int i = 0; i < n; i++)
-        n_pk += (pk[i] = pack_find(b, ws[i])) != NULL;
+        n_pk += (pk[i] = pack_find(b, ws[i], 0)) != NULL;
     if (n_pk && n_pk < n) {
         for (int m = 0; m < n; m++)
             cpu_matmul_n(bk, 1, &ws[m], x, n_tok, &ys[m]);

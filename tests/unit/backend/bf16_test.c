@@ -10,6 +10,8 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend_impl.h"
 #include "base/alloc.h"
@@ -140,4 +142,70 @@ Test(bf16, decode_and_fused_match_reference)
                 rp_free(x);
             }
     rp_backend_free(fast);
+}
+
+/* On x86-64 a bf16 / f16 matrix given to rp_backend_weight is copied into huge pages at its
+ * first matmul, not at load, so a table only read by rp_op_embed (an untied embedding) is
+ * never copied; the copy gives the view's results bit for bit (same kernel, same bytes), and
+ * a matrix given again at the same address with new contents is copied again. */
+Test(bf16, copied_on_first_matmul)
+{
+#if defined(__x86_64__)
+    const char *cp = getenv("RAPID_CPU_COPY16");
+    if (cp && cp[0] == '0') {
+        cr_skip_test("RAPID_CPU_COPY16=0: 16-bit matrices are read in place");
+    }
+    static const rp_dtype dts[] = {RP_DT_BF16, RP_DT_F16};
+    for (size_t d = 0; d < 2; d++) {
+        rp_backend *fast = rp_backend_new(2, 0); /* a new one: its slabs start empty */
+        long rows = 2000, cols = 1024;
+        rp_tensor src = make(dts[d], rows, cols), wt;
+        rp_err err = {0};
+        int64_t live0 = rp_alloc_live_bytes(RP_TAG_MODEL);
+        cr_assert_eq(rp_backend_weight(fast, &src, &wt, &err), RP_OK);
+        cr_assert_eq(wt.data, src.data, "rp_backend_weight keeps the view");
+        int32_t ids[3] = {0, 7, (int32_t)rows - 1};
+        float *emb = rp_alloc(sizeof(float) * 3 * (size_t)cols);
+        rp_op_embed(fast, &wt, ids, 3, emb);
+        cr_assert_lt(rp_alloc_live_bytes(RP_TAG_MODEL) - live0, (int64_t)src.n_bytes / 2,
+                     "rp_backend_weight and rp_op_embed must not copy the matrix");
+        /* the same bytes at an address the backend never saw: read in place */
+        rp_tensor view = src;
+        void *dup = rp_alloc(src.n_bytes);
+        cr_assert_not_null(dup);
+        memcpy(dup, src.data, src.n_bytes);
+        view.data = dup;
+        float *x = make_x(2, cols);
+        float *y = rp_alloc(sizeof(float) * 2 * (size_t)rows);
+        float *yv = rp_alloc(sizeof(float) * 2 * (size_t)rows);
+        for (int n_tok = 1; n_tok <= 2; n_tok++) {
+            rp_op_matmul(fast, &wt, x, n_tok, y);
+            rp_op_matmul(fast, &view, x, n_tok, yv);
+            cr_assert_eq(memcmp(y, yv, sizeof(float) * (size_t)n_tok * (size_t)rows), 0,
+                         "%s, %d tokens: the copy's results are the view's",
+                         rp_dtype_name(dts[d]), n_tok);
+        }
+        cr_assert_geq(rp_alloc_live_bytes(RP_TAG_MODEL) - live0, (int64_t)src.n_bytes,
+                      "the first matmul makes the copy");
+        /* new contents at the same address, given again: the next matmul copies again */
+        uint16_t *h = (uint16_t *)src.data;
+        for (long i = 0; i < rows * cols; i += 3)
+            h[i] ^= 0x0101;
+        memcpy(dup, src.data, src.n_bytes);
+        cr_assert_eq(rp_backend_weight(fast, &src, &wt, &err), RP_OK);
+        rp_op_matmul(fast, &wt, x, 1, y);
+        rp_op_matmul(fast, &view, x, 1, yv);
+        cr_assert_eq(memcmp(y, yv, sizeof(float) * (size_t)rows), 0, "%s: copied again",
+                     rp_dtype_name(dts[d]));
+        rp_free((void *)src.data);
+        rp_free(dup);
+        rp_free(emb);
+        rp_free(x);
+        rp_free(y);
+        rp_free(yv);
+        rp_backend_free(fast);
+    }
+#else
+    cr_skip_test("16-bit matrices are copied on x86-64 only");
+#endif
 }
