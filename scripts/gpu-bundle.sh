@@ -11,7 +11,8 @@
 # SDK packages lose their type declarations, source maps and sources, which node never reads.
 # gpu-device.sh unpacks it.
 # --xz packs only the binaries and libraries that way.
-# usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk|--xz]
+# usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk|--xz]   (env: RAPID_BUNDLE_LIBS,
+#        RAPID_BUNDLE_TESTS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-bundle.sh OUT_DIR [BUILD_DIR] [--sdk|--xz]}
@@ -20,10 +21,19 @@ cache=${RAPID_TEST_CACHE:-$HOME/.cache/rapid-test}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/scripts/bench"
 cp "$build/rapid" "$build/rapid_gpu_check" "$out/bin/"
-strip --strip-unneeded "$out/bin/"*
+# RAPID_BUNDLE_TESTS=DIR: the unit tests of build DIR too (bin/tests/), for gpu-device.sh's
+# cputests step: the device's CPU has AVX-512 and AMX, which the AVX2-only dev and CI machines
+# lack. Take a CPU-only build's (make build CUDA=OFF): a CUDA build's tests link the kernels,
+# 23 MB each.
+tests=()
+if [ -n "${RAPID_BUNDLE_TESTS:-}" ]; then
+  mkdir -p "$out/bin/tests"
+  for t in "$RAPID_BUNDLE_TESTS"/*_test; do [ -x "$t" ] && tests+=("$t") && cp "$t" "$out/bin/tests/"; done
+fi
+strip --strip-unneeded "$out/bin/"* "$out/bin/tests/"* 2>/dev/null || true
 # RAPID_BUNDLE_LIBS="liblber libldap ...": only the libraries named (what the lent image
 # lacks, NOTES.md "Running on the device"), to keep a --sdk bundle under the carry limit
-ldd "$build/rapid" "$build/rapid_gpu_check" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+ldd "$build/rapid" "$build/rapid_gpu_check" "${tests[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   while read -r lib; do
     base=$(basename "$lib")
     case "$base" in

@@ -60,6 +60,9 @@
 #            env setting of $AB4 (default RAPID_CUDA_QX1=0; commas for several at once), the
 #            whole list run $AB4_REPS times (default 3) interleaved
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
+#   cputests the CPU unit tests of a RAPID_BUNDLE_TESTS=1 bundle ($CPU_TESTS, default the backend,
+#            model and engine tests) on this machine's CPU: the AVX-512 VNNI / BF16 / AMX kernels
+#            and their bit-identity checks against the AVX2 ones, which skip on AVX2-only CPUs
 #   server   the SDK client tests (tests/integration/10-openai, 20-anthropic) against
 #            `rapid serve` on the GPU (RAPID_DEVICE=cuda) when node is there, and a curl check of both APIs
 #            (plain and streaming) either way
@@ -376,6 +379,20 @@ if [[ $what == *" profile "* ]]; then
     2>&1 | tee "$out/profile1.log"
   RAPID_CUDA_PROFILE=2 rapid bench --model "$model" --device cuda --prompt 16 --gen 32 \
     --streams 64 2>&1 | tee "$out/profile64.log"
+fi
+if [[ $what == *" cputests "* ]]; then
+  echo "== cputests (CPU unit tests on this CPU: $(grep -o -w -E 'avx512f|avx512_vnni|avx512_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')) =="
+  for t in ${CPU_TESTS:-base_test bf16_test quant_test quant_affine_test ops_test kv_test model_test families_test families_ops_test kv_model_test quant_model_test quant_families_test gguf_test gguf_families_test engine_test}; do
+    if [ ! -x "$B/bin/tests/$t" ]; then echo "cputests: $t not in the bundle"; rc=1; continue; fi
+    l=/tmp/cputest-$t.log
+    RP_SOURCE_DIR=$PWD LD_LIBRARY_PATH="$RAPID_LIBS" timeout 300 "$B/bin/tests/$t" --jobs 4 \
+      --verbose >"$l" 2>&1
+    trc=$?
+    { echo "$t (rc $trc): $(grep -a 'Synthesis' "$l" | tail -1)"
+      grep -a -i -E "skip" "$l" | head -20
+      [ $trc -eq 0 ] || grep -a -E "FAIL|Assertion|rror" "$l" | head -20; } | tee -a "$out/cputests.log"
+    [ $trc -eq 0 ] || rc=1
+  done
 fi
 if [[ $what == *" server "* ]]; then
   echo "== server =="
