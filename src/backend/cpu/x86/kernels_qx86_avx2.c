@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend/cpu/x86/kernels_qx86.h"
+#include "backend/cpu/x86/qx86_avx2_inline.h"
 #include "backend/cpu/x86/qx86_pack.h"
 
 #define A2 static inline __attribute__((always_inline))
@@ -49,16 +50,6 @@ A2 __m256i a2_bcast(const int8_t *p)
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
-}
-
-/* 8 scales or biases (f32, f16 or bf16) from p as f32 */
-A2 __m256 a2_load_sc(rp_dtype sdt, const uint8_t *p)
-{
-    if (sdt == RP_DT_F32) return _mm256_loadu_ps((const float *)p);
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    if (sdt == RP_DT_BF16)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
 }
 
 A2 void a2_prefetch(const uint8_t *p, size_t bytes, const int bits)
@@ -246,16 +237,8 @@ A2 void a2_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const r
             long nv = r1 - r - 8 * c;
             if (nv <= 0) break;
 #pragma GCC unroll 2
-            for (int j = 0; j < NT; j++) {
-                float *dst = y + (long)(t + j) * rows + r + 8 * c;
-                if (nv >= 8) {
-                    _mm256_storeu_ps(dst, out[j][c]);
-                } else { /* the last tile's rows past r1 are padding */
-                    float tmp[8];
-                    _mm256_storeu_ps(tmp, out[j][c]);
-                    memcpy(dst, tmp, sizeof(float) * (size_t)nv);
-                }
-            }
+            for (int j = 0; j < NT; j++)
+                a2_store_rows(y + (long)(t + j) * rows + r + 8 * c, out[j][c], nv);
         }
     }
 }

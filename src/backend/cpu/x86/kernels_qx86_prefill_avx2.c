@@ -33,22 +33,13 @@
 #include <string.h>
 
 #include "backend/cpu/x86/kernels_qx86.h"
+#include "backend/cpu/x86/qx86_avx2_inline.h"
 #include "backend/cpu/x86/qx86_pack.h"
 
 #define P2 static inline __attribute__((always_inline))
 
 /* Tokens per pass: 2 x PF_NT int16 sums, 2 code vectors, a broadcast and a product in registers */
 #define PF_NT 6
-
-/* 8 scales or biases (f32, f16 or bf16) from p as f32 (as kernels_qx86_avx2.c's a2_load_sc) */
-P2 __m256 pf_load_sc(rp_dtype sdt, const uint8_t *p)
-{
-    if (sdt == RP_DT_F32) return _mm256_loadu_ps((const float *)p);
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    if (sdt == RP_DT_BF16)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
-}
 
 /* 8 chunks (the 32-byte halves at cp + 64 i: 8 rows x 4 k each, i < 8) into 6 tokens'
  * int16 sums: lo[j] = sum of maddubs(low nibbles, x_j), hi[j] the same of the high
@@ -142,7 +133,7 @@ P2 void pf_mlx_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
             __m256 sc[2];
 #pragma GCC unroll 2
             for (int v = 0; v < nv; v++)
-                sc[v] = pf_load_sc(sdt, sp + 8 * (size_t)c[v] * ssz);
+                sc[v] = a2_load_sc(sdt, sp + 8 * (size_t)c[v] * ssz);
 #pragma GCC unroll 6
             for (int j = 0; j < PF_NT; j++) {
                 __m256 dx = _mm256_set1_ps(a->d[(long)(t + j) * nb + kb]);
@@ -156,7 +147,7 @@ P2 void pf_mlx_pass(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
         }
 #pragma GCC unroll 2
         for (int v = 0; v < nv; v++) {
-            __m256 bias = pf_load_sc(sdt, sp + ((size_t)tr + 8 * (size_t)c[v]) * ssz);
+            __m256 bias = a2_load_sc(sdt, sp + ((size_t)tr + 8 * (size_t)c[v]) * ssz);
 #pragma GCC unroll 6
             for (int j = 0; j < PF_NT; j++)
                 acc[j][v] = _mm256_fmadd_ps(bias, _mm256_set1_ps(xg[j][g]), acc[j][v]);
@@ -234,16 +225,8 @@ P2 void pf_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const r
                 long row = r + 8 * (hh + 2 * v), n_valid = r1 - row;
                 if (n_valid <= 0) continue;
 #pragma GCC unroll 6
-                for (int j = 0; j < PF_NT; j++) {
-                    float *dst = y + (long)(t + j) * rows + row;
-                    if (n_valid >= 8) {
-                        _mm256_storeu_ps(dst, acc[j][v]);
-                    } else { /* the last tile's rows past r1 are padding */
-                        float tmp[8];
-                        _mm256_storeu_ps(tmp, acc[j][v]);
-                        memcpy(dst, tmp, sizeof(float) * (size_t)n_valid);
-                    }
-                }
+                for (int j = 0; j < PF_NT; j++)
+                    a2_store_rows(y + (long)(t + j) * rows + row, acc[j][v], n_valid);
             }
         }
     }
