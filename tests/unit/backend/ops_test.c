@@ -189,8 +189,9 @@ Test(ops, attention_dot_axpy_every_isa)
 
 /* The vector e^x behind the softmax weights and SiLU on AVX2: within 4 ulp of expf over the
  * range the callers give it (down to underflow, gates up to overflow), every length 0..40
- * (tails of 8 and 16); where the CPU has AVX-512 too, within 2 ulp of the 16-lane ones (the
- * same polynomial and sum order, but not the same bits: on an AVX-512 CPU they differed). */
+ * (tails of 8 and 16); where the CPU has AVX-512 too, close to the 16-lane ones (the same
+ * polynomial and sum order, but not the same bits: on an AVX-512 CPU they differed): e^x
+ * within 6 ulp (4 for these, 2 for exp16, each against expf), SiLU within 16, sums 1e-6. */
 Test(ops, exp_sum_silu_avx2_match_expf)
 {
     if (rp_cpu()->isa < RP_ISA_AVX2)
@@ -225,14 +226,14 @@ Test(ops, exp_sum_silu_avx2_match_expf)
             float sum2 = rp_attn_exp_sum_avx512(p2, n, 0.5f);
             rp_silu_mul_avx512(o2, g, u, n);
             for (int i = 0; i < n; i++) {
-                cr_assert(fabsf(p[i] - p2[i]) <= 2 * 1.2e-7f * p2[i] + 1e-44f,
+                cr_assert(fabsf(p[i] - p2[i]) <= 6 * 1.2e-7f * p2[i] + 1e-44f,
                           "n %d: e^%g avx2 %a vs avx512 %a", n, (double)x[i], (double)p[i],
                           (double)p2[i]);
-                cr_assert(fabsf(o[i] - o2[i]) <= 2 * 1.2e-7f * fabsf(o2[i]) + 1e-30f,
+                cr_assert(fabsf(o[i] - o2[i]) <= 16 * 1.2e-7f * fabsf(o2[i]) + 1e-30f,
                           "n %d: silu(%g) avx2 %a vs avx512 %a", n, (double)g[i], (double)o[i],
                           (double)o2[i]);
             }
-            cr_assert(fabsf(sum - sum2) <= 4 * 1.2e-7f * sum2 + 1e-30f,
+            cr_assert(fabsf(sum - sum2) <= 1e-6f * sum2 + 1e-30f,
                       "n %d: sum avx2 %a vs avx512 %a", n, (double)sum, (double)sum2);
         }
     }
