@@ -39,7 +39,7 @@ void rp_attn_axpy_avx2(float *y, float a, const float *x, int n)
 }
 
 /* e^x for 8 lanes, the same arithmetic as attn_avx512.c's exp16 (yet on an AVX-512 CPU the two
- * were not bit-identical; ops_test bounds both against expf): x = n ln 2
+ * were not bit-identical; ops_test holds each to expf): x = n ln 2
  * + r with ln 2 in two parts, e^r by the degree-7 Taylor polynomial, times 2^n. AVX2 has no
  * VSCALEFPS: 2^n is two exponent-field powers 2^n1 x 2^n2 (n1 = floor(n / 2), each within
  * the normal range for the clamped x), and p x 2^n1 is exact, so the one rounding is the
