@@ -146,8 +146,8 @@ void rp_attn_load_row_avx512(rp_kv_dtype dt, const void *src, int hd, float *out
  * partial sums combined in a fixed order. */
 float rp_attn_dot_avx2(const float *a, const float *b, int n);
 void rp_attn_axpy_avx2(float *y, float a, const float *x, int n);
-/* rp_attn_exp_sum_avx512 and rp_silu_mul_avx512 on 8 lanes: the same e^x and the same sum
- * order, so the same bits. */
+/* rp_attn_exp_sum_avx512 and rp_silu_mul_avx512 on 8 lanes: the same e^x arithmetic and sum
+ * order, yet not the same bits on an AVX-512 CPU (ops_test holds each to expf). */
 float rp_attn_exp_sum_avx2(float *p, int n, float mx);
 void rp_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n);
 /* rp_attn_group_f32_avx512's contract on AVX2 (its own summation order, fixed per key). */
