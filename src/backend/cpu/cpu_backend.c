@@ -83,6 +83,8 @@ typedef struct cpu_backend {
     int qx_pack;         /* repacked weights (first decode use) for the tile decode */
     int copy_16;         /* bf16 / f16 matrices copied into huge pages at their first matmul */
     rp_qx_packed_fn qx_packed; /* the tile decode: AVX-512 VNNI or AVX2 (kernels_qx86*.c) */
+    rp_qx_packed_fn qx_packed_pf; /* prompts of RP_QX_AVX2_PREFILL_MIN+ tokens on the same
+                                   * tiles (AVX2: 6 tokens a pass, the same bits); else NULL */
     void (*qx_quant)(const float *x, int n_tok, long cols, int run64, int8_t *q, float *d,
                      float *s); /* its activations, vectorised (the same bits either way) */
     int qx_pf_view;      /* RAPID_CPU_QX=2: the AMX prefill reads the view, not the copy */
@@ -209,6 +211,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
          * the AVX2 port of it (the same results) */
         b->qx_pack = on && rp_cpu()->isa >= RP_ISA_AVX2 && !(b->qx_dec && qx && qx[0] == '1');
         b->qx_packed = b->qx_dec ? rp_qx_packed_decode : rp_qx_packed_decode_avx2;
+        b->qx_packed_pf = b->qx_dec ? NULL : rp_qx_packed_prefill_avx2;
         b->qx_quant = b->qx_dec ? rp_qx_quant_act : rp_qx_quant_act_avx2;
         b->qx_amx = on && b->amx && rp_cpu()->has_avx512_bf16;
         b->qx_pf_view = qx && qx[0] == '2';
@@ -643,10 +646,9 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
     if (n_pk) {
         quant_x(b, x, n_tok, cols, 0, rp_qx_repack_run64(w->dtype), 1, &xq);
         matmul_job jp = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k,
-                         .qx_packed = b->qx_packed};
-        /* AVX2 only: a prompt's tokens in 6-token blocks over half tiles (the same bits) */
-        if (!b->qx_dec && n_tok >= RP_QX_AVX2_PREFILL_MIN)
-            jp.qx_packed = rp_qx_packed_prefill_avx2;
+                         .qx_packed = b->qx_packed_pf && n_tok >= RP_QX_AVX2_PREFILL_MIN
+                                          ? b->qx_packed_pf
+                                          : b->qx_packed};
         memcpy(jp.packed, pk, sizeof pk);
         long rows_all = matmul_layout(&jp, n, ws, ys, b->n_threads);
         if (rows_all * cols * n_tok < 32768)
