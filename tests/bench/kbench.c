@@ -79,8 +79,10 @@ int main(int argc, char **argv)
     int n_copies = (int)(((size_t)n_layer * 2 * 8 + layer_bytes - 1) / layer_bytes);
     size_t bytes = layer_bytes * (size_t)n_copies;
     uint8_t *w = rp_alloc_aligned(bytes, RP_TAG_MISC);
-    float *x = rp_alloc_aligned(sizeof(float) * 8192 * (size_t)n_prefill, RP_TAG_MISC);
-    float *y = rp_alloc_aligned(sizeof(float) * 8192 * (size_t)n_prefill, RP_TAG_MISC);
+    /* decode's fused gate/up writes 2 x 8192 outputs: at least two tokens' room */
+    size_t n_io = 8192 * (size_t)(n_prefill > 2 ? n_prefill : 2);
+    float *x = rp_alloc_aligned(sizeof(float) * n_io, RP_TAG_MISC);
+    float *y = rp_alloc_aligned(sizeof(float) * n_io, RP_TAG_MISC);
     rp_tensor(*t)[7] = rp_alloc(sizeof(rp_tensor[7]) * (size_t)n_copies);
     if (!w || !x || !y || !t) {
         fprintf(stderr, "kbench: out of memory\n");
@@ -97,7 +99,7 @@ int main(int argc, char **argv)
             s = s * 1664525u + 1013904223u;
             w[i] = (uint8_t)(s >> 24);
         }
-    for (long i = 0; i < 8192L * n_prefill; i++) {
+    for (size_t i = 0; i < n_io; i++) {
         s = s * 1664525u + 1013904223u;
         x[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
     }
