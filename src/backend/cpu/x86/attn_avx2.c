@@ -174,8 +174,10 @@ int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int laye
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * d;
             __m256 acc[8];
+#pragma GCC unroll 8
             for (int jj = 0; jj < 8; jj++) {
                 __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k[jj]));
+#pragma GCC unroll 8
                 for (int c = 1; c < 8; c++)
                     a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k[jj] + 8 * c),
                                         a);
@@ -190,6 +192,7 @@ int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int laye
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * d;
             __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k));
+#pragma GCC unroll 8
             for (int c = 1; c < 8; c++)
                 a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k + 8 * c), a);
             sc[(size_t)g * n + j] = sum8(a) * scale;
@@ -203,15 +206,18 @@ int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int laye
         mx = sink > mx ? sink : mx;
         float inv = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx2(p, n, mx));
         __m256 acc[8];
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
             acc[c] = _mm256_setzero_ps();
         kv_walk vw = kv_walk_at(L, table, layer, 1, j0, kvh);
         for (int i = 0; i < n; i++) {
             const float *v = kv_walk_next(&vw);
             __m256 pi = _mm256_set1_ps(p[i]);
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
                 acc[c] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + 8 * c), acc[c]);
         }
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
             _mm256_storeu_ps(out + (size_t)g * d + 8 * c,
                              _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
