@@ -417,6 +417,8 @@ typedef struct matmul_job {
     const rp_tensor *ws[MM_MAX];
     float *ys[MM_MAX];
     long chunk;          /* rows per work item, a multiple of 32 */
+    long fine, split;    /* the last matrix's rows from split on go in items of fine rows
+                          * (0: none), so the threads' last items end closer together */
     long end[MM_MAX];    /* work items before matrix m's end, cumulative */
     _Atomic long next;   /* the next work item to take */
     const float *x;
@@ -474,9 +476,13 @@ static void matmul_part(void *p, int i, int n)
         int m = 0;
         while (c >= j->end[m])
             m++;
-        long r0 = (c - (m ? j->end[m - 1] : 0)) * j->chunk;
+        long l = c - (m ? j->end[m - 1] : 0), r0 = l * j->chunk, step = j->chunk;
+        if (m == j->n_w - 1 && j->fine && r0 >= j->split) {
+            r0 = j->split + (l - j->split / j->chunk) * j->fine;
+            step = j->fine;
+        }
         long rows = (long)j->ws[m]->shape[0];
-        matmul_rows(j, m, r0, r0 + j->chunk < rows ? r0 + j->chunk : rows, i);
+        matmul_rows(j, m, r0, r0 + step < rows ? r0 + step : rows, i);
     }
 }
 
@@ -528,6 +534,18 @@ static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, floa
     j->chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
     for (int i = 0; i < n; i++)
         j->end[i] = (i ? j->end[i - 1] : 0) + ((long)ws[i]->shape[0] + j->chunk - 1) / j->chunk;
+    /* Guided tail: the last n_threads items' worth of rows of the last matrix in quarter
+     * items (whole 32-row steps), so a thread that takes the last item leaves the others
+     * waiting a quarter of an item, not a whole one (the spin at a decode matmul's end). */
+    long last = (long)ws[n - 1]->shape[0], tail = (long)n_threads * j->chunk;
+    j->fine = (j->chunk / 4 + 31) / 32 * 32;
+    if (n_threads < 2 || j->fine >= j->chunk || last <= tail) {
+        j->fine = 0;
+    } else {
+        j->split = (last - tail + j->chunk - 1) / j->chunk * j->chunk;
+        j->end[n - 1] = (n > 1 ? j->end[n - 2] : 0) + j->split / j->chunk +
+                        (last - j->split + j->fine - 1) / j->fine;
+    }
     return all_rows;
 }
 
