@@ -381,6 +381,54 @@ Test(quant, op_matmul_threads_match_reference)
     rp_backend_free(ref);
 }
 
+/* A matmul's work items (chunk rows each, the last matrix's tail in quarter items: the
+ * backend's guided tail) only split rows among threads: every row's sum is one kernel call's,
+ * so 2 threads give the 1-thread backend's bits. Shapes big enough for the tail (a last
+ * matrix of more than n_threads chunks), decode (1 token, fused pairs as gate/up) and 5 tokens. */
+Test(quant, work_items_split_rows_only)
+{
+    rp_backend *one = rp_backend_new(1, 0), *two = rp_backend_new(2, 0);
+    static const rp_dtype dts[] = {RP_DT_Q4_0, RP_DT_Q8_0, RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q6_K};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (int n_tok = 1; n_tok <= 5; n_tok += 4) {
+            const int rows[2] = {1504, 3040}, cols = 256;
+            qw q[2];
+            rp_tensor t1[2], t2[2];
+            float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols), *y[2][2];
+            for (int i = 0; i < n_tok * cols; i++)
+                x[i] = frand();
+            for (int m = 0; m < 2; m++) {
+                q[m] = make_qw(dts[d], rows[m], cols, dts[d] >= RP_DT_MLX4 ? 64 : 0, RP_DT_BF16,
+                               0.0f);
+                rp_err err = {0};
+                cr_assert_eq(rp_backend_weight(one, &q[m].t, &t1[m], &err), RP_OK, "%s", err.msg);
+                cr_assert_eq(rp_backend_weight(two, &q[m].t, &t2[m], &err), RP_OK, "%s", err.msg);
+                for (int b = 0; b < 2; b++)
+                    y[b][m] = rp_alloc(sizeof(float) * (size_t)n_tok * (size_t)rows[m]);
+            }
+            const rp_tensor *w1[2] = {&t1[0], &t1[1]}, *w2[2] = {&t2[0], &t2[1]};
+            rp_op_matmul_n(one, 2, w1, x, n_tok, y[0]);
+            rp_op_matmul_n(two, 2, w2, x, n_tok, y[1]);
+            for (int m = 0; m < 2; m++)
+                cr_assert(!memcmp(y[0][m], y[1][m], sizeof(float) * (size_t)n_tok * rows[m]),
+                          "%s, %d tokens, matrix %d: 2 threads differ from 1",
+                          rp_dtype_name(dts[d]), n_tok, m);
+            rp_op_matmul(one, &t1[1], x, n_tok, y[0][1]);
+            rp_op_matmul(two, &t2[1], x, n_tok, y[1][1]);
+            cr_assert(!memcmp(y[0][1], y[1][1], sizeof(float) * (size_t)n_tok * rows[1]),
+                      "%s, %d tokens, one matrix: 2 threads differ from 1", rp_dtype_name(dts[d]),
+                      n_tok);
+            for (int m = 0; m < 2; m++) {
+                free_qw(&q[m]);
+                for (int b = 0; b < 2; b++)
+                    rp_free(y[b][m]);
+            }
+            rp_free(x);
+        }
+    rp_backend_free(one);
+    rp_backend_free(two);
+}
+
 /* ---- 5. AMX prefill of bf16 weights (when the CPU has it; else the AVX-512 path) -------- */
 
 Test(quant, bf16_prefill_matches_reference)
