@@ -3,6 +3,7 @@
  * Compiled with the AVX2 flags; chosen at run time. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/backend_impl.h"
 #include "backend/cpu/x86/kv_walk.h"
@@ -136,12 +137,19 @@ static inline float sum8(__m256 a)
 }
 
 /* A key row and a value row of head_dim 64 (256 bytes each) into the cache. */
-static inline void prefetch_rows(const float *k, const float *v)
+/* a 64-float row's 4 lines */
+static inline void prefetch_row(const float *r)
 {
-    for (int o = 0; o < 64; o += 16) {
-        _mm_prefetch((const char *)(k + o), _MM_HINT_T0);
-        _mm_prefetch((const char *)(v + o), _MM_HINT_T0);
-    }
+    for (int o = 0; o < 64; o += 16)
+        _mm_prefetch((const char *)(r + o), _MM_HINT_T0);
+}
+
+/* a key's row and (with_v) its value's */
+static inline void prefetch_kv(const float *k, const float *v, int with_v)
+{
+    prefetch_row(k);
+    if (with_v)
+        prefetch_row(v);
 }
 
 /* As rp_attn_group_f32_avx512 (the same contract), on 8 lanes: q.k 8 keys at a time (per key
@@ -163,14 +171,17 @@ int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int laye
      * prefetched ATT_PF keys ahead of the scores (a 1B-shape decode spent 70 us a layer in
      * here at 4 GB/s) */
     enum { ATT_PF = 16 };
+    /* V with the keys only while it stays in L2 until p.v reads it (512 rows of 256 bytes);
+     * a longer V is prefetched by the p.v walk itself */
+    const int pf_v = n <= 512;
     for (; jp < n && jp < ATT_PF; jp++)
-        prefetch_rows(kv_walk_next(&pk), kv_walk_next(&pv));
+        prefetch_kv(kv_walk_next(&pk), kv_walk_next(&pv), pf_v);
     for (; j + 8 <= n; j += 8) {
         const float *k[8];
         for (int jj = 0; jj < 8; jj++)
             k[jj] = kv_walk_next(&kw);
         for (int e = jp + 8; jp < n && jp < e; jp++)
-            prefetch_rows(kv_walk_next(&pk), kv_walk_next(&pv));
+            prefetch_kv(kv_walk_next(&pk), kv_walk_next(&pv), pf_v);
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * d;
             __m256 acc[8];
@@ -198,29 +209,57 @@ int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int laye
             sc[(size_t)g * n + j] = sum8(a) * scale;
         }
     }
+    /* p.v walks V once, PV_BLK keys at a time: the block's rows stay in L1 while every head of
+     * the group takes them (the heads' 64 sums parked in out between blocks: exact f32 round
+     * trips), where a walk per head read the whole of V G times (from L3 or DRAM once V outgrew
+     * L2: at 1,600 positions attention was 28% of a Q4_0 decode step for 15% of its bytes).
+     * Per (head, lane) the FMAs still run over the keys in order: the same bits. */
+    enum { PV_BLK = 32 };
+    float inv[64];
     for (int g = 0; g < G; g++) {
         float *p = sc + (size_t)g * n, mx = -INFINITY;
         for (int i = 0; i < n; i++)
             mx = p[i] > mx ? p[i] : mx;
         float sink = sinks ? sinks[g] : -INFINITY;
         mx = sink > mx ? sink : mx;
-        float inv = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx2(p, n, mx));
-        __m256 acc[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++)
-            acc[c] = _mm256_setzero_ps();
-        kv_walk vw = kv_walk_at(L, table, layer, 1, j0, kvh);
-        for (int i = 0; i < n; i++) {
-            const float *v = kv_walk_next(&vw);
-            __m256 pi = _mm256_set1_ps(p[i]);
+        inv[g] = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx2(p, n, mx));
+        memset(out + (size_t)g * d, 0, sizeof(float) * (size_t)d);
+    }
+    kv_walk vw = kv_walk_at(L, table, layer, 1, j0, kvh), vp = vw;
+    int ip = 0; /* rows prefetched (long V only: a short one was prefetched with the keys) */
+    for (; !pf_v && ip < n && ip < PV_BLK; ip++)
+        prefetch_row(kv_walk_next(&vp));
+    for (int i0 = 0; i0 < n; i0 += PV_BLK) {
+        int nb = n - i0 < PV_BLK ? n - i0 : PV_BLK;
+        const float *vr[PV_BLK];
+        for (int i = 0; i < nb; i++)
+            vr[i] = kv_walk_next(&vw);
+        for (; !pf_v && ip < n && ip < i0 + 2 * PV_BLK; ip++)
+            prefetch_row(kv_walk_next(&vp));
+        for (int g = 0; g < G; g++) {
+            const float *p = sc + (size_t)g * n + i0;
+            float *o = out + (size_t)g * d;
+            __m256 acc[8];
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
-                acc[c] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + 8 * c), acc[c]);
+                acc[c] = _mm256_loadu_ps(o + 8 * c);
+            for (int i = 0; i < nb; i++) {
+                __m256 pi = _mm256_set1_ps(p[i]);
+#pragma GCC unroll 8
+                for (int c = 0; c < 8; c++)
+                    acc[c] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(vr[i] + 8 * c), acc[c]);
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                _mm256_storeu_ps(o + 8 * c, acc[c]);
         }
+    }
+    for (int g = 0; g < G; g++) {
+        float *o = out + (size_t)g * d;
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
-            _mm256_storeu_ps(out + (size_t)g * d + 8 * c,
-                             _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
+            _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(o + 8 * c),
+                                                      _mm256_set1_ps(inv[g])));
     }
     return 1;
 }
