@@ -154,6 +154,12 @@ void rp_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n)
 int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
                            int j0, int n, const float *q, int G, float scale,
                            const float *sinks, float *sc, float *out);
+/* ... for nh consecutive KV heads from kvh in one walk over the positions (q, out, sinks:
+ * their nh G query heads in order; sc nh G n scratch): each query head's bits are
+ * rp_attn_group_f32_avx2's; also 0 when nh G > 256 or the heads run past the pool's. */
+int rp_attn_groups_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                            int nh, int j0, int n, const float *q, int G, float scale,
+                            const float *sinks, float *sc, float *out);
 
 /* Plain-C references (src/backend/cpu/ref_ops.c): obvious loops, never optimised. */
 void rp_ref_matmul(const rp_tensor *w, long r0, long r1, const float *x, int n_tok, float *y);

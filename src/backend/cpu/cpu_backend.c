@@ -72,6 +72,9 @@ typedef struct cpu_backend {
     int (*group)(const rp_kv_layout *L, const int32_t *table, int layer, int kvh, int j0, int n,
                  const float *q, int G, float scale, const float *sinks, float *sc,
                  float *out); /* a fused paged_group for some shapes (optional) */
+    int (*groups)(const rp_kv_layout *L, const int32_t *table, int layer, int kvh, int nh, int j0,
+                  int n, const float *q, int G, float scale, const float *sinks, float *sc,
+                  float *out); /* ... for nh adjacent KV heads in one walk (optional) */
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
@@ -181,6 +184,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
             b->exp_sum = rp_attn_exp_sum_avx2;
             b->silu = rp_silu_mul_avx2;
             b->group = rp_attn_group_f32_avx2;
+            b->groups = rp_attn_groups_f32_avx2;
         }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX512) {
@@ -191,6 +195,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
             b->exp_sum = rp_attn_exp_sum_avx512;
             b->silu = rp_silu_mul_avx512;
             b->group = rp_attn_group_f32_avx512;
+            b->groups = NULL;
         }
     }
     if (rp_cpu()->isa >= RP_ISA_AVX2)
@@ -1271,7 +1276,8 @@ typedef struct pattn_job {
     cpu_backend *b;
     int layer;
     const rp_step_attn *a;
-    _Atomic long next; /* the next (row, KV head) item to take */
+    int nh;            /* KV heads an item (adjacent ones: one walk over their rows) */
+    _Atomic long next; /* the next (row, nh KV heads) item to take */
 } pattn_job;
 
 /* One (row of the step, KV head): the G = n_heads / n_kv_heads query heads that share the KV
@@ -1320,19 +1326,54 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
     }
 }
 
+/* nh adjacent KV heads from kvh of row r: in one walk where the backend has the kernel
+ * (the rows of adjacent heads lie together in the pool), else head by head; each query
+ * head's arithmetic is paged_group's either way. */
+static void paged_groups(cpu_backend *b, int layer, const rp_step_attn *a, int r, int kvh, int nh,
+                         float *scratch)
+{
+    if (nh > 1) {
+        const rp_step_seq *sq = &b->seqs[b->row_seq[r]];
+        int G = a->n_heads / a->n_kv_heads, d = a->head_dim, pos = sq->pos0 + (r - sq->t0);
+        int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+        size_t h0 = (size_t)r * a->n_heads + (size_t)kvh * G;
+        if (b->groups(&b->kv, sq->blocks, layer, kvh, nh, j0, pos + 1 - j0, a->q + h0 * d, G,
+                      a->scale, a->sinks ? a->sinks + kvh * G : NULL, scratch, a->out + h0 * d))
+            return;
+    }
+    for (int k = 0; k < nh; k++)
+        paged_group(b, layer, a, r, kvh + k, scratch);
+}
+
+/* KV heads per attention item: all of a row's where the rows alone give every thread an item
+ * (prefill), else the fewest items that still do (one decode row, 2 threads, 8 KV heads: 4
+ * heads an item, each walking 1 KB a position, not 256 bytes every 2 KB); 1 without the
+ * multi-head kernel. */
+static int attn_heads_per_item(const cpu_backend *b, const rp_step_attn *a)
+{
+    int nkv = a->n_kv_heads, G = a->n_heads / a->n_kv_heads;
+    if (!b->groups || b->ref || b->kv.dtype != RP_KV_F32 || a->head_dim != 64)
+        return 1;
+    for (int nh = nkv; nh > 1; nh--)
+        if (nkv % nh == 0 && nh * G <= 256 && (long)b->n_rows * (nkv / nh) >= b->n_threads)
+            return nh;
+    return 1;
+}
+
 static void pattn_part(void *p, int i, int n)
 {
     pattn_job *j = p;
     cpu_backend *b = j->b;
     const rp_step_attn *a = j->a;
-    long n_items = (long)b->n_rows * a->n_kv_heads;
     float *scratch = b->scratch[i];
     int G = a->n_heads / a->n_kv_heads;
     (void)n;
+    const int per_row = a->n_kv_heads / j->nh;
+    const long n_items = (long)b->n_rows * per_row;
     for (long k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_items;) {
-        int r = (int)(k / a->n_kv_heads), kvh = (int)(k % a->n_kv_heads);
+        int r = (int)(k / per_row), kvh = (int)(k % per_row) * j->nh;
         if (!b->ref) {
-            paged_group(b, j->layer, a, r, kvh, scratch);
+            paged_groups(b, j->layer, a, r, kvh, j->nh, scratch);
             continue;
         }
         const rp_step_seq *sq = &b->seqs[b->row_seq[r]];
@@ -1354,8 +1395,8 @@ static void cpu_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
         max_pos = last > max_pos ? last : max_pos;
         work += (long)b->seqs[s].n_tok * last;
     }
-    int G = a->n_heads / a->n_kv_heads;
-    long need = (long)G * (max_pos + 1) + (long)(G + 2) * a->head_dim + 64;
+    int G = a->n_heads / a->n_kv_heads, nh = attn_heads_per_item(b, a);
+    long need = (long)nh * G * (max_pos + 1) + (long)(G + 2) * a->head_dim + 64;
     if (need > b->scratch_len) {
         long len = need * 2 > 4096 ? need * 2 : 4096;
         for (int i = 0; i < b->n_threads; i++) {
@@ -1365,7 +1406,7 @@ static void cpu_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
         }
         b->scratch_len = len;
     }
-    pattn_job j = {.b = b, .layer = layer, .a = a};
+    pattn_job j = {.b = b, .layer = layer, .a = a, .nh = nh};
     if (work * a->n_heads < 4096)
         pattn_part(&j, 0, 1);
     else /* items from a counter: a descheduled thread holds no share back */

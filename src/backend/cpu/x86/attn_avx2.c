@@ -137,129 +137,148 @@ static inline float sum8(__m256 a)
 }
 
 /* A key row and a value row of head_dim 64 (256 bytes each) into the cache. */
-/* a 64-float row's 4 lines */
-static inline void prefetch_row(const float *r)
+/* the 4 lines of each of nh 64-float rows, hs floats apart (adjacent KV heads: contiguous) */
+static inline void prefetch_rows(const float *r, int nh, size_t hs)
 {
-    for (int o = 0; o < 64; o += 16)
-        _mm_prefetch((const char *)(r + o), _MM_HINT_T0);
+    for (int k = 0; k < nh; k++)
+        for (int o = 0; o < 64; o += 16)
+            _mm_prefetch((const char *)(r + (size_t)k * hs + o), _MM_HINT_T0);
 }
 
-/* a key's row and (with_v) its value's */
-static inline void prefetch_kv(const float *k, const float *v, int with_v)
+/* a key's rows and (with_v) its value's */
+static inline void prefetch_kv(const float *k, const float *v, int nh, size_t hs, int with_v)
 {
-    prefetch_row(k);
+    prefetch_rows(k, nh, hs);
     if (with_v)
-        prefetch_row(v);
+        prefetch_rows(v, nh, hs);
 }
 
-/* As rp_attn_group_f32_avx512 (the same contract), on 8 lanes: q.k 8 keys at a time (per key
- * 8 chained fused multiply-adds, the lanes summed by sum8x8; a fixed order per key, so the
- * scores stay batch-invariant), the softmax weights by rp_attn_exp_sum_avx2, and p.v per
- * head with its 64 sums in 8 registers, key by key as rp_attn_axpy_avx2 adds them. On AVX2
- * the generic loop called the dot product and the axpy once per key and head. */
-int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
-                           int j0, int n, const float *q, int G, float scale, const float *sinks,
-                           float *sc, float *out)
+/* As rp_attn_group_f32_avx512 (the same contract), on 8 lanes, for nh consecutive KV heads
+ * from kvh at once (q, out: their nh G query heads in order; sinks likewise; sc nh G n): q.k 8
+ * keys at a time (per key 8 chained fused multiply-adds, the lanes summed by sum8x8; a fixed
+ * order per key, so the scores stay batch-invariant), the softmax weights by
+ * rp_attn_exp_sum_avx2, and p.v per head with its 64 sums in 8 registers, key by key as
+ * rp_attn_axpy_avx2 adds them. A position's rows of consecutive KV heads are adjacent in the
+ * pool, so nh heads walk nh x 256 contiguous bytes a key where one head walks 256 bytes every
+ * n_kv_heads x 256 (the pages' and the prefetchers' worst case). Per query head the arithmetic
+ * is the same whatever nh is: the same bits. On AVX2 the generic loop called the dot product
+ * and the axpy once per key and head. */
+int rp_attn_groups_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                            int nh, int j0, int n, const float *q, int G, float scale,
+                            const float *sinks, float *sc, float *out)
 {
     int d = L->head_dim;
-    if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || n <= 0) return 0;
+    if (L->dtype != RP_KV_F32 || d != 64 || G > 64 || nh < 1 || nh * G > 256 || n <= 0 ||
+        kvh + nh > L->n_kv_heads)
+        return 0;
+    const int HG = nh * G; /* query heads; head h = k G + g takes KV head kvh + k */
+    const size_t hs = L->row_bytes / sizeof(float); /* floats from one KV head's row to the next */
     int j = 0, jp = 0;
     kv_walk kw = kv_walk_at(L, table, layer, 0, j0, kvh);
     kv_walk pk = kw, pv = kv_walk_at(L, table, layer, 1, j0, kvh);
-    /* A head's rows are n_kv_heads rows apart, so the hardware prefetchers miss them and
-     * they come from DRAM (the weights' stream evicted them): the key and value rows are
+    /* The rows come from DRAM (the weights' stream evicted them): the key and value rows are
      * prefetched ATT_PF keys ahead of the scores (a 1B-shape decode spent 70 us a layer in
-     * here at 4 GB/s) */
-    enum { ATT_PF = 16 };
-    /* V with the keys only while it stays in L2 until p.v reads it (512 rows of 256 bytes);
-     * a longer V is prefetched by the p.v walk itself */
-    const int pf_v = n <= 512;
+     * here at 4 GB/s), fewer keys ahead the more heads a key brings */
+    const int ATT_PF = nh >= 4 ? 4 : 16 / nh;
+    /* V with the keys only while it stays in L2 until p.v reads it (512 x 256 bytes); a longer
+     * V is prefetched by the p.v walk itself */
+    const int pf_v = (long)n * nh <= 512;
     for (; jp < n && jp < ATT_PF; jp++)
-        prefetch_kv(kv_walk_next(&pk), kv_walk_next(&pv), pf_v);
+        prefetch_kv(kv_walk_next(&pk), kv_walk_next(&pv), nh, hs, pf_v);
     for (; j + 8 <= n; j += 8) {
-        const float *k[8];
+        const float *k0[8];
         for (int jj = 0; jj < 8; jj++)
-            k[jj] = kv_walk_next(&kw);
+            k0[jj] = kv_walk_next(&kw);
         for (int e = jp + 8; jp < n && jp < e; jp++)
-            prefetch_kv(kv_walk_next(&pk), kv_walk_next(&pv), pf_v);
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * d;
+            prefetch_kv(kv_walk_next(&pk), kv_walk_next(&pv), nh, hs, pf_v);
+        for (int h = 0; h < HG; h++) {
+            const float *qg = q + (size_t)h * d;
+            const size_t ko = (size_t)(h / G) * hs;
             __m256 acc[8];
 #pragma GCC unroll 8
             for (int jj = 0; jj < 8; jj++) {
-                __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k[jj]));
+                const float *k = k0[jj] + ko;
+                __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k));
 #pragma GCC unroll 8
                 for (int c = 1; c < 8; c++)
-                    a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k[jj] + 8 * c),
-                                        a);
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k + 8 * c), a);
                 acc[jj] = a;
             }
-            _mm256_storeu_ps(sc + (size_t)g * n + j,
+            _mm256_storeu_ps(sc + (size_t)h * n + j,
                              _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)));
         }
     }
     for (; j < n; j++) { /* the last keys one at a time, the same sum per key */
-        const float *k = kv_walk_next(&kw);
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * d;
+        const float *k0 = kv_walk_next(&kw);
+        for (int h = 0; h < HG; h++) {
+            const float *qg = q + (size_t)h * d, *k = k0 + (size_t)(h / G) * hs;
             __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k));
 #pragma GCC unroll 8
             for (int c = 1; c < 8; c++)
                 a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(k + 8 * c), a);
-            sc[(size_t)g * n + j] = sum8(a) * scale;
+            sc[(size_t)h * n + j] = sum8(a) * scale;
         }
     }
-    /* p.v walks V once, PV_BLK keys at a time: the block's rows stay in L1 while every head of
-     * the group takes them (the heads' 64 sums parked in out between blocks: exact f32 round
-     * trips), where a walk per head read the whole of V G times (from L3 or DRAM once V outgrew
-     * L2: at 1,600 positions attention was 28% of a Q4_0 decode step for 15% of its bytes).
-     * Per (head, lane) the FMAs still run over the keys in order: the same bits. */
+    /* p.v walks V once, PV_BLK keys at a time: the block's rows stay in L1 while every head
+     * takes them (the heads' 64 sums parked in out between blocks: exact f32 round trips),
+     * where a walk per head read the whole of V G times (from L3 or DRAM once V outgrew L2: at
+     * 1,600 positions attention was 28% of a Q4_0 decode step for 15% of its bytes). Per
+     * (head, lane) the FMAs run over the keys in order. */
     enum { PV_BLK = 32 };
-    float inv[64];
-    for (int g = 0; g < G; g++) {
-        float *p = sc + (size_t)g * n, mx = -INFINITY;
+    float inv[256];
+    for (int h = 0; h < HG; h++) {
+        float *p = sc + (size_t)h * n, mx = -INFINITY;
         for (int i = 0; i < n; i++)
             mx = p[i] > mx ? p[i] : mx;
-        float sink = sinks ? sinks[g] : -INFINITY;
+        float sink = sinks ? sinks[h] : -INFINITY;
         mx = sink > mx ? sink : mx;
-        inv[g] = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx2(p, n, mx));
-        memset(out + (size_t)g * d, 0, sizeof(float) * (size_t)d);
+        inv[h] = 1.0f / ((sinks ? expf(sink - mx) : 0.0f) + rp_attn_exp_sum_avx2(p, n, mx));
+        memset(out + (size_t)h * d, 0, sizeof(float) * (size_t)d);
     }
     kv_walk vw = kv_walk_at(L, table, layer, 1, j0, kvh), vp = vw;
     int ip = 0; /* rows prefetched (long V only: a short one was prefetched with the keys) */
     for (; !pf_v && ip < n && ip < PV_BLK; ip++)
-        prefetch_row(kv_walk_next(&vp));
+        prefetch_rows(kv_walk_next(&vp), nh, hs);
     for (int i0 = 0; i0 < n; i0 += PV_BLK) {
         int nb = n - i0 < PV_BLK ? n - i0 : PV_BLK;
         const float *vr[PV_BLK];
         for (int i = 0; i < nb; i++)
             vr[i] = kv_walk_next(&vw);
         for (; !pf_v && ip < n && ip < i0 + 2 * PV_BLK; ip++)
-            prefetch_row(kv_walk_next(&vp));
-        for (int g = 0; g < G; g++) {
-            const float *p = sc + (size_t)g * n + i0;
-            float *o = out + (size_t)g * d;
+            prefetch_rows(kv_walk_next(&vp), nh, hs);
+        for (int h = 0; h < HG; h++) {
+            const float *p = sc + (size_t)h * n + i0;
+            const size_t vo = (size_t)(h / G) * hs;
+            float *o = out + (size_t)h * d;
             __m256 acc[8];
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
                 acc[c] = _mm256_loadu_ps(o + 8 * c);
             for (int i = 0; i < nb; i++) {
                 __m256 pi = _mm256_set1_ps(p[i]);
+                const float *v = vr[i] + vo;
 #pragma GCC unroll 8
                 for (int c = 0; c < 8; c++)
-                    acc[c] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(vr[i] + 8 * c), acc[c]);
+                    acc[c] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + 8 * c), acc[c]);
             }
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
                 _mm256_storeu_ps(o + 8 * c, acc[c]);
         }
     }
-    for (int g = 0; g < G; g++) {
-        float *o = out + (size_t)g * d;
+    for (int h = 0; h < HG; h++) {
+        float *o = out + (size_t)h * d;
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
             _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(o + 8 * c),
-                                                      _mm256_set1_ps(inv[g])));
+                                                      _mm256_set1_ps(inv[h])));
     }
     return 1;
+}
+
+int rp_attn_group_f32_avx2(const rp_kv_layout *L, const int32_t *table, int layer, int kvh,
+                           int j0, int n, const float *q, int G, float scale, const float *sinks,
+                           float *sc, float *out)
+{
+    return rp_attn_groups_f32_avx2(L, table, layer, kvh, 1, j0, n, q, G, scale, sinks, sc, out);
 }
