@@ -512,11 +512,9 @@ __global__ void __launch_bounds__(QB_WARPS * 32) qmvb_kernel(qmv_args a, const f
  * Numerics: qmv_kernel's (the same two-part int8 x, dp4a per run and part, f32 scale / bias);
  * only the order of the per-lane f32 sums differs. */
 enum { QV2_WARPS = 8 };
-/* qmv2_kernel's flags: the early programmatic-launch trigger once x is split
- * (RAPID_CUDA_QMV2=3), the one-round prologue (qx_split_once; RAPID_CUDA_QX1=0: off, session
- * 6's rounds), the trigger at the kernel's start (RAPID_CUDA_QMV2=8, 9: the next kernel's
- * blocks may take what the SM has free and issue their weight loads while this grid runs) */
-enum { QV2_F_TRIGGER = 1, QV2_F_ONCE = 2, QV2_F_TRIGGER0 = 4 };
+/* qmv2_kernel's flags: the early programmatic-launch trigger (RAPID_CUDA_QMV2=3), the
+ * one-round prologue (qx_split_once; RAPID_CUDA_QX1=0: off, session 6's rounds) */
+enum { QV2_F_TRIGGER = 1, QV2_F_ONCE = 2 };
 
 /* The fused prologue (RAPID_CUDA_QMV2 2, 3, 6, 7: a held rmsnorm or silu_mul whose output is
  * this matvec's x, taken in through rp_cuda_hook_take_pro): x = the norm's input x times
@@ -786,8 +784,6 @@ __global__ void __launch_bounds__(QV2_WARPS * 32, 2)
             lt += W;
         }
     };
-    if (flags & QV2_F_TRIGGER0)
-        pdl_trigger();
     if (n_items > 0)
         load(b0, s0);
     pdl_wait(); /* x is the previous kernel's; the weights never change */
@@ -1471,14 +1467,13 @@ static size_t qv2_smem(long cols) { return (size_t)cols / 32 * 72; }
  * (griddepcontrol.launch_dependents once x is split), 4 one-row tiles, no fusions, 5 session
  * 5's default (two-row tiles, no fusions), 6 as 2 with split k for rows of more than 8192
  * elements (qmv2k_kernel), 7 as 2 with two items in flight and the x split's loads 4 pieces
- * at a time (6 and 7: no faster in decode on the H200, NOTES.md session 6), 8 one block per SM
- * with the trigger at the kernel's start (QV2_F_TRIGGER0), 9 two blocks per SM with it. */
+ * at a time (6 and 7: no faster in decode on the H200, NOTES.md session 6). */
 static int qmv2_knob(rp_cuda_ctx *c)
 {
     int *once = rp_cuda_hook_once(c);
     if (!(*once & 2)) {
         const char *e = getenv("RAPID_CUDA_QMV2");
-        int v = e && e[0] >= '0' && e[0] <= '9' && !e[1] ? e[0] - '0' : 2;
+        int v = e && e[0] >= '0' && e[0] <= '7' && !e[1] ? e[0] - '0' : 2;
         const char *o = getenv("RAPID_CUDA_QX1");
         int x1 = !(o && o[0] == '0' && !o[1]);
         *once = (*once & ~(31 << 8)) | 2 | v << 8 | x1 << 12;
@@ -1902,7 +1897,7 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
                 qmv2_attr();
                 *once |= 32;
             }
-            int per_sm = v2 == 1 || v2 == 8 ? 1 : 2, rf = v2 == 4 ? 1 : v2 == 5 ? 2 : 0;
+            int per_sm = v2 == 1 ? 1 : 2, rf = v2 == 4 ? 1 : v2 == 5 ? 2 : 0;
             long wmax = (long)per_sm * rp_cuda_hook_sms(c) * QV2_WARPS;
             /* 8 loads of 16 bytes per lane and item either way: two-row tiles of 4 runs
              * (4-bit; 2 for 8-bit), or (RAPID_CUDA_QMV2=4) one-row tiles of 8 (4) runs,
@@ -1911,7 +1906,6 @@ extern "C" void rp_cuda_qmatmul_n(rp_cuda_ctx *c, int n, const rp_cuda_qw *const
             long tiles = (r + R - 1) / R, warps = tiles < wmax ? tiles : wmax;
             call.v2 = (int)((warps + QV2_WARPS - 1) / QV2_WARPS);
             call.v2f = (unsigned char)(R | (v2 == 3 ? QV2_F_TRIGGER : 0) << 4 |
-                                       (v2 >= 8 ? QV2_F_TRIGGER0 : 0) << 4 |
                                        (qx1_knob(c) ? QV2_F_ONCE : 0) << 4);
             /* opt-in (no faster on the H200 in session 6, NOTES.md): RAPID_CUDA_QMV2=7 two items
              * in flight and the split's loads 4 pieces at a time; =6 rows of more than 8192
