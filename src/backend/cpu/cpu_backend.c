@@ -1348,14 +1348,15 @@ static void paged_groups(cpu_backend *b, int layer, const rp_step_attn *a, int r
 /* KV heads per attention item: all of a row's where the rows alone give every thread an item
  * (prefill), else the fewest items that still do (one decode row, 2 threads, 8 KV heads: 4
  * heads an item, each walking 1 KB a position, not 256 bytes every 2 KB); 1 without the
- * multi-head kernel. */
-static int attn_heads_per_item(const cpu_backend *b, const rp_step_attn *a)
+ * multi-head kernel. An item's scores (nh G per position) stay within 16 MB a thread. */
+static int attn_heads_per_item(const cpu_backend *b, const rp_step_attn *a, int max_pos)
 {
     int nkv = a->n_kv_heads, G = a->n_heads / a->n_kv_heads;
     if (!b->groups || b->ref || b->kv.dtype != RP_KV_F32 || a->head_dim != 64)
         return 1;
     for (int nh = nkv; nh > 1; nh--)
-        if (nkv % nh == 0 && nh * G <= 256 && (long)b->n_rows * (nkv / nh) >= b->n_threads)
+        if (nkv % nh == 0 && nh * G <= 256 && (long)nh * G * (max_pos + 1) <= (4L << 20) &&
+            (long)b->n_rows * (nkv / nh) >= b->n_threads)
             return nh;
     return 1;
 }
@@ -1395,7 +1396,7 @@ static void cpu_attention_step(rp_backend *bk, int layer, const rp_step_attn *a)
         max_pos = last > max_pos ? last : max_pos;
         work += (long)b->seqs[s].n_tok * last;
     }
-    int G = a->n_heads / a->n_kv_heads, nh = attn_heads_per_item(b, a);
+    int G = a->n_heads / a->n_kv_heads, nh = attn_heads_per_item(b, a, max_pos);
     long need = (long)nh * G * (max_pos + 1) + (long)(G + 2) * a->head_dim + 64;
     if (need > b->scratch_len) {
         long len = need * 2 > 4096 ? need * 2 : 4096;
