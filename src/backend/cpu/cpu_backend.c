@@ -1280,6 +1280,16 @@ typedef struct pattn_job {
     _Atomic long next; /* the next (row, nh KV heads) item to take */
 } pattn_job;
 
+/* The keys row r of the step attends to: positions [*j0, *j0 + return) of its sequence (all
+ * up to its own, or the last `window` of them). */
+static int row_keys(const cpu_backend *b, const rp_step_attn *a, int r, int *j0)
+{
+    const rp_step_seq *sq = &b->seqs[b->row_seq[r]];
+    int pos = sq->pos0 + (r - sq->t0);
+    *j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    return pos + 1 - *j0;
+}
+
 /* One (row of the step, KV head): the G = n_heads / n_kv_heads query heads that share the KV
  * head, so each key and value row is read (and decoded) once for all of them. Per query head
  * the arithmetic is fixed (two-pass softmax, keys in order), whatever else is in the step:
@@ -1289,8 +1299,7 @@ static void paged_group(cpu_backend *b, int layer, const rp_step_attn *a, int r,
 {
     const rp_kv_layout *L = &b->kv;
     const rp_step_seq *sq = &b->seqs[b->row_seq[r]];
-    int G = a->n_heads / a->n_kv_heads, d = a->head_dim, pos = sq->pos0 + (r - sq->t0);
-    int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0, n = pos + 1 - j0;
+    int G = a->n_heads / a->n_kv_heads, d = a->head_dim, j0, n = row_keys(b, a, r, &j0);
     const float *q = a->q + ((size_t)r * a->n_heads + (size_t)kvh * G) * d;
     float *sc = scratch, *acc = sc + (size_t)G * n, *kbuf = acc + (size_t)G * d, *vbuf = kbuf + d;
     if (b->group && b->group(L, sq->blocks, layer, kvh, j0, n, q, G, a->scale,
@@ -1334,10 +1343,9 @@ static void paged_groups(cpu_backend *b, int layer, const rp_step_attn *a, int r
 {
     if (nh > 1) {
         const rp_step_seq *sq = &b->seqs[b->row_seq[r]];
-        int G = a->n_heads / a->n_kv_heads, d = a->head_dim, pos = sq->pos0 + (r - sq->t0);
-        int j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+        int G = a->n_heads / a->n_kv_heads, d = a->head_dim, j0, n = row_keys(b, a, r, &j0);
         size_t h0 = (size_t)r * a->n_heads + (size_t)kvh * G;
-        if (b->groups(&b->kv, sq->blocks, layer, kvh, nh, j0, pos + 1 - j0, a->q + h0 * d, G,
+        if (b->groups(&b->kv, sq->blocks, layer, kvh, nh, j0, n, a->q + h0 * d, G,
                       a->scale, a->sinks ? a->sinks + kvh * G : NULL, scratch, a->out + h0 * d))
             return;
     }
