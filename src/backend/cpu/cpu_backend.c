@@ -195,6 +195,8 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
             b->exp_sum = rp_attn_exp_sum_avx512;
             b->silu = rp_silu_mul_avx512;
             b->group = rp_attn_group_f32_avx512;
+            /* not the AVX2 multi-head kernel: its scores' summation order is not this one's,
+             * and a row's heads must not depend on how they were grouped into items */
             b->groups = NULL;
         }
     }
