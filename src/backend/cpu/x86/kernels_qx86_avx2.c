@@ -96,8 +96,12 @@ A2 void a2_dots(const uint8_t *wp, const int8_t *const *xq, const int bits, cons
             for (int j = 0; j < NT; j++) {
                 __m256i x = a2_bcast(xq[j] + 4 * p);
 #pragma GCC unroll 4
-                for (int c = 0; c < 4; c++)
+                for (int c = 0; c < 4; c++) {
                     a[j][c] = _mm256_add_epi16(a[j][c], _mm256_maddubs_epi16(cv[c], x));
+                    /* keeps each sum one chain in a register: otherwise GCC reassociates
+                     * the 8 chunks' adds into a tree and parks the products on the stack */
+                    __asm__("" : "+x"(a[j][c]));
+                }
             }
         }
 #pragma GCC unroll 2
