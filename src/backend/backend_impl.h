@@ -92,6 +92,8 @@ typedef struct rp_cpu_kernels {
     rp_matmul_kernel matmul[RP_DT_COUNT];
     rp_qmatmul_kernel qmatmul[RP_DT_COUNT];
     unsigned char act_run64[RP_DT_COUNT]; /* qmatmul prefers run64 activations (MLX groups >= 64) */
+    /* matmul[dt] takes its f32 activations in even/odd order (rp_x_even_odd16) */
+    unsigned char x_even_odd16[RP_DT_COUNT];
     rp_read_kernel read;
 } rp_cpu_kernels;
 
@@ -99,6 +101,11 @@ typedef struct rp_cpu_kernels {
  * as rp_qact describes. */
 void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64, int8_t *q,
                   float *d, float *s);
+/* Each token's row of cols floats in even/odd order, per whole 16-block: out[16b + i] =
+ * x[16b + 2i] and out[16b + 8 + i] = x[16b + 2i + 1] (i < 8); the columns past the last
+ * whole block are copied as they are. */
+void rp_x_even_odd16(const float *x, int n_tok, long cols, float *out);
+
 /* Whether a weight type's int8 kernels want even_odd activations. */
 static inline int rp_quant_act_even_odd(rp_dtype dt) { return dt == RP_DT_MLX4; }
 /* Whether the int8 kernels take this shape (MLX 4-bit needs rows of 64-blocks; the scalar

@@ -75,6 +75,8 @@ typedef struct cpu_backend {
     int (*groups)(const rp_kv_layout *L, const int32_t *table, int layer, int kvh, int nh, int j0,
                   int n, const float *q, int G, float scale, const float *sinks, float *sc,
                   float *out); /* ... for nh adjacent KV heads in one walk (optional) */
+    float *x_eo; /* activations in even/odd order (rp_x_even_odd16), x_eo_cap floats */
+    long x_eo_cap;
     int8_t *act_q; /* quantized activations (rp_qact), act_cap elements */
     float *act_ds; /* d then s, 2 * act_cap / 32 floats */
     long act_cap;
@@ -133,6 +135,7 @@ static void cpu_destroy(rp_backend *bk)
     rp_free(b->scratch);
     rp_free(b->seqs);
     rp_free(b->row_seq);
+    rp_free_aligned(b->x_eo);
     rp_free_aligned(b->act_q);
     rp_free_aligned(b->act_ds);
     rp_free_aligned(b->amx_x);
@@ -536,6 +539,22 @@ void rp_quant_act(const float *x, int n_tok, long cols, int even_odd, int run64,
     }
 }
 
+void rp_x_even_odd16(const float *x, int n_tok, long cols, float *out)
+{
+    long c16 = cols / 16 * 16;
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (long)t * cols;
+        float *ot = out + (long)t * cols;
+        for (long c = 0; c < c16; c += 16)
+            for (int i = 0; i < 8; i++) {
+                ot[c + i] = xt[c + 2 * i];
+                ot[c + 8 + i] = xt[c + 2 * i + 1];
+            }
+        for (long c = c16; c < cols; c++)
+            ot[c] = xt[c];
+    }
+}
+
 /* The job's matrices and its work items: `chunk` rows each, about 8 per thread over the call,
  * 32..256 rows (a multiple of the AMX 32-row step). Returns the rows of all matrices. */
 static long matmul_layout(matmul_job *j, int n, const rp_tensor *const *ws, float *const *ys,
@@ -704,6 +723,17 @@ static void cpu_matmul_n(rp_backend *bk, int n, const rp_tensor *const *ws, cons
         else if (b->qx_dec && w->dtype == RP_DT_Q4_0 && rp_qx_gguf_decode_fits(w, &xq))
             qk = rp_qx_gguf_decode;
 #endif
+    }
+    if (!b->ref && !qk && b->k.x_even_odd16[w->dtype]) { /* the kernel's activation order */
+        long need = (long)n_tok * cols;
+        if (need > b->x_eo_cap) {
+            rp_free_aligned(b->x_eo);
+            b->x_eo = rp_alloc_aligned(sizeof(float) * (size_t)need, RP_TAG_MODEL);
+            RP_ASSERT(b->x_eo); /* n_tok x cols floats: a few MB */
+            b->x_eo_cap = need;
+        }
+        rp_x_even_odd16(x, n_tok, cols, b->x_eo);
+        x = b->x_eo;
     }
     matmul_job j = {.x = x, .xq = &xq, .n_tok = n_tok, .kernel = k, .qkernel = qk};
     long all_rows = matmul_layout(&j, n, ws, ys, b->n_threads);

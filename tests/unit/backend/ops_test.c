@@ -48,7 +48,7 @@ static rp_tensor make_weight(rp_dtype dt, int rows, int cols, void **buf)
 
 static void check_table(const rp_cpu_kernels *k)
 {
-    static const int shapes[][2] = {{1, 1}, {3, 7}, {4, 16}, {5, 17}, {13, 33}, {64, 100}, {9, 130}};
+    static const int shapes[][2] = {{1, 1}, {3, 7}, {4, 16}, {5, 17}, {13, 33}, {64, 100}, {9, 130}, {10, 48}, {11, 70}};
     for (int dt = 0; dt < RP_DT_COUNT; dt++) {
         if (!k->matmul[dt] || rp_dtype_is_quant((rp_dtype)dt)) /* quant_test.c has those */
             continue;
@@ -65,10 +65,17 @@ static void check_table(const rp_cpu_kernels *k)
                 for (int i = 0; i < n_tok * cols; i++)
                     x[i] = frand();
                 rp_ref_matmul(&w, 0, rows, x, n_tok, yr);
+                /* the kernel's activation order (the backend reorders x the same way) */
+                float *xk = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+                if (k->x_even_odd16[dt])
+                    rp_x_even_odd16(x, n_tok, cols, xk);
+                else
+                    memcpy(xk, x, sizeof(float) * (size_t)n_tok * cols);
                 /* two halves, as two threads would split it */
                 int mid = (rows / 2) & ~3;
-                k->matmul[dt](&w, 0, mid, x, n_tok, y);
-                k->matmul[dt](&w, mid, rows, x, n_tok, y);
+                k->matmul[dt](&w, 0, mid, xk, n_tok, y);
+                k->matmul[dt](&w, mid, rows, xk, n_tok, y);
+                rp_free(xk);
                 for (int i = 0; i < n_tok * rows; i++)
                     cr_assert(fabsf(y[i] - yr[i]) <= 1e-5f * cols + 1e-6f,
                               "%s %s %dx%d n_tok %d: %g vs %g", k->isa,
@@ -79,6 +86,54 @@ static void check_table(const rp_cpu_kernels *k)
                 rp_free(yr);
             }
     }
+}
+
+/* A token's sums do not depend on the tokens beside it: n tokens in one call give, bit for
+ * bit, what each token gives alone (a decode step then equals the prefill of the same
+ * tokens, and a batched step equals its streams stepped one by one). */
+static void check_token_invariance(const rp_cpu_kernels *k)
+{
+    static const int shapes[][2] = {{10, 48}, {11, 70}, {9, 130}, {32, 2048}};
+    for (int dt = 0; dt < RP_DT_COUNT; dt++) {
+        if (!k->matmul[dt] || rp_dtype_is_quant((rp_dtype)dt) || dt == RP_DT_MXFP4)
+            continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int rows = shapes[s][0], cols = shapes[s][1], n_tok = 7;
+            void *buf;
+            rp_tensor w = make_weight((rp_dtype)dt, rows, cols, &buf);
+            float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+            float *xk = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+            float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
+            float *y1 = rp_alloc(sizeof(float) * (size_t)rows);
+            for (int i = 0; i < n_tok * cols; i++)
+                x[i] = frand();
+            if (k->x_even_odd16[dt])
+                rp_x_even_odd16(x, n_tok, cols, xk);
+            else
+                memcpy(xk, x, sizeof(float) * (size_t)n_tok * cols);
+            k->matmul[dt](&w, 0, rows, xk, n_tok, y);
+            for (int t = 0; t < n_tok; t++) {
+                k->matmul[dt](&w, 0, rows, xk + (long)t * cols, 1, y1);
+                cr_assert(!memcmp(y1, y + (long)t * rows, sizeof(float) * (size_t)rows),
+                          "%s %s %dx%d: token %d alone differs from it among %d", k->isa,
+                          rp_dtype_name((rp_dtype)dt), rows, cols, t, n_tok);
+            }
+            rp_free(buf);
+            rp_free(x);
+            rp_free(xk);
+            rp_free(y);
+            rp_free(y1);
+        }
+    }
+}
+
+Test(ops, matmul_token_invariant_avx2)
+{
+    if (rp_cpu()->isa < RP_ISA_AVX2)
+        cr_skip_test("no AVX2 on this CPU");
+    rp_cpu_kernels k = {0};
+    rp_cpu_kernels_avx2(&k);
+    check_token_invariance(&k);
 }
 
 Test(ops, matmul_every_isa_every_dtype)

@@ -5,6 +5,15 @@
  * converted once per 8 columns, each token's activations loaded once for the 3 rows); the column
  * tail (cols % 8) is finished in scalar code. Each (row, token) sum is the same sequence of FMAs
  * whatever the tile, so the tiling changes no result.
+ *
+ * bf16 goes 16 columns a step on activations in even/odd order (rp_x_even_odd16): one 32-byte
+ * load holds 16 weights, and a bf16 is the high half of an f32, so a shift left by 16 gives the
+ * even columns' f32 and a mask the odd ones' (2 ops for 16 weights, where widening 8 at a time
+ * takes 2 ops for 8). Each lane sums its even column, then its odd one, block after block; the
+ * decode tile (8 rows x 1) and the prefill tile (3 rows x 4: the even half of a block for every
+ * token, then the odd half) keep that order, so again the tiling changes no result. On AMD
+ * Zen 3 a bf16 decode stream (2 threads, 1 GB, ratio to the read probe, median of 10) ran at
+ * 0.88 with 8 columns a step and 0.99 with this, cache-resident 40 and 60 GB/s a thread.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -36,6 +45,8 @@ static inline float scalar_w(const void *row, long c, rp_dtype dt)
     uint16_t h = rp_load_u16(row, (size_t)c);
     return dt == RP_DT_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
 }
+
+#define A2K static inline __attribute__((always_inline))
 
 static inline float hsum(__m256 v)
 {
@@ -127,9 +138,118 @@ static void matmul_f16(const rp_tensor *w, long r0, long r1, const float *x, int
 {
     matmul(w, r0, r1, x, n, y, RP_DT_F16);
 }
+/* ---- bf16 on even/odd activations ---------------------------------------------------- */
+
+#define BF_RB_DECODE 8 /* one token: 8 rows' sums, the two activation halves, a weight vector */
+
+A2K __m256 bf_even(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+A2K __m256 bf_odd(__m256i v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* The columns past the last whole 16-block (natural order in x) and the store. */
+A2K void bf_finish(const char *row, long c0, long cols, const float *xt, __m256 acc, float *dst)
+{
+    float s = hsum(acc);
+    for (long c = c0; c < cols; c++)
+        s += rp_bf16_to_f32(rp_load_u16(row, (size_t)c)) * xt[c];
+    *dst = s;
+}
+
+/* nr (<= 8) rows from r, one token */
+A2K void bf_decode_tile(const rp_tensor *w, long r, const int nr, const float *x, float *y)
+{
+    long cols = (long)w->shape[1], c16 = cols / 16 * 16;
+    const char *base = (const char *)w->data + (size_t)r * (size_t)cols * 2;
+    __m256 acc[BF_RB_DECODE];
+#pragma GCC unroll 8
+    for (int i = 0; i < nr; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (long c = 0; c < c16; c += 16) {
+        __m256 xe = _mm256_loadu_ps(x + c), xo = _mm256_loadu_ps(x + c + 8);
+#pragma GCC unroll 8
+        for (int i = 0; i < nr; i++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(base + 2 * (i * cols + c)));
+            acc[i] = _mm256_fmadd_ps(bf_even(v), xe, acc[i]);
+            acc[i] = _mm256_fmadd_ps(bf_odd(v), xo, acc[i]);
+        }
+    }
+    for (int i = 0; i < nr; i++)
+        bf_finish(base + 2 * (size_t)(i * cols), c16, cols, x, acc[i], y + r + i);
+}
+
+/* nr (<= 3) rows from r x nt (<= 4) tokens from t0: per 16-block the rows' even halves against
+ * every token's, then the odd halves (12 sums, 3 weight vectors, an activation vector) */
+A2K void bf_tile(const rp_tensor *w, long r, const int nr, const float *x, int t0, const int nt,
+                 float *y)
+{
+    long rows = (long)w->shape[0], cols = (long)w->shape[1], c16 = cols / 16 * 16;
+    const char *base = (const char *)w->data + (size_t)r * (size_t)cols * 2;
+    __m256 acc[RB][TB];
+#pragma GCC unroll 3
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < nt; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (long c = 0; c < c16; c += 16) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 wv[RB];
+#pragma GCC unroll 3
+            for (int i = 0; i < nr; i++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(base + 2 * (i * cols + c)));
+                wv[i] = h ? bf_odd(v) : bf_even(v);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < nt; j++) {
+                __m256 xv = _mm256_loadu_ps(x + (long)(t0 + j) * cols + c + 8 * h);
+#pragma GCC unroll 3
+                for (int i = 0; i < nr; i++)
+                    acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nt; j++)
+            bf_finish(base + 2 * (size_t)(i * cols), c16, cols, x + (long)(t0 + j) * cols, acc[i][j],
+                      y + (long)(t0 + j) * rows + r + i);
+}
+
+A2K void bf_tile_rows(const rp_tensor *w, long r, const int nr, const float *x, int t0, int nt,
+                      float *y)
+{
+    switch (nt) {
+    case 4: bf_tile(w, r, nr, x, t0, 4, y); return;
+    case 3: bf_tile(w, r, nr, x, t0, 3, y); return;
+    case 2: bf_tile(w, r, nr, x, t0, 2, y); return;
+    default: bf_tile(w, r, nr, x, t0, 1, y); return;
+    }
+}
+
+/* x: n tokens in even/odd order (rp_x_even_odd16) */
 static void matmul_bf16(const rp_tensor *w, long r0, long r1, const float *x, int n, float *y)
 {
-    matmul(w, r0, r1, x, n, y, RP_DT_BF16);
+    if (n == 1) {
+        long r = r0;
+        for (; r + BF_RB_DECODE <= r1; r += BF_RB_DECODE)
+            bf_decode_tile(w, r, BF_RB_DECODE, x, y);
+        for (; r < r1; r++)
+            bf_decode_tile(w, r, 1, x, y);
+        return;
+    }
+    for (long r = r0; r < r1; r += RB) {
+        int nr = r1 - r >= RB ? RB : (int)(r1 - r);
+        for (int t = 0; t < n; t += TB) {
+            int nt = n - t >= TB ? TB : n - t;
+            if (nr == 3)
+                bf_tile_rows(w, r, 3, x, t, nt, y);
+            else if (nr == 2)
+                bf_tile_rows(w, r, 2, x, t, nt, y);
+            else
+                bf_tile_rows(w, r, 1, x, t, nt, y);
+        }
+    }
 }
 
 /* MXFP4 (see backend.h): the 8 FP4 magnitudes are looked up by vpermps on (nibble & 7), the
@@ -232,5 +352,6 @@ void rp_cpu_kernels_avx2(rp_cpu_kernels *k)
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;
     k->matmul[RP_DT_BF16] = matmul_bf16;
+    k->x_even_odd16[RP_DT_BF16] = 1;
     k->matmul[RP_DT_MXFP4] = matmul_mxfp4;
 }
