@@ -1,7 +1,7 @@
 /* backend/cpu/x86/kernels_avx2.c - AVX2+FMA+F16C matmul kernels for f32, f16, bf16 and MXFP4
  * weights.
  *
- * Register tiles of 3 rows x 4 tokens (decode: 4 rows x 1), 8 lanes wide (each row's weights
+ * f32 and f16: register tiles of 3 rows x 4 tokens (decode: 4 rows x 1), 8 lanes wide (each row's weights
  * converted once per 8 columns, each token's activations loaded once for the 3 rows); the column
  * tail (cols % 8) is finished in scalar code. Each (row, token) sum is the same sequence of FMAs
  * whatever the tile, so the tiling changes no result.
@@ -28,22 +28,19 @@
 #define TB 4
 #define RB_DECODE 4 /* one token: 4 rows' streams, as before (4 accumulators, no pressure) */
 
+/* f32 or f16 weights (bf16 has its own tiles below) */
 static inline __attribute__((always_inline)) __m256 load_w(const void *row, long c, rp_dtype dt)
 {
     if (dt == RP_DT_F32)
         return _mm256_loadu_ps((const float *)row + c);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
-    if (dt == RP_DT_BF16)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + c)));
 }
 
 static inline float scalar_w(const void *row, long c, rp_dtype dt)
 {
     if (dt == RP_DT_F32)
         return rp_load_f32(row, (size_t)c);
-    uint16_t h = rp_load_u16(row, (size_t)c);
-    return dt == RP_DT_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
+    return rp_f16_to_f32(rp_load_u16(row, (size_t)c));
 }
 
 #define A2K static inline __attribute__((always_inline))
