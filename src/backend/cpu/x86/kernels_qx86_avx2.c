@@ -254,7 +254,7 @@ A2 void a2_decode(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const
     int32_t xs[2][QX_MAX_BLOCKS];
     for (int t = 0; t < n_tok;) {
         int nt = n_tok - t >= 2 ? 2 : 1;
-        pk_act_sums(w, a, t, nt, xg, xs);
+        a2_act_sums(w, a, t, nt, xg, xs);
         if (nt == 2)
             a2_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 2);
         else
