@@ -14,8 +14,20 @@
  * operations in the same order, so both give the same bits.
  *
  * Tokens go 2 or 1 per pass over a tile (AVX2 has 16 vector registers: 2 tokens x 4 row groups
- * of int16 sums, the 4 code vectors and the broadcast fill them). Threading: pure functions of
- * their arguments. Compiled with the AVX2 flags; only called when rp_cpu() reports AVX2.
+ * of int16 sums, the 4 code vectors and the broadcast fill them). Each int16 sum is held to one
+ * chain of adds in a register by an empty asm: left alone, GCC reassociated a half-block's 8
+ * adds into a tree, computed the 8 products first and parked them on the stack. That spilling
+ * loop reached the same instruction rate from cache but streamed worse from memory (kbench
+ * decode, 2 threads, ratio to the probe: MLX4 0.79 -> 0.86, Q4_0 0.84 -> 0.87), and software
+ * prefetch only helps a loop without the spills (a standalone copy of this loop: 0.80 -> 0.86
+ * with prefetches 1 KB ahead; in the kernel itself they still lost, see A2_PFD4).
+ *
+ * Tried and dropped for 8-bit: codes in whole by sign (VPABSB / VPSIGNB, a VPMADDWD a chunk,
+ * 2 products a chunk instead of 4): Q8_0 7% faster from cache, no faster from memory, MLX8
+ * 0.91 -> 0.84 of the probe (kbench, 6 interleaved rounds).
+ *
+ * Threading: pure functions of their arguments. Compiled with the AVX2 flags; only called
+ * when rp_cpu() reports AVX2.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -33,7 +45,10 @@
  * (3 interleaved rounds, ratio to the probe): 1 thread 0.81-0.85 with none, 0.76-0.78 at
  * 1.5 KB (T0), 0.70-0.78 at 768 B, 0.63-0.65 at 3 KB, 0.65-0.69 at 4 / 8 KB (T1). 8 bits keep
  * 1.5 KB: without, kbench Q8_0 gained but the whole 1B model's MLX8 decode lost 6-7% in two
- * interleaved runs (bench-quant.sh). */
+ * interleaved runs (bench-quant.sh). Rechecked with the sums in registers (kbench, 2 threads,
+ * 4-5 interleaved rounds, medians): 4-bit still best with none (Q4_0 0.85 against 0.79-0.80
+ * at 1 KB T0 or NTA, 0.73 at 2 KB; one thread 0.80 against 0.72, 0.68, 0.60 at 1, 2, 4 KB);
+ * 8-bit without: MLX8 0.87 against 0.89, Q8_0 0.85 against 0.83, kept. */
 #ifndef A2_PFD4
 #define A2_PFD4 0
 #endif
