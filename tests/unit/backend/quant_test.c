@@ -677,6 +677,38 @@ Test(quant, qx86_packed_decode_matches_reference)
     free_qw(&q);
 }
 
+/* The AVX2 decode of one token reads 4 tiles at once (then 2, then 1: a2_rows): a call over
+ * 7 whole tiles and a part must give, bit for bit, what one call a tile gives. */
+Test(quant, qx86_packed_decode_streams_same_bits)
+{
+    if (rp_cpu()->isa < RP_ISA_AVX2)
+        cr_skip_test("no AVX2 on this CPU: the repacked decode kernels are not checked");
+    static const rp_dtype types[] = {RP_DT_MLX4, RP_DT_MLX8, RP_DT_Q4_0, RP_DT_Q8_0};
+    for (int ty = 0; ty < 4; ty++) {
+        rp_dtype dt = types[ty];
+        int tr = dt == RP_DT_MLX4 || dt == RP_DT_Q4_0 ? 32 : 16, rows = 7 * tr + 5, cols = 384;
+        int mlx = dt == RP_DT_MLX4 || dt == RP_DT_MLX8;
+        qw q = make_qw(dt, rows, cols, mlx ? 64 : 0, mlx ? RP_DT_BF16 : RP_DT_F32, 0.0f);
+        cr_assert(rp_qx_repack_fits(&q.t));
+        void *pk = rp_alloc_aligned(rp_qx_repack_bytes(&q.t), RP_TAG_MISC);
+        rp_qx_repack(&q.t, 0, rp_qx_repack_tiles(&q.t), pk);
+        float x[384], ad[12], as[12], y1[7 * 32 + 5], y2[7 * 32 + 5];
+        int8_t aq[384];
+        for (int i = 0; i < cols; i++)
+            x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+        int run64 = rp_qx_repack_run64(dt);
+        rp_quant_act(x, 1, cols, 0, run64, aq, ad, as);
+        rp_qact a = {.q = aq, .d = ad, .s = as, .run64 = run64};
+        rp_qx_packed_decode_avx2(&q.t, pk, 0, rows, &a, 1, y1);
+        for (int r = 0; r < rows; r += tr)
+            rp_qx_packed_decode_avx2(&q.t, pk, r, r + tr < rows ? r + tr : rows, &a, 1, y2);
+        cr_assert(!memcmp(y1, y2, sizeof(float) * (size_t)rows),
+                  "%s: 4 tiles at once differ from one at a time", rp_dtype_name(dt));
+        rp_free_aligned(pk);
+        free_qw(&q);
+    }
+}
+
 /* Through the backend: rp_backend_weight repacks, rp_op_matmul (and matmul_n) finds the packed
  * copy; the result stays within the int8 bound of the reference backend's. */
 Test(quant, backend_repacked_weights_match_reference)
