@@ -46,6 +46,19 @@ static rp_tensor make_weight(rp_dtype dt, int rows, int cols, void **buf)
     return t;
 }
 
+/* x (n_tok x cols) in the order the table's kernel for dt takes (the backend reorders it the
+ * same way): a new buffer */
+static float *kernel_x(const rp_cpu_kernels *k, int dt, const float *x, int n_tok, int cols)
+{
+    float *xk = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
+    cr_assert_not_null(xk);
+    if (k->x_even_odd16[dt])
+        rp_x_even_odd16(x, n_tok, cols, xk);
+    else
+        memcpy(xk, x, sizeof(float) * (size_t)n_tok * cols);
+    return xk;
+}
+
 static void check_table(const rp_cpu_kernels *k)
 {
     static const int shapes[][2] = {{1, 1}, {3, 7}, {4, 16}, {5, 17}, {13, 33}, {64, 100}, {9, 130}, {10, 48}, {11, 70}};
@@ -65,12 +78,7 @@ static void check_table(const rp_cpu_kernels *k)
                 for (int i = 0; i < n_tok * cols; i++)
                     x[i] = frand();
                 rp_ref_matmul(&w, 0, rows, x, n_tok, yr);
-                /* the kernel's activation order (the backend reorders x the same way) */
-                float *xk = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
-                if (k->x_even_odd16[dt])
-                    rp_x_even_odd16(x, n_tok, cols, xk);
-                else
-                    memcpy(xk, x, sizeof(float) * (size_t)n_tok * cols);
+                float *xk = kernel_x(k, dt, x, n_tok, cols);
                 /* two halves, as two threads would split it */
                 int mid = (rows / 2) & ~3;
                 k->matmul[dt](&w, 0, mid, xk, n_tok, y);
@@ -102,15 +110,11 @@ static void check_token_invariance(const rp_cpu_kernels *k)
             void *buf;
             rp_tensor w = make_weight((rp_dtype)dt, rows, cols, &buf);
             float *x = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
-            float *xk = rp_alloc(sizeof(float) * (size_t)n_tok * cols);
             float *y = rp_alloc(sizeof(float) * (size_t)n_tok * rows);
             float *y1 = rp_alloc(sizeof(float) * (size_t)rows);
             for (int i = 0; i < n_tok * cols; i++)
                 x[i] = frand();
-            if (k->x_even_odd16[dt])
-                rp_x_even_odd16(x, n_tok, cols, xk);
-            else
-                memcpy(xk, x, sizeof(float) * (size_t)n_tok * cols);
+            float *xk = kernel_x(k, dt, x, n_tok, cols);
             k->matmul[dt](&w, 0, rows, xk, n_tok, y);
             for (int t = 0; t < n_tok; t++) {
                 k->matmul[dt](&w, 0, rows, xk + (long)t * cols, 1, y1);
