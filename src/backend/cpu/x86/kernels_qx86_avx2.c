@@ -250,7 +250,6 @@ A2 void a2_tile_part(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, in
 A2 void a2_store_tile(float *y, long rows, long r, long r1, int t, __m256 out[2][4], int tr,
                       const int NT)
 {
-#pragma GCC unroll 4
     for (int c = 0; c < tr / 8; c++) {
         long nv = r1 - r - 8 * c;
         if (nv <= 0) break;
