@@ -144,13 +144,12 @@ A2 void a2_mlx_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int
                     const float (*xg)[QX_MAX_GROUPS], const int bits, const int NT,
                     __m256 out[2][4], long g0, long g1)
 {
-    long cols = (long)w->shape[1], ng = pk_n_groups(w), nb = cols / 64;
+    long cols = (long)w->shape[1], nb = cols / 64;
     const int nc = bits == 4 ? 4 : 2, tr = 8 * nc; /* 8-row groups, rows per tile */
     int bpg = w->group_size / 64;
     size_t gb = pk_group_bytes(w), ssz = (size_t)pk_ssz(w->scale_dtype);
     rp_dtype sdt = w->scale_dtype;
     __m256(*acc)[4] = out; /* the tile's sums, accumulated in place */
-    (void)ng;
     for (long g = g0; g < g1; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + (size_t)bpg * PK_BLOCK;
         a2_prefetch(sp, gb - (size_t)bpg * PK_BLOCK, bits);
@@ -192,11 +191,10 @@ A2 void a2_gg_tile(const rp_tensor *w, const uint8_t *tp, const rp_qact *a, int 
                    const int32_t (*xs)[QX_MAX_BLOCKS], const int bits, const int NT,
                    __m256 out[2][4], long g0, long g1)
 {
-    long cols = (long)w->shape[1], ng = cols / 64, nrun = cols / 32;
+    long cols = (long)w->shape[1], nrun = cols / 32;
     const int nc = bits == 4 ? 4 : 2, tr = 8 * nc;
     size_t gb = PK_BLOCK + 4 * (size_t)tr;
     __m256(*acc)[4] = out; /* the tile's sums, accumulated in place */
-    (void)ng;
     for (long g = g0; g < g1; g++) {
         const uint8_t *gp = tp + (size_t)g * gb, *sp = gp + PK_BLOCK;
         a2_prefetch(sp, gb - PK_BLOCK, bits);
@@ -295,7 +293,9 @@ A2 void a2_streams(const rp_tensor *w, const uint8_t *pk, long r0, long r1, long
  * against 2 and 4: Q4_0 0.84 / 0.94 / 0.95, MLX4 0.81 / 0.93 / 0.94, Q8_0 0.82 / 0.91 / 0.97,
  * MLX8 0.85 / 0.92 / 0.94 (one thread: Q4_0 0.81 -> 0.94 with 2). A group at a time beat 2 or
  * 4 (Q4_0 0.95 / 0.90 / 0.89). Each tile's sums take its groups in order, as before: the same
- * bits. */
+ * bits. From cache (one thread, a matrix repeated) 4-bit runs as before (Q4_0 43-44 GB/s) but
+ * Q8_0 lost (37 -> 29 GB/s for 256 x 2048, no longer prefetched): decode's weights come from
+ * memory, which is what this is tuned for. */
 A2 void a2_rows(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const rp_qact *a, int t,
                 const float (*xg)[QX_MAX_GROUPS], const int32_t (*xs)[QX_MAX_BLOCKS], float *y,
                 const rp_dtype kind, const int NT)
@@ -329,7 +329,7 @@ A2 void a2_decode(const rp_tensor *w, const uint8_t *pk, long r0, long r1, const
     int32_t xs[2][QX_MAX_BLOCKS];
     for (int t = 0; t < n_tok;) {
         int nt = n_tok - t >= 2 ? 2 : 1;
-        a2_act_sums(w, a, t, nt, xg, xs);
+        pk_act_sums(w, a, t, nt, xg, xs);
         if (nt == 2)
             a2_rows(w, pk, r0, r1, a, t, xg, xs, y, kind, 2);
         else

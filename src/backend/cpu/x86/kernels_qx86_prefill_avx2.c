@@ -243,7 +243,7 @@ P2 void pf_prefill(const rp_tensor *w, const uint8_t *pk, long r0, long r1, cons
     int32_t xs[PF_NT][QX_MAX_BLOCKS];
     int t = 0;
     for (; t + PF_NT <= n_tok; t += PF_NT) {
-        a2_act_sums(w, a, t, PF_NT, xg, xs);
+        pk_act_sums(w, a, t, PF_NT, xg, xs);
         pf_rows(w, pk, r0, r1, a, t, xg, xs, y, kind);
     }
     if (t < n_tok) {
