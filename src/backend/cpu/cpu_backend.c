@@ -156,6 +156,20 @@ static void cpu_destroy(rp_backend *bk)
     rp_free(b);
 }
 
+void rp_cpu_kernels_for(rp_cpu_kernels *k, int isa)
+{
+    memset(k, 0, sizeof *k);
+    rp_cpu_kernels_scalar(k);
+#if defined(__x86_64__)
+    if (isa >= RP_ISA_AVX2)
+        rp_cpu_kernels_avx2(k);
+    if (isa >= RP_ISA_AVX512)
+        rp_cpu_kernels_avx512(k);
+#else
+    (void)isa;
+#endif
+}
+
 rp_backend *rp_backend_new(int n_threads, int ref_kernels)
 {
     cpu_backend *b = rp_calloc(1, sizeof *b);
@@ -173,7 +187,7 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
         goto fail;
     b->ref = ref_kernels == 1;
     b->exact = ref_kernels == RP_BACKEND_EXACT;
-    rp_cpu_kernels_scalar(&b->k);
+    rp_cpu_kernels_for(&b->k, rp_cpu()->isa);
     b->dot = dot_portable;
     b->axpy = axpy_portable;
     b->load_row = rp_kv_row_load;
@@ -203,10 +217,6 @@ rp_backend *rp_backend_new(int n_threads, int ref_kernels)
             b->groups = NULL;
         }
     }
-    if (rp_cpu()->isa >= RP_ISA_AVX2)
-        rp_cpu_kernels_avx2(&b->k);
-    if (rp_cpu()->isa >= RP_ISA_AVX512)
-        rp_cpu_kernels_avx512(&b->k);
     if (rp_cpu()->isa >= RP_ISA_AVX512 && rp_cpu()->has_amx && !b->ref)
         b->amx = rp_amx_enable();
     {

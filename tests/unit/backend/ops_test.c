@@ -159,6 +159,14 @@ Test(ops, matmul_every_isa_every_dtype)
     } else {
         cr_log_info("no AVX-512 on this CPU: AVX-512 kernels not checked");
     }
+    /* the tables as the backend lays them over each other (an ISA file that replaces a
+     * kernel must also replace its activation order: the AVX-512 bf16 kernel under the AVX2
+     * one's even/odd flag summed permuted columns) */
+    for (int isa = RP_ISA_SCALAR; isa <= (int)rp_cpu()->isa && isa <= RP_ISA_AVX512; isa++) {
+        rp_cpu_kernels kl;
+        rp_cpu_kernels_for(&kl, isa);
+        check_table(&kl);
+    }
 }
 
 static void fill(float *x, long n)
