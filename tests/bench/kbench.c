@@ -46,11 +46,69 @@ typedef struct shape {
     long rows, cols;
 } shape;
 
+static void sort_doubles(double *v, int n)
+{
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (v[b] < v[a]) {
+                double tmp = v[a];
+                v[a] = v[b];
+                v[b] = tmp;
+            }
+}
+
 static double cpu_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* random weights: bf16 values of about +-0.05, else random bytes (codes) */
+static void fill_random(rp_dtype dt, uint8_t *w, size_t bytes, uint32_t *s)
+{
+    if (dt == RP_DT_BF16)
+        for (size_t i = 0; i < bytes / 2; i++) {
+            *s = *s * 1664525u + 1013904223u;
+            ((uint16_t *)w)[i] = rp_f32_to_bf16(((float)(*s >> 8) / 16777216.0f - 0.5f) * 0.1f);
+        }
+    else
+        for (size_t i = 0; i < bytes; i++) {
+            *s = *s * 1664525u + 1013904223u;
+            w[i] = (uint8_t)(*s >> 24);
+        }
+}
+
+/* A rows x cols matrix of dt at w (mat_bytes of it, random) as the backend's weight: sane
+ * scales written in first (Q4_0 / Q8_0 block scales, MLX scales and biases); 1 on failure. */
+static int make_weight(rp_backend *be, rp_dtype dt, long rows, long cols, uint8_t *w,
+                       rp_tensor *out)
+{
+    size_t nb = (size_t)rows * rp_dtype_row_bytes(dt, cols);
+    rp_tensor src = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = w, .n_bytes = nb};
+    if (dt == RP_DT_Q4_0 || dt == RP_DT_Q8_0) { /* sane f16 block scales */
+        size_t bb = dt == RP_DT_Q4_0 ? 18 : 34;
+        for (size_t k = 0; k < nb; k += bb) {
+            uint16_t h = rp_f32_to_f16(0.001f);
+            memcpy(w + k, &h, 2);
+        }
+    }
+    if (dt == RP_DT_MLX4 || dt == RP_DT_MLX8) {
+        size_t ng = (size_t)rows * (size_t)(cols / 64);
+        uint16_t *sc = (uint16_t *)(w + nb);
+        for (size_t k = 0; k < 2 * ng; k++)
+            sc[k] = rp_f32_to_bf16(k < ng ? 0.001f : -0.01f);
+        src.scales = sc;
+        src.biases = sc + ng;
+        src.scale_dtype = RP_DT_BF16;
+        src.group_size = 64;
+    }
+    rp_err err = {0};
+    if (rp_backend_weight(be, &src, out, &err)) {
+        fprintf(stderr, "kbench: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -89,16 +147,7 @@ int main(int argc, char **argv)
         return 1;
     }
     uint32_t s = 1;
-    if (dt == RP_DT_BF16)
-        for (size_t i = 0; i < bytes / 2; i++) {
-            s = s * 1664525u + 1013904223u;
-            ((uint16_t *)w)[i] = rp_f32_to_bf16(((float)(s >> 8) / 16777216.0f - 0.5f) * 0.1f);
-        }
-    else
-        for (size_t i = 0; i < bytes; i++) {
-            s = s * 1664525u + 1013904223u;
-            w[i] = (uint8_t)(s >> 24);
-        }
+    fill_random(dt, w, bytes, &s);
     for (size_t i = 0; i < n_io; i++) {
         s = s * 1664525u + 1013904223u;
         x[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
@@ -106,36 +155,25 @@ int main(int argc, char **argv)
     size_t off = 0;
     for (int c = 0; c < n_copies; c++)
         for (int i = 0; i < 7; i++) {
-            long rows = layer[i].rows, cols = layer[i].cols;
-            size_t nb = (size_t)rows * rp_dtype_row_bytes(dt, cols);
-            rp_tensor src = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = w + off,
-                             .n_bytes = nb};
-            if (dt == RP_DT_Q4_0 || dt == RP_DT_Q8_0) { /* sane f16 block scales */
-                size_t bb = dt == RP_DT_Q4_0 ? 18 : 34;
-                for (size_t k = 0; k < nb; k += bb) {
-                    uint16_t h = rp_f32_to_f16(0.001f);
-                    memcpy(w + off + k, &h, 2);
-                }
-            }
-            if (dt == RP_DT_MLX4 || dt == RP_DT_MLX8) {
-                size_t ng = (size_t)rows * (size_t)(cols / 64);
-                uint16_t *sc = (uint16_t *)(w + off + nb);
-                for (size_t k = 0; k < 2 * ng; k++)
-                    sc[k] = rp_f32_to_bf16(k < ng ? 0.001f : -0.01f);
-                src.scales = sc;
-                src.biases = sc + ng;
-                src.scale_dtype = RP_DT_BF16;
-                src.group_size = 64;
-            }
-            off += mat_bytes(dt, rows, cols);
-            rp_err err = {0};
-            if (rp_backend_weight(be, &src, &t[c][i], &err)) {
-                fprintf(stderr, "kbench: %s\n", err.msg);
+            if (make_weight(be, dt, layer[i].rows, layer[i].cols, w + off, &t[c][i]))
                 return 1;
-            }
+            off += mat_bytes(dt, layer[i].rows, layer[i].cols);
         }
+    /* lm_head (128256 x 2048): a fifth of a 1B model's bytes a token, one matrix alone */
+    const long head_rows = 128256, head_cols = 2048;
+    size_t head_bytes = mat_bytes(dt, head_rows, head_cols);
+    uint8_t *wh = rp_alloc_aligned(head_bytes, RP_TAG_MISC);
+    float *yh = rp_alloc_aligned(sizeof(float) * (size_t)head_rows, RP_TAG_MISC);
+    rp_tensor head;
+    if (!wh || !yh) {
+        fprintf(stderr, "kbench: out of memory\n");
+        return 1;
+    }
+    fill_random(dt, wh, head_bytes, &s);
+    if (make_weight(be, dt, head_rows, head_cols, wh, &head))
+        return 1;
     printf("%s: %d layers' matrices, %.2f GB\n", rp_dtype_name(dt), n_copies, (double)bytes / 1e9);
-    double best_bw = 0, best_mv = 0, best_fused = 0, rat[64];
+    double best_bw = 0, best_mv = 0, best_fused = 0, rat[64], hrat[64];
     if (reps > 64)
         reps = 64;
     for (int r = 0; r < reps && strchr(mode, 'd'); r++) {
@@ -163,20 +201,24 @@ int main(int argc, char **argv)
         sec = (double)(rp_now_ns() - t0) * 1e-9;
         best_fused = (double)bytes / sec / 1e9 > best_fused ? (double)bytes / sec / 1e9 : best_fused;
         rat[r] = (double)bytes / sec / 1e9 / bw;
-        printf("rep %d: probe %.2f GB/s, matvec %.2f GB/s, fused %.2f GB/s\n", r, bw, mv,
-               (double)bytes / sec / 1e9);
+        t0 = rp_now_ns();
+        rp_op_matmul(be, &head, x, 1, yh);
+        double hsec = (double)(rp_now_ns() - t0) * 1e-9;
+        hrat[r] = (double)head_bytes / hsec / 1e9 / bw;
+        printf("rep %d: probe %.2f GB/s, matvec %.2f GB/s, fused %.2f GB/s, lm_head %.2f GB/s\n",
+               r, bw, mv, (double)bytes / sec / 1e9, (double)head_bytes / hsec / 1e9);
     }
-    for (int a = 0; a < reps && strchr(mode, 'd'); a++) /* sort the per-rep ratios */
-        for (int b = a + 1; b < reps; b++)
-            if (rat[b] < rat[a]) {
-                double tmp = rat[a];
-                rat[a] = rat[b];
-                rat[b] = tmp;
-            }
+    if (strchr(mode, 'd')) {
+        sort_doubles(rat, reps);
+        sort_doubles(hrat, reps);
+    }
     printf("decode: probe %.2f GB/s, matvec %.2f GB/s = %.3f of the probe, fused %.2f = %.3f "
            "(median of the reps' fused / probe ratios %.3f)\n",
            best_bw, best_mv, best_mv / best_bw, best_fused, best_fused / best_bw,
            strchr(mode, 'd') && reps > 0 ? rat[reps / 2] : 0.0);
+    if (strchr(mode, 'd') && reps > 0)
+        printf("lm_head %ldx%ld alone: median %.3f of the probe\n", head_rows, head_cols,
+               hrat[reps / 2]);
     /* prefill: one layer's matrices x n_prefill tokens */
     double best_pf = 0, cpu_pf = 1e30;
     for (int r = 0; r < reps && strchr(mode, 'p'); r++) {
@@ -198,6 +240,8 @@ int main(int argc, char **argv)
            2.0 * 2.0 * (double)n_layer * 2 * n_prefill / cpu_pf / (2.0 * 1.236e9));
     rp_free(t);
     rp_free_aligned(w);
+    rp_free_aligned(wh);
+    rp_free_aligned(yh);
     rp_free_aligned(x);
     rp_free_aligned(y);
     rp_backend_free(be);
