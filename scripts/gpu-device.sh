@@ -59,6 +59,9 @@
 #   ab4      tg128 of the MLX 4-bit checkpoint (made if missing) with the defaults and with each
 #            env setting of $AB4 (default RAPID_CUDA_QX1=0; commas for several at once), the
 #            whole list run $AB4_REPS times (default 3) interleaved
+#   abm      tg128 of the bf16 and the MLX 4-bit checkpoints (made if missing) with the defaults
+#            and with each env setting of $ABM (default RAPID_CUDA_L2PF=0; commas for several),
+#            the whole list run $ABM_REPS times (default 2) interleaved
 #   profile  RAPID_CUDA_PROFILE=2 (GPU time per op kind) for 1 and 64 streams
 #   cputests the CPU unit tests of a RAPID_BUNDLE_TESTS=1 bundle ($CPU_TESTS, default the backend,
 #            model and engine tests) on this machine's CPU: the AVX-512 VNNI / BF16 / AMX kernels
@@ -339,6 +342,22 @@ if [[ $what == *" ab4 "* ]]; then
       env ${e//,/ } LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$m4" \
         --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode" | sed "s|^|run $r $v: |" |
         tee -a "$out/ab4.log"
+    done
+  done
+fi
+if [[ $what == *" abm "* ]]; then
+  echo "== abm (tg128 of the bf16 and MLX 4-bit checkpoints: the defaults and each of \$ABM, interleaved \$ABM_REPS times) =="
+  m4=/dev/shm/rapid-llama3-8b-mlx4
+  [ -f "$model/config.json" ] || python3 scripts/bench/make_model.py "$model" --shape llama-3-8b --dtype bf16
+  [ -f "$m4/config.json" ] || python3 scripts/bench/make_model.py "$m4" --shape llama-3-8b --dtype mlx4
+  for r in $(seq "${ABM_REPS:-2}"); do
+    for m in "$model" "$m4"; do
+      for v in defaults ${ABM:-RAPID_CUDA_L2PF=0}; do
+        e=$v; [ "$v" = defaults ] && e=RAPID_ABM=1
+        env ${e//,/ } LD_LIBRARY_PATH="$RAPID_LIBS" timeout 60 "$B/bin/rapid" bench --model "$m" \
+          --device cuda --prompt 512 --gen 128 2>&1 | grep -E "^decode" |
+          sed "s|^|run $r $(basename "$m") $v: |" | tee -a "$out/abm.log"
+      done
     done
   done
 fi
