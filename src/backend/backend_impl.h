@@ -115,13 +115,14 @@ static inline int rp_qmatmul_fits(rp_dtype dt, long cols)
     return dt == RP_DT_MLX4 ? cols % 64 == 0 : cols % 32 == 0;
 }
 
-/* Each ISA file fills its table (kernels it lacks stay NULL). A file that sets matmul[dt]
- * also sets x_even_odd16[dt], so the files can be laid over each other. */
+/* Each ISA file fills its table (kernels it lacks stay NULL), with the activation layout of
+ * each kernel it sets (x_even_odd16, act_run64). */
 void rp_cpu_kernels_scalar(rp_cpu_kernels *k);
 void rp_cpu_kernels_avx2(rp_cpu_kernels *k);
 void rp_cpu_kernels_avx512(rp_cpu_kernels *k);
 /* The CPU backend's table for an x86 CPU of this ISA (rp_isa, base/cpu.h): the scalar one
- * with each ISA file's laid over it, in order, up to isa (cpu_backend.c). */
+ * with each ISA file's laid over it, in order, up to isa; a kernel replaced takes its own
+ * activation layout along, never the one it replaces (cpu_backend.c). */
 void rp_cpu_kernels_for(rp_cpu_kernels *k, int isa);
 
 /* AMX (backend/cpu/x86/kernels_amx.c), prefill of bf16 weights: rp_amx_enable asks Linux

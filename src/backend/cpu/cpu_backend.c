@@ -156,15 +156,39 @@ static void cpu_destroy(rp_backend *bk)
     rp_free(b);
 }
 
+/* k with one ISA file's table laid over it: each kernel the file sets replaces k's together
+ * with the activation layout it takes (x_even_odd16 for matmul, act_run64 for qmatmul), so a
+ * later file's kernel never inherits an earlier one's layout; what the file leaves NULL stays. */
+static void kernels_overlay(rp_cpu_kernels *k, void (*fill)(rp_cpu_kernels *))
+{
+    rp_cpu_kernels t;
+    memset(&t, 0, sizeof t);
+    fill(&t);
+    if (t.isa)
+        k->isa = t.isa;
+    if (t.read)
+        k->read = t.read;
+    for (int dt = 0; dt < RP_DT_COUNT; dt++) {
+        if (t.matmul[dt]) {
+            k->matmul[dt] = t.matmul[dt];
+            k->x_even_odd16[dt] = t.x_even_odd16[dt];
+        }
+        if (t.qmatmul[dt]) {
+            k->qmatmul[dt] = t.qmatmul[dt];
+            k->act_run64[dt] = t.act_run64[dt];
+        }
+    }
+}
+
 void rp_cpu_kernels_for(rp_cpu_kernels *k, int isa)
 {
     memset(k, 0, sizeof *k);
-    rp_cpu_kernels_scalar(k);
+    kernels_overlay(k, rp_cpu_kernels_scalar);
 #if defined(__x86_64__)
     if (isa >= RP_ISA_AVX2)
-        rp_cpu_kernels_avx2(k);
+        kernels_overlay(k, rp_cpu_kernels_avx2);
     if (isa >= RP_ISA_AVX512)
-        rp_cpu_kernels_avx512(k);
+        kernels_overlay(k, rp_cpu_kernels_avx512);
 #else
     (void)isa;
 #endif

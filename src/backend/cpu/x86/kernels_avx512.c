@@ -442,6 +442,5 @@ void rp_cpu_kernels_avx512(rp_cpu_kernels *k)
     k->matmul[RP_DT_F32] = matmul_f32;
     k->matmul[RP_DT_F16] = matmul_f16;
     k->matmul[RP_DT_BF16] = matmul_bf16;
-    k->x_even_odd16[RP_DT_BF16] = 0; /* the AVX2 bf16 kernel's order; this one takes x as is */
     k->matmul[RP_DT_MXFP4] = matmul_mxfp4;
 }
